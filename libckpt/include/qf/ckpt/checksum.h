@@ -1,0 +1,62 @@
+// Checksums: XXH3-64 (seed 0) per file and per tensor, and the manifest that records them.
+//
+// The file hash is the plain XXH3-64 of the file's bytes, so `xxhsum -H3 FILE` reproduces it.
+// The tensor hash is XXH3-64 of the tensor's data bytes, so a corrupted or changed tensor is
+// named, and tools that copy tensors unchanged can carry the hash over.
+//
+// Manifest (qforge-manifest.json, deterministic, keys sorted):
+//   {"format": "qforge-manifest", "version": 1, "hash": "xxh3-64",
+//    "files": {"<name>": {"size": N, "xxh3": "<16 hex>", "tensors": {"<tensor>": "<16 hex>"}}}}
+// "tensors" appears for .safetensors files whose header is valid.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "qf/ckpt/problem.h"
+#include "qf/ckpt/progress.h"
+#include "qf/ckpt/safetensors.h"
+
+namespace qf::ckpt {
+
+struct FileDigest {
+  std::string name;  // relative to the checkpoint directory
+  uint64_t size = 0;
+  uint64_t xxh3 = 0;
+  bool has_tensors = false;
+  std::vector<std::pair<std::string, uint64_t>> tensors;  // sorted by tensor name
+};
+
+struct Manifest {
+  std::vector<FileDigest> files;  // sorted by name
+};
+
+struct DigestJob {
+  std::filesystem::path path;
+  std::string name;
+  const Header* header = nullptr;  // a valid header: also hash each tensor; nullptr: file only
+};
+
+// Hashes one file in a single sequential pass (pread into a fixed 1 MiB buffer). Adds the bytes
+// read to progress->done when progress is given. Throws Error(kIo).
+FileDigest digest_file(const DigestJob& job, Progress* progress = nullptr);
+
+// Hashes many files on `threads` threads (0: hardware concurrency), largest first; results are
+// sorted by name. Memory: one buffer per thread.
+Manifest digest_files(const std::vector<DigestJob>& jobs, int threads, Progress* progress);
+
+std::string serialize_manifest(const Manifest& manifest);
+// Throws Error(kManifestInvalid) naming what is wrong.
+Manifest parse_manifest(std::string_view text);
+
+// Every difference between what the manifest records and what was measured now:
+// kManifestMissingFile, kManifestExtraFile, kChecksumMismatch (per file and per tensor).
+std::vector<Problem> compare_manifests(const Manifest& recorded, const Manifest& measured);
+
+std::string hex64(uint64_t v);
+
+}  // namespace qf::ckpt

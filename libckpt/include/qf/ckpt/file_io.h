@@ -1,0 +1,81 @@
+// POSIX file helpers: owned descriptors, read-only mappings, atomic small-file writes.
+// Linux/glibc on x86-64 and aarch64; every failure throws Error(kIo) naming the path.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+namespace qf::ckpt {
+
+// Owns one file descriptor; move-only.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& o) noexcept : fd_(o.release()) {}
+  UniqueFd& operator=(UniqueFd&& o) noexcept;
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  ~UniqueFd() { reset(); }
+
+  int get() const { return fd_; }
+  explicit operator bool() const { return fd_ >= 0; }
+  int release() {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  void reset();
+
+ private:
+  int fd_ = -1;
+};
+
+// Opens read-only (O_CLOEXEC); throws Error(kIo).
+UniqueFd open_read(const std::filesystem::path& path);
+
+// A whole file mapped read-only and shared. Empty files have data() == nullptr. Move-only.
+class MappedFile {
+ public:
+  MappedFile() = default;
+  static MappedFile open(const std::filesystem::path& path);
+  MappedFile(MappedFile&& o) noexcept;
+  MappedFile& operator=(MappedFile&& o) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  ~MappedFile();
+
+  const std::byte* data() const { return data_; }
+  uint64_t size() const { return size_; }
+  int fd() const { return fd_.get(); }
+
+ private:
+  UniqueFd fd_;
+  const std::byte* data_ = nullptr;
+  uint64_t size_ = 0;
+};
+
+// Reads a whole (small) file; throws Error(kIo) if it is larger than max_bytes.
+std::string read_text_file(const std::filesystem::path& path, uint64_t max_bytes = 1ull << 30);
+
+// "<path>.tmp": where atomic writers stage their output.
+std::filesystem::path staging_path(const std::filesystem::path& path);
+
+// Writes `content` to staging_path(path), fsyncs, renames over `path` and fsyncs the directory.
+// Refuses (Error(kExists)) an existing `path` unless overwrite is set.
+void write_file_atomic(const std::filesystem::path& path, std::string_view content,
+                       bool overwrite);
+
+// Writes all of buf at the file position, retrying short writes and EINTR; throws Error(kIo).
+void write_all(int fd, const void* buf, size_t n, const std::filesystem::path& path_for_errors);
+// Reads exactly n bytes at `offset` (pread); throws Error(kIo) on error or early EOF.
+void pread_all(int fd, void* buf, size_t n, uint64_t offset,
+               const std::filesystem::path& path_for_errors);
+
+// fsync of a directory so that a rename inside it is durable.
+void fsync_dir(const std::filesystem::path& dir);
+
+}  // namespace qf::ckpt

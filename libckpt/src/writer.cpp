@@ -1,0 +1,259 @@
+#include "qf/ckpt/writer.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <unordered_set>
+
+#include "qf/ckpt/json.h"
+
+namespace qf::ckpt {
+
+uint64_t tensor_bytes(const TensorSpec& spec) {
+  uint64_t numel = 1;
+  bool overflow = false;
+  for (uint64_t d : spec.shape) overflow |= __builtin_mul_overflow(numel, d, &numel);
+  uint64_t bits = 0;
+  overflow |= __builtin_mul_overflow(numel, uint64_t{dtype_bits(spec.dtype)}, &bits);
+  if (overflow) {
+    throw Error(Errc::kShapeOverflow, "tensor '" + spec.name + "': shape " +
+                                          shape_to_string(spec.shape) + " overflows 64 bits");
+  }
+  if (bits % 8 != 0) {
+    throw Error(Errc::kMisalignedSlice, "tensor '" + spec.name + "': " +
+                                            std::to_string(bits) + " bits is not whole bytes");
+  }
+  return bits / 8;
+}
+
+HeaderPlan plan_safetensors(std::vector<TensorSpec> tensors,
+                            const std::optional<Metadata>& metadata) {
+  // The reference writer's order: descending dtype (enum order is increasing alignment), then
+  // name by bytes. std::string comparison is bytewise, as Rust's String Ord.
+  std::sort(tensors.begin(), tensors.end(), [](const TensorSpec& a, const TensorSpec& b) {
+    if (a.dtype != b.dtype) return a.dtype > b.dtype;
+    return a.name < b.name;
+  });
+  HeaderPlan plan;
+  std::string& h = plan.header;
+  h.reserve(64 + tensors.size() * 96);
+  h += '{';
+  bool first = true;
+  if (metadata) {
+    h += "\"__metadata__\":{";
+    for (size_t i = 0; i < metadata->size(); ++i) {
+      if (i) h += ',';
+      append_json_string(h, (*metadata)[i].first);
+      h += ':';
+      append_json_string(h, (*metadata)[i].second);
+    }
+    h += '}';
+    first = false;
+  }
+  std::unordered_set<std::string_view> seen;
+  seen.reserve(tensors.size());
+  plan.layout.reserve(tensors.size());
+  uint64_t offset = 0;
+  for (TensorSpec& t : tensors) {
+    if (!seen.insert(t.name).second) {
+      throw Error(Errc::kDuplicateName, "tensor '" + t.name + "' planned twice");
+    }
+    if (utf8_error_offset(t.name)) {
+      throw Error(Errc::kHeaderNotUtf8, "tensor name is not valid UTF-8: '" + t.name + "'");
+    }
+    const uint64_t n = tensor_bytes(t);
+    if (!first) h += ',';
+    first = false;
+    append_json_string(h, t.name);
+    h += ":{\"dtype\":\"";
+    h += dtype_name(t.dtype);
+    h += "\",\"shape\":[";
+    for (size_t i = 0; i < t.shape.size(); ++i) {
+      if (i) h += ',';
+      h += std::to_string(t.shape[i]);
+    }
+    h += "],\"data_offsets\":[";
+    h += std::to_string(offset);
+    h += ',';
+    h += std::to_string(offset + n);
+    h += "]}";
+    plan.layout.push_back({std::move(t.name), t.dtype, std::move(t.shape), offset, offset + n});
+    offset += n;
+  }
+  h += '}';
+  h.resize((h.size() + 7) / 8 * 8, ' ');
+  if (h.size() > kMaxHeaderBytes) {
+    throw Error(Errc::kHeaderTooLarge, "planned header is " + std::to_string(h.size()) +
+                                           " bytes, above the 100 MB limit readers enforce");
+  }
+  plan.data_bytes = offset;
+  return plan;
+}
+
+SafetensorsWriter::SafetensorsWriter(std::filesystem::path path, HeaderPlan plan,
+                                     WriterOptions options)
+    : path_(std::move(path)),
+      tmp_(staging_path(path_)),
+      plan_(std::move(plan)),
+      options_(options) {
+  std::error_code ec;
+  if (!options_.overwrite && std::filesystem::exists(path_, ec)) {
+    throw Error(Errc::kExists, "'" + path_.string() + "' exists (use --force to overwrite)");
+  }
+  const int fd = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw_io("cannot create", tmp_.string(), errno);
+  fd_ = UniqueFd(fd);
+  if (options_.preallocate && plan_.file_bytes() > 0) {
+    if (::fallocate(fd, 0, 0, static_cast<off_t>(plan_.file_bytes())) != 0 &&
+        errno != EOPNOTSUPP && errno != ENOSYS) {
+      const int err = errno;
+      fd_.reset();
+      ::unlink(tmp_.c_str());
+      throw_io("cannot reserve " + std::to_string(plan_.file_bytes()) + " bytes for",
+               tmp_.string(), err);
+    }
+  }
+  buf_.resize(std::max<size_t>(options_.buffer_bytes, 4096));
+  uint8_t prefix[8];
+  const uint64_t n = plan_.header.size();
+  for (int i = 0; i < 8; ++i) prefix[i] = static_cast<uint8_t>(n >> (8 * i));
+  std::memcpy(buf_.data(), prefix, 8);
+  buf_used_ = 8;
+  // Header bytes are not data bytes: route them around write()'s accounting.
+  const std::string& h = plan_.header;
+  for (size_t done = 0; done < h.size();) {
+    const size_t take = std::min(h.size() - done, buf_.size() - buf_used_);
+    std::memcpy(buf_.data() + buf_used_, h.data() + done, take);
+    buf_used_ += take;
+    done += take;
+    if (buf_used_ == buf_.size()) flush();
+  }
+}
+
+SafetensorsWriter::~SafetensorsWriter() {
+  if (!committed_) {
+    fd_.reset();
+    ::unlink(tmp_.c_str());
+  }
+}
+
+size_t SafetensorsWriter::current_tensor() const {
+  const auto& l = plan_.layout;
+  const auto it = std::upper_bound(l.begin(), l.end(), written_,
+                                   [](uint64_t w, const TensorInfo& t) { return w < t.end; });
+  return static_cast<size_t>(it - l.begin());
+}
+
+void SafetensorsWriter::check_room(uint64_t n) const {
+  QF_ASSERT(!committed_, "write after commit");
+  QF_ASSERT(n <= plan_.data_bytes - written_, "write past the planned end of the data section");
+}
+
+void SafetensorsWriter::flush() {
+  if (buf_used_ == 0) return;
+  write_all(fd_.get(), buf_.data(), buf_used_, tmp_);
+  buf_used_ = 0;
+}
+
+void SafetensorsWriter::write(const void* data, size_t n) {
+  check_room(n);
+  const auto* p = static_cast<const std::byte*>(data);
+  if (n >= buf_.size()) {  // large writes go straight from the caller's memory
+    flush();
+    write_all(fd_.get(), p, n, tmp_);
+    written_ += n;
+    return;
+  }
+  while (n > 0) {
+    const size_t take = std::min(n, buf_.size() - buf_used_);
+    std::memcpy(buf_.data() + buf_used_, p, take);
+    buf_used_ += take;
+    p += take;
+    n -= take;
+    written_ += take;
+    if (buf_used_ == buf_.size()) flush();
+  }
+}
+
+void SafetensorsWriter::write_tensor(std::string_view name, std::span<const std::byte> bytes) {
+  const size_t i = current_tensor();
+  const auto& l = plan_.layout;
+  if (i >= l.size() || l[i].name != name || l[i].begin != written_) {
+    throw Error(Errc::kUsage, "tensor '" + std::string(name) + "' written out of plan order" +
+                                  (i < l.size() ? " (next is '" + l[i].name + "')" : ""));
+  }
+  if (bytes.size() != l[i].n_bytes()) {
+    throw Error(Errc::kTensorSizeMismatch,
+                "tensor '" + std::string(name) + "': got " + std::to_string(bytes.size()) +
+                    " bytes, planned " + std::to_string(l[i].n_bytes()));
+  }
+  write(bytes.data(), bytes.size());
+}
+
+void SafetensorsWriter::copy_from(int fd, uint64_t offset, uint64_t n,
+                                  const std::filesystem::path& source) {
+  check_room(n);
+  flush();
+  auto in_off = static_cast<loff_t>(offset);
+  bool kernel_copy = true;
+  while (n > 0 && kernel_copy) {
+    const ssize_t r = ::copy_file_range(fd, &in_off, fd_.get(), nullptr, n, 0);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EXDEV || errno == ENOSYS || errno == EOPNOTSUPP || errno == EINVAL) {
+        kernel_copy = false;  // fall back to a user-space copy below
+        break;
+      }
+      throw_io("cannot copy from", source.string(), errno);
+    }
+    if (r == 0) {
+      throw Error(Errc::kIo, "unexpected end of file copying from '" + source.string() + "'");
+    }
+    n -= static_cast<uint64_t>(r);
+    written_ += static_cast<uint64_t>(r);
+  }
+  while (n > 0) {
+    const size_t take = static_cast<size_t>(std::min<uint64_t>(n, buf_.size()));
+    pread_all(fd, buf_.data(), take, static_cast<uint64_t>(in_off), source);
+    write_all(fd_.get(), buf_.data(), take, tmp_);
+    in_off += static_cast<loff_t>(take);
+    n -= take;
+    written_ += take;
+  }
+}
+
+void SafetensorsWriter::write_zeros(uint64_t n) {
+  check_room(n);
+  while (n > 0) {
+    const size_t take = static_cast<size_t>(std::min<uint64_t>(n, buf_.size() - buf_used_));
+    std::memset(buf_.data() + buf_used_, 0, take);
+    buf_used_ += take;
+    n -= take;
+    written_ += take;
+    if (buf_used_ == buf_.size()) flush();
+  }
+}
+
+void SafetensorsWriter::commit() {
+  QF_ASSERT(!committed_, "commit twice");
+  if (written_ != plan_.data_bytes) {
+    throw Error(Errc::kTensorSizeMismatch,
+                "'" + path_.string() + "': " + std::to_string(written_) + " of " +
+                    std::to_string(plan_.data_bytes) + " data bytes written at commit");
+  }
+  flush();
+  if (::fsync(fd_.get()) != 0) throw_io("cannot fsync", tmp_.string(), errno);
+  fd_.reset();
+  std::error_code ec;
+  if (!options_.overwrite && std::filesystem::exists(path_, ec)) {
+    throw Error(Errc::kExists, "'" + path_.string() + "' appeared while writing");
+  }
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0) throw_io("cannot rename", tmp_.string(), errno);
+  committed_ = true;
+  fsync_dir(path_.parent_path());
+}
+
+}  // namespace qf::ckpt

@@ -1,0 +1,18 @@
+// The `qforge` subcommands. Each add_* registers its flags on `app` and returns the function
+// that runs it; the function returns the process exit code and may throw qf::Error.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace qf::tools {
+
+struct Command {
+  CLI::App* app;
+  std::function<int()> run;
+};
+
+Command add_inspect(CLI::App& app);
+Command add_validate(CLI::App& app);
+
+}  // namespace qf::tools
