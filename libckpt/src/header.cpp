@@ -279,12 +279,14 @@ uint64_t load_le64(const std::byte* p) {
   return v;
 }
 
-// Sorted by offsets, the tensors must tile [0, data_bytes) exactly once.
+// Sorted by offsets, the tensors must tile [0, data_bytes) exactly once. Skipped when some
+// entry's offsets did not parse: every gap reported then would be noise.
 void check_tiling(std::vector<Entry>& entries, HeaderParse& out) {
   std::vector<const Entry*> spans;
   spans.reserve(entries.size());
   for (const Entry& e : entries) {
-    if (e.offsets_ok) spans.push_back(&e);
+    if (!e.offsets_ok) return;
+    spans.push_back(&e);
   }
   std::sort(spans.begin(), spans.end(), [](const Entry* a, const Entry* b) {
     if (a->begin != b->begin) return a->begin < b->begin;

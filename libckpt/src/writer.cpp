@@ -58,9 +58,7 @@ HeaderPlan plan_safetensors(std::vector<TensorSpec> tensors,
   plan.layout.reserve(tensors.size());
   uint64_t offset = 0;
   for (TensorSpec& t : tensors) {
-    if (!seen.insert(t.name).second) {
-      throw Error(Errc::kDuplicateName, "tensor '" + t.name + "' planned twice");
-    }
+    if (seen.count(t.name)) throw Error(Errc::kDuplicateName, "tensor '" + t.name + "' planned twice");
     if (utf8_error_offset(t.name)) {
       throw Error(Errc::kHeaderNotUtf8, "tensor name is not valid UTF-8: '" + t.name + "'");
     }
@@ -81,6 +79,7 @@ HeaderPlan plan_safetensors(std::vector<TensorSpec> tensors,
     h += std::to_string(offset + n);
     h += "]}";
     plan.layout.push_back({std::move(t.name), t.dtype, std::move(t.shape), offset, offset + n});
+    seen.insert(plan.layout.back().name);  // layout was reserved: the view stays valid
     offset += n;
   }
   h += '}';
@@ -179,16 +178,21 @@ void SafetensorsWriter::write(const void* data, size_t n) {
 }
 
 void SafetensorsWriter::write_tensor(std::string_view name, std::span<const std::byte> bytes) {
-  const size_t i = current_tensor();
+  // The named tensor must start where the data written so far ends (zero-size tensors share
+  // that position with the tensor after them).
   const auto& l = plan_.layout;
-  if (i >= l.size() || l[i].name != name || l[i].begin != written_) {
+  auto it = std::lower_bound(l.begin(), l.end(), written_,
+                             [](const TensorInfo& t, uint64_t w) { return t.begin < w; });
+  while (it != l.end() && it->begin == written_ && it->name != name) ++it;
+  if (it == l.end() || it->name != name || it->begin != written_) {
+    const size_t next = current_tensor();
     throw Error(Errc::kUsage, "tensor '" + std::string(name) + "' written out of plan order" +
-                                  (i < l.size() ? " (next is '" + l[i].name + "')" : ""));
+                                  (next < l.size() ? " (next is '" + l[next].name + "')" : ""));
   }
-  if (bytes.size() != l[i].n_bytes()) {
+  if (bytes.size() != it->n_bytes()) {
     throw Error(Errc::kTensorSizeMismatch,
                 "tensor '" + std::string(name) + "': got " + std::to_string(bytes.size()) +
-                    " bytes, planned " + std::to_string(l[i].n_bytes()));
+                    " bytes, planned " + std::to_string(it->n_bytes()));
   }
   write(bytes.data(), bytes.size());
 }
@@ -198,7 +202,7 @@ void SafetensorsWriter::copy_from(int fd, uint64_t offset, uint64_t n,
   check_room(n);
   flush();
   auto in_off = static_cast<loff_t>(offset);
-  bool kernel_copy = true;
+  bool kernel_copy = options_.kernel_copy;
   while (n > 0 && kernel_copy) {
     const ssize_t r = ::copy_file_range(fd, &in_off, fd_.get(), nullptr, n, 0);
     if (r < 0) {

@@ -47,6 +47,7 @@ HeaderPlan plan_safetensors(std::vector<TensorSpec> tensors,
 struct WriterOptions {
   bool overwrite = false;    // replace an existing file (the CLI's --force)
   bool preallocate = true;   // reserve the final size up front: a full disk fails at once
+  bool kernel_copy = true;   // copy_from uses copy_file_range; off: always through the buffer
   size_t buffer_bytes = 8u << 20;
 };
 
@@ -64,7 +65,8 @@ class SafetensorsWriter {
   const std::filesystem::path& path() const { return path_; }
   // Data-section bytes written so far.
   uint64_t bytes_written() const { return written_; }
-  // Layout index of the tensor the next byte belongs to (layout.size() once complete).
+  // Layout index of the tensor the next byte belongs to; zero-size tensors never are (they are
+  // complete from the start). layout.size() once every byte is written.
   size_t current_tensor() const;
 
   // Appends the next bytes of the data section (they may span tensors). Writing past the planned
