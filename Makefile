@@ -1,0 +1,54 @@
+# Thin wrapper over CMake (CMakeLists.txt is the one real build).
+#   make          build everything into build/
+#   make test     build, then run every test (GPU tests skip without a GPU)
+#   make demo     the main job on the embedded example model
+#   make asan     build and run the CPU tests under AddressSanitizer + UBSan (build-asan/)
+#   make fuzz     libFuzzer on the safetensors header parser for FUZZ_SECONDS (build-fuzz/)
+#   make bench    benchmarks that print figures (not tests)
+#   make format   clang-format every source file; format-check only reports
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+FUZZ_SECONDS ?= 60
+
+.PHONY: all build test demo asan fuzz bench format format-check clean
+
+all: build
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+
+build: $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+demo: build
+	bash tools/demo.sh $(BUILD)/bin/qforge $(BUILD)/demo
+
+asan:
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DQF_SANITIZE=address,undefined \
+	  -DQF_CUDA=OFF -DQF_BUILD_BENCH=OFF $(CMAKE_FLAGS)
+	cmake --build build-asan -j $(JOBS)
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS) -L cpu
+
+fuzz:
+	CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DQF_FUZZ=ON -DQF_CUDA=OFF -DQF_BUILD_BENCH=OFF $(CMAKE_FLAGS)
+	cmake --build build-fuzz -j $(JOBS) --target fuzz_header
+	mkdir -p build-fuzz/corpus
+	build-fuzz/tests/fuzz/fuzz_header -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
+	  -dict=tests/fuzz/header.dict build-fuzz/corpus tests/fuzz/seeds
+
+bench: build
+	$(BUILD)/bin/qforge-bench-ckpt $(BENCH_ARGS)
+
+format:
+	git ls-files '*.h' '*.cpp' '*.cu' '*.cuh' | xargs clang-format -i
+
+format-check:
+	git ls-files '*.h' '*.cpp' '*.cu' '*.cuh' | xargs clang-format --dry-run -Werror
+
+clean:
+	rm -rf $(BUILD) build-asan build-fuzz
