@@ -13,6 +13,7 @@ struct Command {
 };
 
 Command add_inspect(CLI::App& app);
+Command add_synth(CLI::App& app);
 Command add_validate(CLI::App& app);
 
 }  // namespace qf::tools

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
 
   const std::vector<qf::tools::Command> commands = {
       qf::tools::add_inspect(app),
+      qf::tools::add_synth(app),
       qf::tools::add_validate(app),
   };
   try {

@@ -11,6 +11,13 @@
 #include "qf/ckpt/json.h"
 
 namespace qf::ckpt {
+namespace {
+
+// Runs of zeros shorter than this are written; longer ones become holes (filesystems allocate
+// in 4 KiB blocks, so short holes save nothing).
+constexpr uint64_t kMinHoleBytes = 64 * 1024;
+
+}  // namespace
 
 uint64_t tensor_bytes(const TensorSpec& spec) {
   uint64_t numel = 1;
@@ -105,7 +112,7 @@ SafetensorsWriter::SafetensorsWriter(std::filesystem::path path, HeaderPlan plan
   const int fd = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw_io("cannot create", tmp_.string(), errno);
   fd_ = UniqueFd(fd);
-  if (options_.preallocate && plan_.file_bytes() > 0) {
+  if (options_.preallocate && !options_.sparse_zeros && plan_.file_bytes() > 0) {
     if (::fallocate(fd, 0, 0, static_cast<off_t>(plan_.file_bytes())) != 0 &&
         errno != EOPNOTSUPP && errno != ENOSYS) {
       const int err = errno;
@@ -231,6 +238,14 @@ void SafetensorsWriter::copy_from(int fd, uint64_t offset, uint64_t n,
 
 void SafetensorsWriter::write_zeros(uint64_t n) {
   check_room(n);
+  if (options_.sparse_zeros && n >= kMinHoleBytes) {
+    flush();
+    if (::lseek(fd_.get(), static_cast<off_t>(n), SEEK_CUR) < 0) {
+      throw_io("cannot seek in", tmp_.string(), errno);
+    }
+    written_ += n;
+    return;
+  }
   while (n > 0) {
     const size_t take = static_cast<size_t>(std::min<uint64_t>(n, buf_.size() - buf_used_));
     std::memset(buf_.data() + buf_used_, 0, take);
@@ -249,6 +264,10 @@ void SafetensorsWriter::commit() {
                     std::to_string(plan_.data_bytes) + " data bytes written at commit");
   }
   flush();
+  // A trailing hole left by sparse write_zeros does not extend the file by itself.
+  if (::ftruncate(fd_.get(), static_cast<off_t>(plan_.file_bytes())) != 0) {
+    throw_io("cannot set the size of", tmp_.string(), errno);
+  }
   if (::fsync(fd_.get()) != 0) throw_io("cannot fsync", tmp_.string(), errno);
   fd_.reset();
   std::error_code ec;

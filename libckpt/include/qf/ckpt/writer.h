@@ -48,6 +48,9 @@ struct WriterOptions {
   bool overwrite = false;    // replace an existing file (the CLI's --force)
   bool preallocate = true;   // reserve the final size up front: a full disk fails at once
   bool kernel_copy = true;   // copy_from uses copy_file_range; off: always through the buffer
+  // write_zeros leaves holes (a sparse file) instead of writing zero bytes; implies no
+  // preallocation. Readers see zeros either way.
+  bool sparse_zeros = false;
   size_t buffer_bytes = 8u << 20;
 };
 

@@ -1,0 +1,153 @@
+// Number formats: THE layout contract shared by libquant (host) and the CUDA kernels (device).
+// Host/device neutral (no std:: containers, no exceptions); include from .cpp and .cu alike.
+//
+// Scalar conversions reproduce PyTorch bit for bit (c10/util/BFloat16.h, Half.h,
+// Float8_e4m3fn.h, Float8_e5m2.h), with integer-only round-to-nearest-even so host and device
+// agree and no FPU mode (FTZ, fast-math) can change a result:
+//   f32 -> bf16   RNE; NaN -> 0x7FC0 (sign dropped, as torch); overflow rounds to +-inf.
+//   f32 -> f16    RNE incl. subnormals; NaN -> sign|0x7E00; |x| >= 65520 -> +-inf.
+//   f32 -> e4m3fn RNE incl. subnormals. NaN policy (torch's, non-saturating): NaN, +-inf and
+//                 |x| > 464 give the NaN code 0x7F|sign (464 itself ties to 448). Quantizers use
+//                 f32_to_e4m3fn_sat, which clamps to +-448 first, as every FP8 producer does.
+//   f32 -> e5m2   RNE incl. subnormals; |x| >= 61440 rounds to +-inf (0x7C); NaN -> 0x7F|sign.
+// Decoders are exact (every narrow value is representable in f32).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#if defined(__CUDACC__)
+#define QF_HD __host__ __device__ __forceinline__
+#else
+#define QF_HD inline
+#endif
+
+namespace qf::quant {
+
+QF_HD uint32_t f32_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+QF_HD float f32_from_bits(uint32_t u) {
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// ---- BF16: the upper half of an f32 --------------------------------------------------------
+
+QF_HD float bf16_to_f32(uint16_t h) { return f32_from_bits(static_cast<uint32_t>(h) << 16); }
+
+QF_HD uint16_t f32_to_bf16(float f) {
+  const uint32_t u = f32_bits(f);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0;  // NaN
+  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+// ---- helpers for narrow IEEE-style formats ------------------------------------------------
+
+namespace detail {
+
+// Rounds |x| (f32 bits without sign, finite, not above the format's range) to a float with
+// kMant mantissa bits, exponent bias kBias and minimum normal exponent 1 - kBias, with
+// round-to-nearest-even. Returns exponent_field << kMant | mantissa; a carry out of the
+// mantissa moves into the exponent, as it should.
+template <int kMant, int kBias>
+QF_HD uint32_t round_narrow(uint32_t ax) {
+  const int e = static_cast<int>(ax >> 23) - 127;  // unbiased exponent (f32 subnormals: tiny)
+  if ((ax >> 23) == 0) return 0;                   // f32 zero or subnormal: far below range
+  const uint32_t m = (ax & 0x7FFFFFu) | 0x800000u;  // 24-bit significand: value = m * 2^(e-23)
+  const int emin = 1 - kBias;
+  int shift;
+  uint32_t base;
+  if (e >= emin) {  // normal: keep kMant fraction bits
+    shift = 23 - kMant;
+    base = static_cast<uint32_t>(e + kBias - 1) << kMant;  // (e+bias) << M, minus the hidden 1
+  } else {  // subnormal: units of 2^(emin - kMant)
+    shift = 23 - kMant + (emin - e);
+    base = 0;
+    if (shift > 24) return 0;  // below half the smallest subnormal
+  }
+  const uint32_t q = m >> shift;
+  const uint32_t rem = m & ((1u << shift) - 1u);
+  const uint32_t half = 1u << (shift - 1);
+  const uint32_t r = q + ((rem > half || (rem == half && (q & 1u))) ? 1u : 0u);
+  return base + r;  // for normals the hidden bit of r adds the missing 1 to the exponent field
+}
+
+}  // namespace detail
+
+// ---- F16 (IEEE binary16) ------------------------------------------------------------------
+
+QF_HD float f16_to_f32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1Fu;
+  const uint32_t mant = h & 0x3FFu;
+  if (exp == 0x1F) return f32_from_bits(sign | 0x7F800000u | (mant << 13));  // inf / NaN
+  if (exp != 0) return f32_from_bits(sign | ((exp + 112u) << 23) | (mant << 13));
+  // subnormal: mant * 2^-24, exact in f32
+  const float v = static_cast<float>(mant) * f32_from_bits(0x33800000u);  // 2^-24
+  return sign ? -v : v;
+}
+
+QF_HD uint16_t f32_to_f16(float f) {
+  const uint32_t u = f32_bits(f);
+  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  const uint32_t ax = u & 0x7FFFFFFFu;
+  if (ax > 0x7F800000u) return sign | 0x7E00u;   // NaN
+  if (ax >= 0x477FF000u) return sign | 0x7C00u;  // >= 65520 rounds to inf (ties to even)
+  return sign | static_cast<uint16_t>(detail::round_narrow<10, 15>(ax));
+}
+
+// ---- FP8 E4M3FN (safetensors F8_E4M3, torch float8_e4m3fn) ----------------------------------
+
+inline constexpr float kE4M3Max = 448.0f;
+
+QF_HD float e4m3fn_to_f32(uint8_t c) {
+  const uint32_t sign = static_cast<uint32_t>(c & 0x80u) << 24;
+  const uint32_t exp = (c >> 3) & 0xFu;
+  const uint32_t mant = c & 0x7u;
+  if (exp == 0xF && mant == 0x7) return f32_from_bits(0x7FC00000u | sign);  // the NaN codes
+  if (exp != 0) return f32_from_bits(sign | ((exp + 120u) << 23) | (mant << 20));
+  const float v = static_cast<float>(mant) * 0.001953125f;  // mant * 2^-9
+  return sign ? -v : v;
+}
+
+// torch semantics, non-saturating (see the file comment).
+QF_HD uint8_t f32_to_e4m3fn(float f) {
+  const uint32_t u = f32_bits(f);
+  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  const uint32_t ax = u & 0x7FFFFFFFu;
+  if (ax >= 0x43F00000u) return sign | 0x7Fu;  // >= 480, inf, NaN -> NaN
+  return sign | static_cast<uint8_t>(detail::round_narrow<3, 7>(ax));  // (464, 480) -> 0x7F too
+}
+
+// Clamps to +-448 first: what FP8 weight quantizers store. NaN stays NaN.
+QF_HD uint8_t f32_to_e4m3fn_sat(float f) {
+  const uint32_t u = f32_bits(f);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint8_t>(((u >> 24) & 0x80u) | 0x7Fu);
+  const float c = f > kE4M3Max ? kE4M3Max : (f < -kE4M3Max ? -kE4M3Max : f);
+  return f32_to_e4m3fn(c);
+}
+
+// ---- FP8 E5M2 (safetensors F8_E5M2, torch float8_e5m2) -------------------------------------
+
+QF_HD float e5m2_to_f32(uint8_t c) {
+  // E5M2 is the upper byte of an F16.
+  return f16_to_f32(static_cast<uint16_t>(static_cast<uint16_t>(c) << 8));
+}
+
+QF_HD uint8_t f32_to_e5m2(float f) {
+  const uint32_t u = f32_bits(f);
+  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  const uint32_t ax = u & 0x7FFFFFFFu;
+  if (ax > 0x7F800000u) return sign | 0x7Fu;   // NaN
+  if (ax >= 0x47700000u) return sign | 0x7Cu;  // >= 61440 rounds to inf (ties to even)
+  return sign | static_cast<uint8_t>(detail::round_narrow<2, 15>(ax));
+}
+
+static_assert(sizeof(float) == 4, "f32 must be 32-bit IEEE");
+
+}  // namespace qf::quant
