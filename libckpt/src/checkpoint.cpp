@@ -5,6 +5,7 @@
 #include <map>
 #include <regex>
 #include <set>
+#include <unordered_set>
 
 #include "qf/ckpt/json.h"
 
@@ -225,9 +226,12 @@ Checkpoint Checkpoint::open_collect(const fs::path& path, std::vector<Problem>& 
                           "listed in the index but not in the file"});
     }
   }
+  std::unordered_set<std::string_view> listed;
+  listed.reserve(c.index_->weight_map.size());
+  for (const auto& [name, file] : c.index_->weight_map) listed.insert(name);
   for (const SafetensorsFile& f : c.files_) {
     for (const TensorInfo& t : f.tensors()) {
-      if (!c.index_->file_of(t.name)) {
+      if (!listed.count(t.name)) {
         problems.push_back({Errc::kIndexTensorUnlisted, c.file_name(f), t.name,
                             "in the file but not in the index's weight_map"});
       }

@@ -1,7 +1,7 @@
 #include "qf/ckpt/checksum.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include <algorithm>
@@ -16,8 +16,6 @@
 
 namespace qf::ckpt {
 namespace {
-
-constexpr size_t kBlockBytes = 1u << 20;  // small enough that the second hash pass hits L2
 
 struct StateDeleter {
   void operator()(XXH3_state_t* s) const { XXH3_freeState(s); }
@@ -91,97 +89,123 @@ std::string hex64(uint64_t v) {
   return s;
 }
 
+namespace {
+
+constexpr uint64_t kWindowBytes = 8u << 20;
+
+// Drops our mapping of [p, p + n) once hashed: the pages stay in the page cache, but the
+// process's RSS does not grow with the file.
+void release(const std::byte* p, uint64_t n) {
+  static const uintptr_t kPage = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(p) & ~(kPage - 1);
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + n) & ~(kPage - 1);
+  if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+}
+
+// XXH3-64 of [p, p + n), window by window.
+uint64_t hash_range(const std::byte* p, uint64_t n, Progress* progress) {
+  if (n <= kWindowBytes) {
+    const uint64_t h = XXH3_64bits(p, n);
+    if (progress) progress->done.fetch_add(n, std::memory_order_relaxed);
+    return h;
+  }
+  StatePtr state = new_state();
+  for (uint64_t off = 0; off < n; off += kWindowBytes) {
+    const uint64_t take = std::min(kWindowBytes, n - off);
+    XXH3_64bits_update(state.get(), p + off, take);
+    release(p + off, take);
+    if (progress) progress->done.fetch_add(take, std::memory_order_relaxed);
+  }
+  return XXH3_64bits_digest(state.get());
+}
+
+struct MappedJob {
+  MappedFile map;
+  const Header* header;
+};
+
+MappedJob map_job(const DigestJob& job) {
+  MappedJob m{MappedFile::open(job.path), job.header};
+  if (job.header && job.header->data_offset() + job.header->data_bytes != m.map.size()) {
+    throw Error(Errc::kIo, "'" + job.path.string() + "' changed size since its header was read");
+  }
+  if (m.map.data()) ::madvise(const_cast<std::byte*>(m.map.data()), m.map.size(), MADV_SEQUENTIAL);
+  return m;
+}
+
+uint64_t hash_whole(const MappedJob& m, Progress* progress) {
+  return hash_range(m.map.data(), m.map.size(), progress);
+}
+
+std::vector<std::pair<std::string, uint64_t>> hash_tensors(const MappedJob& m) {
+  std::vector<std::pair<std::string, uint64_t>> out;
+  out.reserve(m.header->tensors.size());
+  const std::byte* data = m.map.data() + m.header->data_offset();
+  for (const TensorInfo& t : m.header->tensors) {
+    out.emplace_back(t.name, hash_range(data + t.begin, t.n_bytes(), nullptr));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
 FileDigest digest_file(const DigestJob& job, Progress* progress) {
-  UniqueFd fd = open_read(job.path);
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) throw_io("cannot stat", job.path.string(), errno);
-  ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
+  const MappedJob m = map_job(job);
   FileDigest out;
   out.name = job.name;
-  out.size = static_cast<uint64_t>(st.st_size);
-
-  // Tensors tile the data section in offset order (a valid header guarantees it), so one
-  // running state suffices: it is fed the part of each block inside the current tensor.
-  const std::vector<TensorInfo>* tensors = job.header ? &job.header->tensors : nullptr;
-  const uint64_t data_off = job.header ? job.header->data_offset() : 0;
-  out.has_tensors = tensors != nullptr;
-  size_t ti = 0;
-  bool tensor_open = false;
-  StatePtr file_state = new_state();
-  StatePtr tensor_state = new_state();
-  auto skip_empty = [&] {
-    while (tensors && ti < tensors->size() && (*tensors)[ti].n_bytes() == 0) {
-      out.tensors.emplace_back((*tensors)[ti].name, XXH3_64bits(nullptr, 0));
-      ++ti;
-    }
-  };
-
-  std::unique_ptr<std::byte[]> buf(new std::byte[kBlockBytes]);
-  for (uint64_t lo = 0; lo < out.size;) {
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(kBlockBytes, out.size - lo));
-    pread_all(fd.get(), buf.get(), n, lo, job.path);
-    XXH3_64bits_update(file_state.get(), buf.get(), n);
-    const uint64_t hi = lo + n;
-    uint64_t pos = std::max(lo, data_off);
-    while (tensors) {
-      skip_empty();
-      if (ti == tensors->size()) break;
-      const TensorInfo& t = (*tensors)[ti];
-      pos = std::max(pos, data_off + t.begin);
-      if (pos >= hi) break;
-      if (!tensor_open) {
-        XXH3_64bits_reset(tensor_state.get());
-        tensor_open = true;
-      }
-      const uint64_t end = std::min(hi, data_off + t.end);
-      XXH3_64bits_update(tensor_state.get(), buf.get() + (pos - lo), end - pos);
-      pos = end;
-      if (pos == data_off + t.end) {
-        out.tensors.emplace_back(t.name, XXH3_64bits_digest(tensor_state.get()));
-        tensor_open = false;
-        ++ti;
-      }
-    }
-    if (progress) progress->done.fetch_add(n, std::memory_order_relaxed);
-    lo = hi;
-  }
-  skip_empty();
-  if (tensors && ti != tensors->size()) {
-    throw Error(Errc::kIo, "'" + job.path.string() + "' is shorter than its header says " +
-                               "(did it change while being hashed?)");
-  }
-  out.xxh3 = XXH3_64bits_digest(file_state.get());
-  std::sort(out.tensors.begin(), out.tensors.end());
+  out.size = m.map.size();
+  out.xxh3 = hash_whole(m, progress);
+  out.has_tensors = job.header != nullptr;
+  if (out.has_tensors) out.tensors = hash_tensors(m);
   return out;
 }
 
 Manifest digest_files(const std::vector<DigestJob>& jobs, int threads, Progress* progress) {
-  std::vector<size_t> order(jobs.size());
-  std::vector<uint64_t> sizes(jobs.size(), 0);
+  // Two tasks per safetensors file (the whole-file hash and the tensor hashes), so the work
+  // spreads over all cores even for a single large file. Largest files first.
+  struct Task {
+    size_t job;
+    bool tensors;
+    uint64_t bytes;
+  };
+  std::vector<Task> tasks;
   for (size_t i = 0; i < jobs.size(); ++i) {
-    order[i] = i;
     std::error_code ec;
-    sizes[i] = std::filesystem::file_size(jobs[i].path, ec);
+    const uint64_t size = std::filesystem::file_size(jobs[i].path, ec);
+    tasks.push_back({i, false, size});
+    if (jobs[i].header) tasks.push_back({i, true, size});
   }
-  // Largest first, so the last thread to finish is not stuck with the biggest shard.
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return sizes[a] > sizes[b]; });
+  std::stable_sort(tasks.begin(), tasks.end(),
+                   [](const Task& a, const Task& b) { return a.bytes > b.bytes; });
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  threads = std::max(1, std::min<int>(threads, static_cast<int>(jobs.size())));
+  threads = std::max(1, std::min<int>(threads, static_cast<int>(tasks.size())));
 
   Manifest m;
   m.files.resize(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    m.files[i].name = jobs[i].name;
+    m.files[i].has_tensors = jobs[i].header != nullptr;
+  }
   std::atomic<size_t> next{0};
   std::mutex err_mu;
   std::exception_ptr err;
   auto worker = [&] {
-    for (size_t k; (k = next.fetch_add(1)) < order.size();) {
+    for (size_t k; (k = next.fetch_add(1)) < tasks.size();) {
+      const Task& t = tasks[k];
       try {
-        m.files[order[k]] = digest_file(jobs[order[k]], progress);
+        const MappedJob mj = map_job(jobs[t.job]);
+        FileDigest& f = m.files[t.job];  // each task writes its own fields
+        if (t.tensors) {
+          f.tensors = hash_tensors(mj);
+        } else {
+          f.size = mj.map.size();
+          f.xxh3 = hash_whole(mj, progress);
+        }
       } catch (...) {
         std::lock_guard<std::mutex> lock(err_mu);
         if (!err) err = std::current_exception();
-        next = order.size();
+        next = tasks.size();
       }
     }
   };

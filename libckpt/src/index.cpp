@@ -70,8 +70,11 @@ void parse_weight_map(JsonReader& r, ShardIndex& idx, std::vector<Problem>& prob
     idx.weight_map.emplace_back(name, file);
   }
   // Stable sort keeps the first of duplicate names first; report and drop the later ones.
-  std::stable_sort(idx.weight_map.begin(), idx.weight_map.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  // Indexes written with sort_keys (Hugging Face's) are already in order.
+  const auto by_name = [](const auto& a, const auto& b) { return a.first < b.first; };
+  if (!std::is_sorted(idx.weight_map.begin(), idx.weight_map.end(), by_name)) {
+    std::stable_sort(idx.weight_map.begin(), idx.weight_map.end(), by_name);
+  }
   auto& wm = idx.weight_map;
   size_t out = 0;
   for (size_t i = 0; i < wm.size(); ++i) {

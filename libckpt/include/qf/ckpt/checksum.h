@@ -41,12 +41,12 @@ struct DigestJob {
   const Header* header = nullptr;  // a valid header: also hash each tensor; nullptr: file only
 };
 
-// Hashes one file in a single sequential pass (pread into a fixed 1 MiB buffer). Adds the bytes
-// read to progress->done when progress is given. Throws Error(kIo).
+// Hashes one file from a read-only mapping, window by window (RSS stays flat). Adds the file's
+// bytes to progress->done when progress is given. Throws Error(kIo).
 FileDigest digest_file(const DigestJob& job, Progress* progress = nullptr);
 
-// Hashes many files on `threads` threads (0: hardware concurrency), largest first; results are
-// sorted by name. Memory: one buffer per thread.
+// Hashes many files on `threads` threads (0: hardware concurrency), largest first; the file
+// hash and the tensor hashes of one file are separate tasks. Results are sorted by name.
 Manifest digest_files(const std::vector<DigestJob>& jobs, int threads, Progress* progress);
 
 std::string serialize_manifest(const Manifest& manifest);
