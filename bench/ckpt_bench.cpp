@@ -76,16 +76,18 @@ void headers(const fs::path& dir, int runs) {
   const fs::path ck = dir / "headers-122b-int4";
   const double t0 = now();
   const auto plan = qf::quant::synth_checkpoint(qf::ckpt::qwen35_preset("122b-a10b"), ck, o);
-  std::printf("[headers] 122b-a10b intel-int4 (zeros, sparse): %zu tensors in %zu files, "
-              "%.2f GiB apparent; synth took %.2f s\n",
-              plan.tensors.size(), plan.files.size(), plan.tensor_bytes / 1073741824.0, now() - t0);
+  std::printf(
+      "[headers] 122b-a10b intel-int4 (zeros, sparse): %zu tensors in %zu files, "
+      "%.2f GiB apparent; synth took %.2f s\n",
+      plan.tensors.size(), plan.files.size(), plan.tensor_bytes / 1073741824.0, now() - t0);
   for (const char* cmd : {"inspect", "validate"}) {
     std::vector<double> t;
     for (int i = 0; i < runs; ++i) t.push_back(run_timed({QF_BIN, cmd, ck.string()}));
     std::printf("  qforge %-9s median %.3f s  (runs: %s)\n", cmd, median(t), list(t).c_str());
   }
   std::vector<double> t;
-  for (int i = 0; i < runs; ++i) t.push_back(run_timed({QF_BIN, "inspect", "--json", "--tensors", ck.string()}));
+  for (int i = 0; i < runs; ++i)
+    t.push_back(run_timed({QF_BIN, "inspect", "--json", "--tensors", ck.string()}));
   std::printf("  qforge inspect --json --tensors  median %.3f s\n", median(t));
 }
 
@@ -119,7 +121,7 @@ void checksums(const fs::path& dir, double data_gib, int runs) {
     sh[2] += "> /dev/null";
     return run_timed(sh);
   };
-  cat_to_null();  // warm the page cache
+  cat_to_null();                                                // warm the page cache
   run_timed({QF_BIN, "validate", "--checksums", ck.string()});  // creates the manifest
   std::printf("[checksums] %.2f GiB in %zu files (page cache warm); qforge verifies the manifest\n",
               bytes / 1073741824.0, cat.size() - 1);
@@ -128,9 +130,10 @@ void checksums(const fs::path& dir, double data_gib, int runs) {
     const double tc = cat_to_null();
     const double tq = run_timed({QF_BIN, "validate", "--checksums", ck.string()});
     ratios.push_back(tc / tq);
-    std::printf("  run %d: cat %.3f s (%.2f GB/s)   qforge validate --checksums %.3f s (%.2f GB/s)"
-                "   qforge/cat throughput %.2f\n",
-                i + 1, tc, bytes / tc / 1e9, tq, bytes / tq / 1e9, tc / tq);
+    std::printf(
+        "  run %d: cat %.3f s (%.2f GB/s)   qforge validate --checksums %.3f s (%.2f GB/s)"
+        "   qforge/cat throughput %.2f\n",
+        i + 1, tc, bytes / tc / 1e9, tq, bytes / tq / 1e9, tc / tq);
   }
   std::printf("  median throughput ratio qforge/cat: %.2f (target >= 0.80)\n", median(ratios));
 }
@@ -142,12 +145,14 @@ int writer_child(const fs::path& path, double gib, bool preallocate) {
   const uint64_t per = 256ull << 20;
   std::vector<qf::ckpt::TensorSpec> specs;
   for (uint64_t i = 0; i * per < total; ++i) {
-    specs.push_back({"layers." + std::to_string(i) + ".weight", DType::kBF16, {per / 2 / 4096, 4096}});
+    specs.push_back(
+        {"layers." + std::to_string(i) + ".weight", DType::kBF16, {per / 2 / 4096, 4096}});
   }
   qf::ckpt::WriterOptions wo;
   wo.overwrite = true;
   wo.preallocate = preallocate;
-  qf::ckpt::SafetensorsWriter w(path, qf::ckpt::plan_safetensors(specs, qf::ckpt::Metadata{{"format", "pt"}}), wo);
+  qf::ckpt::SafetensorsWriter w(
+      path, qf::ckpt::plan_safetensors(specs, qf::ckpt::Metadata{{"format", "pt"}}), wo);
   std::vector<std::byte> chunk(1 << 20);
   uint64_t k = 0;
   for (uint64_t left = w.plan().data_bytes; left > 0;) {  // a generator: a new byte per chunk
@@ -171,11 +176,14 @@ int writer_child(const fs::path& path, double gib, bool preallocate) {
 void writer_rss(const fs::path& dir, double gib, int runs) {
   const fs::path path = dir / "writer-rss.safetensors";
   const uint64_t bytes = static_cast<uint64_t>(gib * 1073741824.0);
-  std::printf("[writer] %.2f GiB safetensors file (256 MiB tensors), fsync'ed; "
-              "dd of the same bytes (bs=8M conv=fsync) alongside\n", gib);
+  std::printf(
+      "[writer] %.2f GiB safetensors file (256 MiB tensors), fsync'ed; "
+      "dd of the same bytes (bs=8M conv=fsync) alongside\n",
+      gib);
   for (int i = 0; i < runs; ++i) {
     std::fflush(nullptr);
-    const std::string cmd = "/proc/self/exe --writer-child '" + path.string() + "' " + std::to_string(gib);
+    const std::string cmd =
+        "/proc/self/exe --writer-child '" + path.string() + "' " + std::to_string(gib);
     const double t0 = now();
     FILE* child = ::popen(cmd.c_str(), "r");
     double hwm_mib = -1;
@@ -188,9 +196,10 @@ void writer_rss(const fs::path& dir, double gib, int runs) {
     const double td = run_timed({"dd", "if=/dev/zero", "of=" + path.string(), "bs=8M",
                                  "count=" + std::to_string(bytes >> 23), "conv=fsync"});
     fs::remove(path);
-    std::printf("  run %d: qforge writer %.2f s (%.2f GB/s), peak RSS %.1f MiB (target < 64 MiB)"
-                "   dd %.2f s (%.2f GB/s)   writer/dd throughput %.2f\n",
-                i + 1, tw, bytes / tw / 1e9, hwm_mib, td, bytes / td / 1e9, td / tw);
+    std::printf(
+        "  run %d: qforge writer %.2f s (%.2f GB/s), peak RSS %.1f MiB (target < 64 MiB)"
+        "   dd %.2f s (%.2f GB/s)   writer/dd throughput %.2f\n",
+        i + 1, tw, bytes / tw / 1e9, hwm_mib, td, bytes / td / 1e9, td / tw);
   }
 }
 
@@ -205,12 +214,18 @@ int main(int argc, char** argv) {
   int runs = 5;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string f = argv[i];
-    if (f == "--dir") dir = argv[i + 1];
-    else if (f == "--data-gib") data_gib = std::stod(argv[i + 1]);
-    else if (f == "--writer-gib") writer_gib = std::stod(argv[i + 1]);
-    else if (f == "--runs") runs = std::stoi(argv[i + 1]);
+    if (f == "--dir")
+      dir = argv[i + 1];
+    else if (f == "--data-gib")
+      data_gib = std::stod(argv[i + 1]);
+    else if (f == "--writer-gib")
+      writer_gib = std::stod(argv[i + 1]);
+    else if (f == "--runs")
+      runs = std::stoi(argv[i + 1]);
     else {
-      std::fprintf(stderr, "usage: qforge-bench-ckpt [--dir DIR] [--data-gib N] [--writer-gib N] [--runs N]\n");
+      std::fprintf(
+          stderr,
+          "usage: qforge-bench-ckpt [--dir DIR] [--data-gib N] [--writer-gib N] [--runs N]\n");
       return 1;
     }
   }

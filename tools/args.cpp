@@ -21,7 +21,8 @@ uint64_t parse_size(const std::string& text, const std::string& flag) {
   if (unit == "MiB") mult = 1024.0 * 1024;
   if (unit == "GiB") mult = 1024.0 * 1024 * 1024;
   if (unit == "TiB") mult = 1024.0 * 1024 * 1024 * 1024;
-  if (end == text.c_str() || mult == 0 || !(v > 0) || !std::isfinite(v * mult) || v * mult > 1.8e19) {
+  if (end == text.c_str() || mult == 0 || !(v > 0) || !std::isfinite(v * mult) ||
+      v * mult > 1.8e19) {
     throw Error(Errc::kUsage, flag + " '" + text + "' is not a size such as 5GiB, 512MiB or 4096");
   }
   return static_cast<uint64_t>(std::llround(v * mult));

@@ -108,24 +108,20 @@ void print_human(const InspectArgs& args, const ckpt::Checkpoint& c, const ckpt:
   std::printf("\n%-22s %10s %10s %14s  %s\n", "by format", "modules", "tensors", "bytes",
               "members");
   for (const ckpt::FormatStat& f : s.by_format) {
-    std::printf("  %-20s %10s %10s %14s  %s\n", f.family.c_str(),
-                with_commas(f.n_modules).c_str(), with_commas(f.n_tensors).c_str(),
-                human_bytes(f.bytes).c_str(), f.members.c_str());
+    std::printf("  %-20s %10s %10s %14s  %s\n", f.family.c_str(), with_commas(f.n_modules).c_str(),
+                with_commas(f.n_tensors).c_str(), human_bytes(f.bytes).c_str(), f.members.c_str());
   }
   size_t width = 4;
   for (const ckpt::FileStat& f : s.files) width = std::max(width, f.name.size());
   const int w = static_cast<int>(width);
-  std::printf("\n%-*s  %-8s %10s %12s %14s\n", w + 2, "files", "role", "tensors", "header",
-              "file");
+  std::printf("\n%-*s  %-8s %10s %12s %14s\n", w + 2, "files", "role", "tensors", "header", "file");
   for (const ckpt::FileStat& f : s.files) {
     std::printf("  %-*s  %-8s %10s %12s %14s\n", w, f.name.c_str(),
-                std::string(ckpt::file_role_name(f.role)).c_str(),
-                with_commas(f.n_tensors).c_str(), human_bytes(f.header_bytes).c_str(),
-                human_bytes(f.file_bytes).c_str());
+                std::string(ckpt::file_role_name(f.role)).c_str(), with_commas(f.n_tensors).c_str(),
+                human_bytes(f.header_bytes).c_str(), human_bytes(f.file_bytes).c_str());
   }
   if (!args.tensors) return;
-  std::printf("\n%-40s %-8s %-22s %-36s %s\n", "tensor", "dtype", "shape", "file",
-              "data_offsets");
+  std::printf("\n%-40s %-8s %-22s %-36s %s\n", "tensor", "dtype", "shape", "file", "data_offsets");
   for (const Listed& l : sorted_tensors(c)) {
     std::printf("%-40s %-8s %-22s %-36s [%llu, %llu]\n", l.t->name.c_str(),
                 std::string(ckpt::dtype_name(l.t->dtype)).c_str(),

@@ -20,10 +20,14 @@ struct ValidateArgs {
 
 std::string_view action_name(ckpt::ChecksumAction a) {
   switch (a) {
-    case ckpt::ChecksumAction::kNone: return "none";
-    case ckpt::ChecksumAction::kVerified: return "verified";
-    case ckpt::ChecksumAction::kCreated: return "created";
-    case ckpt::ChecksumAction::kNotCreated: return "not-created";
+    case ckpt::ChecksumAction::kNone:
+      return "none";
+    case ckpt::ChecksumAction::kVerified:
+      return "verified";
+    case ckpt::ChecksumAction::kCreated:
+      return "created";
+    case ckpt::ChecksumAction::kNotCreated:
+      return "not-created";
   }
   return "none";
 }
@@ -40,7 +44,8 @@ int run_validate(const ValidateArgs& args) {
     if (args.checksums) bar.emplace("checksums", progress);
     r = ckpt::validate_checkpoint(args.path, opts);
   }
-  const double gbps = r.hash_seconds > 0 ? static_cast<double>(r.hashed_bytes) / r.hash_seconds / 1e9 : 0.0;
+  const double gbps =
+      r.hash_seconds > 0 ? static_cast<double>(r.hashed_bytes) / r.hash_seconds / 1e9 : 0.0;
   if (args.json) {
     nlohmann::json j = {{"path", args.path},
                         {"ok", r.ok()},

@@ -5,9 +5,9 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <mutex>
 #include <thread>
 #include <vector>
 

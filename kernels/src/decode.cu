@@ -41,10 +41,14 @@ cudaError_t decode_to_f32(CodeFormat format, const void* codes, size_t n, float*
                           cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   switch (format) {
-    case CodeFormat::kBf16: return launch<CodeFormat::kBf16>(codes, n, out, stream);
-    case CodeFormat::kF16: return launch<CodeFormat::kF16>(codes, n, out, stream);
-    case CodeFormat::kE4M3fn: return launch<CodeFormat::kE4M3fn>(codes, n, out, stream);
-    case CodeFormat::kE5M2: return launch<CodeFormat::kE5M2>(codes, n, out, stream);
+    case CodeFormat::kBf16:
+      return launch<CodeFormat::kBf16>(codes, n, out, stream);
+    case CodeFormat::kF16:
+      return launch<CodeFormat::kF16>(codes, n, out, stream);
+    case CodeFormat::kE4M3fn:
+      return launch<CodeFormat::kE4M3fn>(codes, n, out, stream);
+    case CodeFormat::kE5M2:
+      return launch<CodeFormat::kE5M2>(codes, n, out, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -11,10 +11,18 @@ void decode_to_f32_ref(CodeFormat format, const void* codes, size_t n, float* ou
   const auto* c8 = static_cast<const uint8_t*>(codes);
   for (size_t i = 0; i < n; ++i) {
     switch (format) {
-      case CodeFormat::kBf16: out[i] = quant::bf16_to_f32(c16[i]); break;
-      case CodeFormat::kF16: out[i] = quant::f16_to_f32(c16[i]); break;
-      case CodeFormat::kE4M3fn: out[i] = quant::e4m3fn_to_f32(c8[i]); break;
-      case CodeFormat::kE5M2: out[i] = quant::e5m2_to_f32(c8[i]); break;
+      case CodeFormat::kBf16:
+        out[i] = quant::bf16_to_f32(c16[i]);
+        break;
+      case CodeFormat::kF16:
+        out[i] = quant::f16_to_f32(c16[i]);
+        break;
+      case CodeFormat::kE4M3fn:
+        out[i] = quant::e4m3fn_to_f32(c8[i]);
+        break;
+      case CodeFormat::kE5M2:
+        out[i] = quant::e5m2_to_f32(c8[i]);
+        break;
     }
   }
 }

@@ -25,11 +25,17 @@ bool is_shard_name(std::string_view name) {
 }
 
 bool is_tokenizer_file(std::string_view name) {
-  static constexpr std::array<std::string_view, 11> kNames = {
-      "tokenizer.json",         "tokenizer_config.json",       "vocab.json",
-      "merges.txt",             "special_tokens_map.json",     "added_tokens.json",
-      "chat_template.jinja",    "chat_template.json",          "generation_config.json",
-      "preprocessor_config.json", "video_preprocessor_config.json"};
+  static constexpr std::array<std::string_view, 11> kNames = {"tokenizer.json",
+                                                              "tokenizer_config.json",
+                                                              "vocab.json",
+                                                              "merges.txt",
+                                                              "special_tokens_map.json",
+                                                              "added_tokens.json",
+                                                              "chat_template.jinja",
+                                                              "chat_template.json",
+                                                              "generation_config.json",
+                                                              "preprocessor_config.json",
+                                                              "video_preprocessor_config.json"};
   return std::find(kNames.begin(), kNames.end(), name) != kNames.end();
 }
 
@@ -59,15 +65,24 @@ void check_json_file(const fs::path& path, const std::string& name,
 
 std::string_view file_role_name(FileRole role) {
   switch (role) {
-    case FileRole::kShard: return "shard";
-    case FileRole::kSidecar: return "sidecar";
-    case FileRole::kStray: return "stray";
-    case FileRole::kIndex: return "index";
-    case FileRole::kConfig: return "config";
-    case FileRole::kQuantConfig: return "quant-config";
-    case FileRole::kManifest: return "manifest";
-    case FileRole::kTokenizer: return "tokenizer";
-    case FileRole::kOther: return "other";
+    case FileRole::kShard:
+      return "shard";
+    case FileRole::kSidecar:
+      return "sidecar";
+    case FileRole::kStray:
+      return "stray";
+    case FileRole::kIndex:
+      return "index";
+    case FileRole::kConfig:
+      return "config";
+    case FileRole::kQuantConfig:
+      return "quant-config";
+    case FileRole::kManifest:
+      return "manifest";
+    case FileRole::kTokenizer:
+      return "tokenizer";
+    case FileRole::kOther:
+      return "other";
   }
   return "other";
 }
@@ -80,7 +95,8 @@ bool is_loader_fatal(Errc code) {
     case Errc::kIndexMissing:
     case Errc::kConfigInvalid:  // reported when the config is needed
       return false;
-    default: return true;
+    default:
+      return true;
   }
 }
 
@@ -156,10 +172,10 @@ Checkpoint Checkpoint::open_collect(const fs::path& path, std::vector<Problem>& 
     }
   } else if (!c.single_file_ && st_names.size() != 1) {
     problems.push_back({Errc::kIndexMissing, "", "",
-                        st_names.empty() ? "no .safetensors files in the directory"
-                                         : std::to_string(st_names.size()) +
-                                               " .safetensors files but no " +
-                                               std::string(kIndexFileName)});
+                        st_names.empty()
+                            ? "no .safetensors files in the directory"
+                            : std::to_string(st_names.size()) + " .safetensors files but no " +
+                                  std::string(kIndexFileName)});
   }
 
   for (const std::string& n : names) {
@@ -167,7 +183,7 @@ Checkpoint Checkpoint::open_collect(const fs::path& path, std::vector<Problem>& 
     f.size = fs::file_size(c.root_ / n, ec);
     if (ends_with(n, ".safetensors")) {
       const bool in_model = !has_index || referenced.count(n);
-      f.role = !in_model                           ? FileRole::kStray
+      f.role = !in_model                            ? FileRole::kStray
                : c.single_file_ || is_shard_name(n) ? FileRole::kShard
                                                     : FileRole::kSidecar;
       if (f.role == FileRole::kStray) {
@@ -222,8 +238,8 @@ Checkpoint Checkpoint::open_collect(const fs::path& path, std::vector<Problem>& 
                           "the index maps the tensor to this file, but it is in '" +
                               c.file_name(*ref->file) + "'"});
     } else {
-      problems.push_back({Errc::kIndexTensorMissing, file, name,
-                          "listed in the index but not in the file"});
+      problems.push_back(
+          {Errc::kIndexTensorMissing, file, name, "listed in the index but not in the file"});
     }
   }
   std::unordered_set<std::string_view> listed;
@@ -242,8 +258,7 @@ Checkpoint Checkpoint::open_collect(const fs::path& path, std::vector<Problem>& 
     const std::string actual = std::to_string(c.tensor_bytes_);
     if (!c.index_->total_size) {
       problems.push_back({Errc::kTotalSizeMismatch, idx, "",
-                          "metadata.total_size is missing; the tensors hold " + actual +
-                              " bytes"});
+                          "metadata.total_size is missing; the tensors hold " + actual + " bytes"});
     } else if (*c.index_->total_size != c.tensor_bytes_) {
       problems.push_back({Errc::kTotalSizeMismatch, idx, "",
                           "metadata.total_size is " + std::to_string(*c.index_->total_size) +

@@ -34,7 +34,8 @@ StatePtr new_state() {
 }
 
 uint64_t parse_hex64(std::string_view s, const std::string& where) {
-  if (s.size() != 16) bad_manifest(where + ": expected 16 hex digits, got \"" + std::string(s) + "\"");
+  if (s.size() != 16)
+    bad_manifest(where + ": expected 16 hex digits, got \"" + std::string(s) + "\"");
   uint64_t v = 0;
   for (char c : s) {
     int d;
@@ -285,7 +286,8 @@ Manifest parse_manifest(std::string_view text) {
   std::sort(m.files.begin(), m.files.end(),
             [](const FileDigest& a, const FileDigest& b) { return a.name < b.name; });
   for (size_t i = 1; i < m.files.size(); ++i) {
-    if (m.files[i].name == m.files[i - 1].name) bad_manifest("lists '" + m.files[i].name + "' twice");
+    if (m.files[i].name == m.files[i - 1].name)
+      bad_manifest("lists '" + m.files[i].name + "' twice");
   }
   return m;
 }
@@ -293,9 +295,9 @@ Manifest parse_manifest(std::string_view text) {
 std::vector<Problem> compare_manifests(const Manifest& recorded, const Manifest& measured) {
   std::vector<Problem> out;
   auto find = [](const Manifest& m, const std::string& name) -> const FileDigest* {
-    const auto it = std::lower_bound(
-        m.files.begin(), m.files.end(), name,
-        [](const FileDigest& f, const std::string& n) { return f.name < n; });
+    const auto it =
+        std::lower_bound(m.files.begin(), m.files.end(), name,
+                         [](const FileDigest& f, const std::string& n) { return f.name < n; });
     return it != m.files.end() && it->name == name ? &*it : nullptr;
   };
   for (const FileDigest& want : recorded.files) {
@@ -306,11 +308,12 @@ std::vector<Problem> compare_manifests(const Manifest& recorded, const Manifest&
       continue;
     }
     if (got->size == want.size && got->xxh3 == want.xxh3) continue;
-    out.push_back({Errc::kChecksumMismatch, want.name, "",
-                   got->size != want.size
-                       ? "size is " + std::to_string(got->size) + " bytes, the manifest says " +
-                             std::to_string(want.size)
-                       : "xxh3 is " + hex64(got->xxh3) + ", the manifest says " + hex64(want.xxh3)});
+    out.push_back(
+        {Errc::kChecksumMismatch, want.name, "",
+         got->size != want.size
+             ? "size is " + std::to_string(got->size) + " bytes, the manifest says " +
+                   std::to_string(want.size)
+             : "xxh3 is " + hex64(got->xxh3) + ", the manifest says " + hex64(want.xxh3)});
     if (!want.has_tensors || !got->has_tensors) continue;
     // Name the tensors that changed (both lists are sorted by name).
     size_t i = 0, j = 0;
@@ -327,9 +330,9 @@ std::vector<Problem> compare_manifests(const Manifest& recorded, const Manifest&
         ++j;
       } else {
         if (a[i].second != b[j].second) {
-          out.push_back({Errc::kChecksumMismatch, want.name, a[i].first,
-                         "xxh3 is " + hex64(b[j].second) + ", the manifest says " +
-                             hex64(a[i].second)});
+          out.push_back(
+              {Errc::kChecksumMismatch, want.name, a[i].first,
+               "xxh3 is " + hex64(b[j].second) + ", the manifest says " + hex64(a[i].second)});
         }
         ++i;
         ++j;

@@ -46,9 +46,13 @@ static_assert(table_in_order(), "kDTypes must follow the DType declaration order
 
 }  // namespace
 
-std::string_view dtype_name(DType dtype) { return kDTypes[static_cast<size_t>(dtype)].name; }
+std::string_view dtype_name(DType dtype) {
+  return kDTypes[static_cast<size_t>(dtype)].name;
+}
 
-uint32_t dtype_bits(DType dtype) { return kDTypes[static_cast<size_t>(dtype)].bits; }
+uint32_t dtype_bits(DType dtype) {
+  return kDTypes[static_cast<size_t>(dtype)].bits;
+}
 
 std::optional<DType> dtype_from_name(std::string_view name) {
   for (const DTypeInfo& d : kDTypes) {

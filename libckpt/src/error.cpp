@@ -49,8 +49,7 @@ constexpr std::array<ErrcInfo, kNumErrc> kErrcTable = {{
     {Errc::kIndexWrongFile, "index-wrong-file", kExitInvalid, "index maps tensor to another file"},
     {Errc::kDuplicateAcrossFiles, "duplicate-across-files", kExitInvalid,
      "tensor name in two files"},
-    {Errc::kTotalSizeMismatch, "total-size-mismatch", kExitInvalid,
-     "metadata.total_size is wrong"},
+    {Errc::kTotalSizeMismatch, "total-size-mismatch", kExitInvalid, "metadata.total_size is wrong"},
     {Errc::kStrayFile, "stray-file", kExitInvalid, ".safetensors file not referenced by index"},
     {Errc::kConfigInvalid, "config-invalid", kExitInvalid, "config file malformed"},
     {Errc::kTensorNotFound, "tensor-not-found", kExitInvalid, "no such tensor"},
@@ -72,13 +71,21 @@ constexpr bool table_in_order() {
 }
 static_assert(table_in_order(), "kErrcTable must follow the Errc declaration order");
 
-const ErrcInfo& info(Errc code) { return kErrcTable[static_cast<size_t>(code)]; }
+const ErrcInfo& info(Errc code) {
+  return kErrcTable[static_cast<size_t>(code)];
+}
 
 }  // namespace
 
-std::string_view errc_name(Errc code) { return info(code).name; }
-int errc_exit_code(Errc code) { return info(code).exit_code; }
-std::string_view errc_description(Errc code) { return info(code).description; }
+std::string_view errc_name(Errc code) {
+  return info(code).name;
+}
+int errc_exit_code(Errc code) {
+  return info(code).exit_code;
+}
+std::string_view errc_description(Errc code) {
+  return info(code).description;
+}
 
 void throw_io(std::string_view what, std::string_view path, int errno_value) {
   std::string msg(what);

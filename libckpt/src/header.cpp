@@ -11,17 +11,25 @@ namespace {
 
 std::string_view json_type_name(JsonType t) {
   switch (t) {
-    case JsonType::kObject: return "an object";
-    case JsonType::kArray: return "an array";
-    case JsonType::kString: return "a string";
-    case JsonType::kNumber: return "a number";
-    case JsonType::kBool: return "a boolean";
-    case JsonType::kNull: return "null";
+    case JsonType::kObject:
+      return "an object";
+    case JsonType::kArray:
+      return "an array";
+    case JsonType::kString:
+      return "a string";
+    case JsonType::kNumber:
+      return "a number";
+    case JsonType::kBool:
+      return "a boolean";
+    case JsonType::kNull:
+      return "null";
   }
   return "a value";
 }
 
-std::string u64s(uint64_t v) { return std::to_string(v); }
+std::string u64s(uint64_t v) {
+  return std::to_string(v);
+}
 
 // One tensor entry as read from JSON, before the size and tiling checks.
 struct Entry {
@@ -155,8 +163,8 @@ class HeaderParser {
     const JsonType t = r_.peek();
     if (t != JsonType::kString) {
       r_.skip_value();
-      reject(e, Errc::kTensorBadEntry, "dtype is " + std::string(json_type_name(t)) +
-                                           ", expected a string such as \"BF16\"");
+      reject(e, Errc::kTensorBadEntry,
+             "dtype is " + std::string(json_type_name(t)) + ", expected a string such as \"BF16\"");
       return;
     }
     std::string s;
@@ -207,8 +215,8 @@ class HeaderParser {
     const JsonType t = r_.peek();
     if (t != JsonType::kArray) {
       r_.skip_value();
-      reject(e, Errc::kBadOffsets, "data_offsets is " + std::string(json_type_name(t)) +
-                                       ", expected [begin, end]");
+      reject(e, Errc::kBadOffsets,
+             "data_offsets is " + std::string(json_type_name(t)) + ", expected [begin, end]");
       return;
     }
     r_.begin_array();
@@ -321,8 +329,8 @@ void check_tiling(std::vector<Entry>& entries, HeaderParse& out) {
   }
   if (covered < data_bytes) {
     add(Errc::kTrailingBytes, "",
-        "data section is " + u64s(data_bytes) + " bytes but the tensors end at " +
-            u64s(covered) + ": " + u64s(data_bytes - covered) + " trailing bytes");
+        "data section is " + u64s(data_bytes) + " bytes but the tensors end at " + u64s(covered) +
+            ": " + u64s(data_bytes - covered) + " trailing bytes");
   }
 }
 
@@ -350,8 +358,8 @@ HeaderParse parse_header(std::span<const std::byte> prefix, uint64_t file_size) 
     return out;
   };
   if (file_size < 8) {
-    return fail(Errc::kHeaderTooSmall, "file is " + u64s(file_size) +
-                                           " bytes, shorter than the 8-byte header length");
+    return fail(Errc::kHeaderTooSmall,
+                "file is " + u64s(file_size) + " bytes, shorter than the 8-byte header length");
   }
   QF_ASSERT(prefix.size() >= 8, "parse_header needs the 8-byte length prefix");
   const uint64_t n = load_le64(prefix.data());
@@ -360,9 +368,9 @@ HeaderParse parse_header(std::span<const std::byte> prefix, uint64_t file_size) 
                                            u64s(kMaxHeaderBytes) + " bytes");
   }
   if (n > file_size - 8) {
-    return fail(Errc::kHeaderPastEnd, "header length " + u64s(n) + " runs to byte " +
-                                          u64s(8 + n) + ", past the end of the " +
-                                          u64s(file_size) + "-byte file");
+    return fail(Errc::kHeaderPastEnd, "header length " + u64s(n) + " runs to byte " + u64s(8 + n) +
+                                          ", past the end of the " + u64s(file_size) +
+                                          "-byte file");
   }
   QF_ASSERT(prefix.size() >= 8 + n, "parse_header needs the whole header in the prefix");
   const std::string_view text(reinterpret_cast<const char*>(prefix.data()) + 8, n);
@@ -379,8 +387,8 @@ HeaderParse parse_header(std::span<const std::byte> prefix, uint64_t file_size) 
   } catch (const JsonSyntaxError& e) {
     out = HeaderParse{};
     return fail(Errc::kHeaderBadJson, "header JSON invalid at byte " + u64s(e.offset()) + ": " +
-                                          e.what() + " (near \"" +
-                                          json_context(text, e.offset()) + "\")");
+                                          e.what() + " (near \"" + json_context(text, e.offset()) +
+                                          "\")");
   }
   std::vector<Entry>& entries = parser.entries();
   std::unordered_map<std::string_view, size_t> first_seen;

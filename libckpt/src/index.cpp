@@ -30,8 +30,7 @@ void parse_metadata(JsonReader& r, ShardIndex& idx, std::vector<Problem>& proble
     }
     if (r.peek() != JsonType::kNumber) {
       r.skip_value();
-      problems.push_back(
-          {Errc::kIndexInvalid, "", "", "metadata.total_size is not a number"});
+      problems.push_back({Errc::kIndexInvalid, "", "", "metadata.total_size is not a number"});
       continue;
     }
     const JsonNumber num = r.read_number();
@@ -142,8 +141,8 @@ IndexParse parse_index(std::string_view text) {
   } catch (const JsonSyntaxError& e) {
     out = IndexParse{};
     out.problems.push_back({Errc::kIndexInvalid, "", "",
-                            "invalid JSON at byte " + std::to_string(e.offset()) + ": " +
-                                e.what() + " (near \"" + json_context(text, e.offset()) + "\")"});
+                            "invalid JSON at byte " + std::to_string(e.offset()) + ": " + e.what() +
+                                " (near \"" + json_context(text, e.offset()) + "\")"});
   }
   return out;
 }

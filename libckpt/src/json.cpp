@@ -5,8 +5,12 @@
 namespace qf::ckpt {
 namespace {
 
-bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
-bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_ws(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
 
 int hex_value(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -43,7 +47,9 @@ std::string describe_char(char c) {
 
 }  // namespace
 
-void JsonReader::fail(const std::string& message) const { throw JsonSyntaxError(pos_, message); }
+void JsonReader::fail(const std::string& message) const {
+  throw JsonSyntaxError(pos_, message);
+}
 
 void JsonReader::skip_ws() {
   while (pos_ < s_.size() && is_ws(s_[pos_])) ++pos_;
@@ -58,12 +64,17 @@ char JsonReader::next_char_or_fail(const char* expecting) {
 JsonType JsonReader::peek() {
   const char c = next_char_or_fail("a value");
   switch (c) {
-    case '{': return JsonType::kObject;
-    case '[': return JsonType::kArray;
-    case '"': return JsonType::kString;
+    case '{':
+      return JsonType::kObject;
+    case '[':
+      return JsonType::kArray;
+    case '"':
+      return JsonType::kString;
     case 't':
-    case 'f': return JsonType::kBool;
-    case 'n': return JsonType::kNull;
+    case 'f':
+      return JsonType::kBool;
+    case 'n':
+      return JsonType::kNull;
     default:
       if (c == '-' || is_digit(c)) return JsonType::kNumber;
       fail("expected a value, found " + describe_char(c));
@@ -165,16 +176,35 @@ void JsonReader::append_escape(std::string& out) {
   if (pos_ >= s_.size()) fail("unterminated escape sequence");
   const char e = s_[pos_++];
   switch (e) {
-    case '"': out += '"'; return;
-    case '\\': out += '\\'; return;
-    case '/': out += '/'; return;
-    case 'b': out += '\b'; return;
-    case 'f': out += '\f'; return;
-    case 'n': out += '\n'; return;
-    case 'r': out += '\r'; return;
-    case 't': out += '\t'; return;
-    case 'u': break;
-    default: --pos_; fail("invalid escape '\\" + std::string(1, e) + "'");
+    case '"':
+      out += '"';
+      return;
+    case '\\':
+      out += '\\';
+      return;
+    case '/':
+      out += '/';
+      return;
+    case 'b':
+      out += '\b';
+      return;
+    case 'f':
+      out += '\f';
+      return;
+    case 'n':
+      out += '\n';
+      return;
+    case 'r':
+      out += '\r';
+      return;
+    case 't':
+      out += '\t';
+      return;
+    case 'u':
+      break;
+    default:
+      --pos_;
+      fail("invalid escape '\\" + std::string(1, e) + "'");
   }
   auto read_hex4 = [&]() -> uint32_t {
     if (pos_ + 4 > s_.size()) fail("truncated \\u escape");
@@ -276,10 +306,18 @@ std::string_view JsonReader::skip_value() {
       begin_array();
       while (next_element()) skip_value();
       break;
-    case JsonType::kString: read_string(scratch); break;
-    case JsonType::kNumber: read_number(); break;
-    case JsonType::kBool: read_bool(); break;
-    case JsonType::kNull: read_null(); break;
+    case JsonType::kString:
+      read_string(scratch);
+      break;
+    case JsonType::kNumber:
+      read_number();
+      break;
+    case JsonType::kBool:
+      read_bool();
+      break;
+    case JsonType::kNull:
+      read_null();
+      break;
   }
   return s_.substr(start, pos_ - start);
 }
@@ -344,14 +382,29 @@ void append_json_string(std::string& out, std::string_view s, bool ensure_ascii)
   for (size_t i = 0; i < s.size(); ++i) {
     const auto c = static_cast<unsigned char>(s[i]);
     switch (c) {
-      case '"': out += "\\\""; continue;
-      case '\\': out += "\\\\"; continue;
-      case '\b': out += "\\b"; continue;
-      case '\f': out += "\\f"; continue;
-      case '\n': out += "\\n"; continue;
-      case '\r': out += "\\r"; continue;
-      case '\t': out += "\\t"; continue;
-      default: break;
+      case '"':
+        out += "\\\"";
+        continue;
+      case '\\':
+        out += "\\\\";
+        continue;
+      case '\b':
+        out += "\\b";
+        continue;
+      case '\f':
+        out += "\\f";
+        continue;
+      case '\n':
+        out += "\\n";
+        continue;
+      case '\r':
+        out += "\\r";
+        continue;
+      case '\t':
+        out += "\\t";
+        continue;
+      default:
+        break;
     }
     if (c < 0x20 || (ensure_ascii && c == 0x7F)) {
       append_u(c);

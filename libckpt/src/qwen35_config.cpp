@@ -93,8 +93,8 @@ Qwen35Config qwen35_config_from_json(std::string_view text, std::string_view sou
   const std::string model_type = doc.value("model_type", "");
   const json& tc = doc.contains("text_config") ? doc["text_config"] : doc;
   if (model_type != "qwen3_5_moe" && model_type != "qwen3_5_moe_text") {
-    throw Error(Errc::kUnsupported, std::string(source) + ": model_type \"" + model_type +
-                                        "\" is not qwen3_5_moe");
+    throw Error(Errc::kUnsupported,
+                std::string(source) + ": model_type \"" + model_type + "\" is not qwen3_5_moe");
   }
   if (!tc.is_object()) throw Error(Errc::kConfigInvalid, std::string(source) + ": text_config");
   Qwen35Config c;
@@ -102,19 +102,20 @@ Qwen35Config qwen35_config_from_json(std::string_view text, std::string_view sou
   c.vocab_size = get_int(tc, "vocab_size", c.vocab_size, source);
   c.hidden_size = get_int(tc, "hidden_size", 0, source);
   const int64_t n_layers = get_int(tc, "num_hidden_layers", 0, source);
-  c.full_attention = qwen35_layer_types(n_layers, get_int(tc, "full_attention_interval", 4, source));
+  c.full_attention =
+      qwen35_layer_types(n_layers, get_int(tc, "full_attention_interval", 4, source));
   if (tc.contains("layer_types")) {
     const json& lt = tc["layer_types"];
     if (!lt.is_array() || static_cast<int64_t>(lt.size()) != n_layers) {
-      throw Error(Errc::kConfigInvalid, std::string(source) +
-                                            ": layer_types must list num_hidden_layers entries");
+      throw Error(Errc::kConfigInvalid,
+                  std::string(source) + ": layer_types must list num_hidden_layers entries");
     }
     for (size_t i = 0; i < lt.size(); ++i) {
       const std::string t = lt[i].is_string() ? lt[i].get<std::string>() : "";
       if (t != "full_attention" && t != "linear_attention") {
-        throw Error(Errc::kConfigInvalid,
-                    std::string(source) + ": layer_types[" + std::to_string(i) + "] is \"" + t +
-                        "\", expected full_attention or linear_attention");
+        throw Error(Errc::kConfigInvalid, std::string(source) + ": layer_types[" +
+                                              std::to_string(i) + "] is \"" + t +
+                                              "\", expected full_attention or linear_attention");
       }
       c.full_attention[i] = t == "full_attention";
     }
@@ -126,7 +127,8 @@ Qwen35Config qwen35_config_from_json(std::string_view text, std::string_view sou
   c.linear_num_value_heads = get_int(tc, "linear_num_value_heads", 0, source);
   c.linear_key_head_dim = get_int(tc, "linear_key_head_dim", c.linear_key_head_dim, source);
   c.linear_value_head_dim = get_int(tc, "linear_value_head_dim", c.linear_value_head_dim, source);
-  c.linear_conv_kernel_dim = get_int(tc, "linear_conv_kernel_dim", c.linear_conv_kernel_dim, source);
+  c.linear_conv_kernel_dim =
+      get_int(tc, "linear_conv_kernel_dim", c.linear_conv_kernel_dim, source);
   c.num_experts = get_int(tc, "num_experts", 0, source);
   c.num_experts_per_tok = get_int(tc, "num_experts_per_tok", 0, source);
   c.moe_intermediate_size = get_int(tc, "moe_intermediate_size", 0, source);
@@ -134,22 +136,26 @@ Qwen35Config qwen35_config_from_json(std::string_view text, std::string_view sou
       get_int(tc, "shared_expert_intermediate_size", c.moe_intermediate_size, source);
   c.mtp_num_hidden_layers = get_int(tc, "mtp_num_hidden_layers", 1, source);
   c.rms_norm_eps = get_double(tc, "rms_norm_eps", c.rms_norm_eps, source);
-  c.max_position_embeddings = get_int(tc, "max_position_embeddings", c.max_position_embeddings, source);
+  c.max_position_embeddings =
+      get_int(tc, "max_position_embeddings", c.max_position_embeddings, source);
   if (tc.contains("rope_parameters") && tc["rope_parameters"].is_object()) {
     const json& rp = tc["rope_parameters"];
     c.rope_theta = get_double(rp, "rope_theta", c.rope_theta, source);
-    c.partial_rotary_factor = get_double(rp, "partial_rotary_factor", c.partial_rotary_factor, source);
+    c.partial_rotary_factor =
+        get_double(rp, "partial_rotary_factor", c.partial_rotary_factor, source);
   }
   c.rope_theta = get_double(tc, "rope_theta", c.rope_theta, source);
-  c.partial_rotary_factor = get_double(tc, "partial_rotary_factor", c.partial_rotary_factor, source);
-  for (const auto& [key, v] : {std::pair{"hidden_size", c.hidden_size},
-                               std::pair{"num_hidden_layers", n_layers},
-                               std::pair{"num_attention_heads", c.num_attention_heads},
-                               std::pair{"num_key_value_heads", c.num_key_value_heads},
-                               std::pair{"linear_num_value_heads", c.linear_num_value_heads},
-                               std::pair{"num_experts", c.num_experts},
-                               std::pair{"moe_intermediate_size", c.moe_intermediate_size}}) {
-    if (v <= 0) throw Error(Errc::kConfigInvalid, std::string(source) + ": missing \"" + key + "\"");
+  c.partial_rotary_factor =
+      get_double(tc, "partial_rotary_factor", c.partial_rotary_factor, source);
+  for (const auto& [key, v] :
+       {std::pair{"hidden_size", c.hidden_size}, std::pair{"num_hidden_layers", n_layers},
+        std::pair{"num_attention_heads", c.num_attention_heads},
+        std::pair{"num_key_value_heads", c.num_key_value_heads},
+        std::pair{"linear_num_value_heads", c.linear_num_value_heads},
+        std::pair{"num_experts", c.num_experts},
+        std::pair{"moe_intermediate_size", c.moe_intermediate_size}}) {
+    if (v <= 0)
+      throw Error(Errc::kConfigInvalid, std::string(source) + ": missing \"" + key + "\"");
   }
   c.vision.depth = 0;
   if (doc.contains("vision_config") && doc["vision_config"].is_object()) {
@@ -171,43 +177,43 @@ Qwen35Config qwen35_config_from_json(std::string_view text, std::string_view sou
 
 std::string qwen35_config_json(const Qwen35Config& c, std::string_view quantization_config_json) {
   json layer_types = json::array();
-  for (bool full : c.full_attention) layer_types.push_back(full ? "full_attention" : "linear_attention");
-  json text = {
-      {"model_type", "qwen3_5_moe_text"},
-      {"vocab_size", c.vocab_size},
-      {"hidden_size", c.hidden_size},
-      {"num_hidden_layers", c.num_layers()},
-      {"layer_types", layer_types},
-      {"full_attention_interval", 4},
-      {"num_attention_heads", c.num_attention_heads},
-      {"num_key_value_heads", c.num_key_value_heads},
-      {"head_dim", c.head_dim},
-      {"attn_output_gate", true},
-      {"linear_num_key_heads", c.linear_num_key_heads},
-      {"linear_num_value_heads", c.linear_num_value_heads},
-      {"linear_key_head_dim", c.linear_key_head_dim},
-      {"linear_value_head_dim", c.linear_value_head_dim},
-      {"linear_conv_kernel_dim", c.linear_conv_kernel_dim},
-      {"num_experts", c.num_experts},
-      {"num_experts_per_tok", c.num_experts_per_tok},
-      {"moe_intermediate_size", c.moe_intermediate_size},
-      {"shared_expert_intermediate_size", c.shared_expert_intermediate_size},
-      {"mtp_num_hidden_layers", c.mtp_num_hidden_layers},
-      {"mtp_use_dedicated_embeddings", false},
-      {"rms_norm_eps", c.rms_norm_eps},
-      {"hidden_act", "silu"},
-      {"max_position_embeddings", c.max_position_embeddings},
-      {"rope_parameters",
-       {{"rope_type", "default"},
-        {"rope_theta", c.rope_theta},
-        {"partial_rotary_factor", c.partial_rotary_factor},
-        {"mrope_section", {11, 11, 10}},
-        {"mrope_interleaved", true}}},
-      {"tie_word_embeddings", false},
-      {"attention_bias", false},
-      {"mamba_ssm_dtype", "float32"},
-      {"eos_token_id", c.eos_token_id},
-      {"dtype", "bfloat16"}};
+  for (bool full : c.full_attention)
+    layer_types.push_back(full ? "full_attention" : "linear_attention");
+  json text = {{"model_type", "qwen3_5_moe_text"},
+               {"vocab_size", c.vocab_size},
+               {"hidden_size", c.hidden_size},
+               {"num_hidden_layers", c.num_layers()},
+               {"layer_types", layer_types},
+               {"full_attention_interval", 4},
+               {"num_attention_heads", c.num_attention_heads},
+               {"num_key_value_heads", c.num_key_value_heads},
+               {"head_dim", c.head_dim},
+               {"attn_output_gate", true},
+               {"linear_num_key_heads", c.linear_num_key_heads},
+               {"linear_num_value_heads", c.linear_num_value_heads},
+               {"linear_key_head_dim", c.linear_key_head_dim},
+               {"linear_value_head_dim", c.linear_value_head_dim},
+               {"linear_conv_kernel_dim", c.linear_conv_kernel_dim},
+               {"num_experts", c.num_experts},
+               {"num_experts_per_tok", c.num_experts_per_tok},
+               {"moe_intermediate_size", c.moe_intermediate_size},
+               {"shared_expert_intermediate_size", c.shared_expert_intermediate_size},
+               {"mtp_num_hidden_layers", c.mtp_num_hidden_layers},
+               {"mtp_use_dedicated_embeddings", false},
+               {"rms_norm_eps", c.rms_norm_eps},
+               {"hidden_act", "silu"},
+               {"max_position_embeddings", c.max_position_embeddings},
+               {"rope_parameters",
+                {{"rope_type", "default"},
+                 {"rope_theta", c.rope_theta},
+                 {"partial_rotary_factor", c.partial_rotary_factor},
+                 {"mrope_section", {11, 11, 10}},
+                 {"mrope_interleaved", true}}},
+               {"tie_word_embeddings", false},
+               {"attention_bias", false},
+               {"mamba_ssm_dtype", "float32"},
+               {"eos_token_id", c.eos_token_id},
+               {"dtype", "bfloat16"}};
   json doc = {{"architectures", {"Qwen3_5MoeForConditionalGeneration"}},
               {"model_type", "qwen3_5_moe"},
               {"text_config", text},

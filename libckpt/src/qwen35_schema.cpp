@@ -5,11 +5,22 @@
 namespace qf::ckpt {
 namespace {
 
-enum class ModuleKind { kRoutedExpert, kSharedExpert, kAttention, kLinearBig, kLinearSmall, kFloat };
+enum class ModuleKind {
+  kRoutedExpert,
+  kSharedExpert,
+  kAttention,
+  kLinearBig,
+  kLinearSmall,
+  kFloat
+};
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
-uint64_t u(int64_t v) { return static_cast<uint64_t>(v); }
+uint64_t u(int64_t v) {
+  return static_cast<uint64_t>(v);
+}
 
 class Emitter {
  public:
@@ -44,10 +55,12 @@ class Emitter {
 
   LinearFormat format_of(ModuleKind kind) const {
     switch (layout_) {
-      case Qwen35Layout::kBf16: return LinearFormat::kBf16;
+      case Qwen35Layout::kBf16:
+        return LinearFormat::kBf16;
       case Qwen35Layout::kIntelInt4: {
-        const bool quantized = kind == ModuleKind::kRoutedExpert || kind == ModuleKind::kAttention ||
-                               kind == ModuleKind::kLinearBig || kind == ModuleKind::kLinearSmall;
+        const bool quantized = kind == ModuleKind::kRoutedExpert ||
+                               kind == ModuleKind::kAttention || kind == ModuleKind::kLinearBig ||
+                               kind == ModuleKind::kLinearSmall;
         if (!quantized || (in_mtp_ && !o_.mtp_int4)) return LinearFormat::kBf16;
         return LinearFormat::kInt4;
       }
@@ -70,8 +83,9 @@ class Emitter {
         break;
       case LinearFormat::kInt4: {
         if (k % 8 != 0 || n % 8 != 0) {
-          throw Error(Errc::kUnsupported, module + ": INT4 GPTQ packing needs K and N divisible by 8, got N=" +
-                                              std::to_string(n) + " K=" + std::to_string(k));
+          throw Error(Errc::kUnsupported,
+                      module + ": INT4 GPTQ packing needs K and N divisible by 8, got N=" +
+                          std::to_string(n) + " K=" + std::to_string(k));
         }
         const int64_t groups = ceil_div(k, o_.group_size);
         add(module + ".qweight", DType::kI32, {u(k / 8), u(n)}, TensorRole::kQWeight);
@@ -82,8 +96,8 @@ class Emitter {
       case LinearFormat::kFp8: {
         const int64_t b = o_.fp8_block;
         add(module + ".weight", DType::kF8E4M3, {u(n), u(k)}, TensorRole::kFp8Weight);
-        add(module + ".weight_scale_inv", o_.fp8_scale_dtype, {u(ceil_div(n, b)), u(ceil_div(k, b))},
-            TensorRole::kFp8ScaleInv);
+        add(module + ".weight_scale_inv", o_.fp8_scale_dtype,
+            {u(ceil_div(n, b)), u(ceil_div(k, b))}, TensorRole::kFp8ScaleInv);
         break;
       }
     }
@@ -208,9 +222,12 @@ class Emitter {
 
 std::string_view layout_name(Qwen35Layout layout) {
   switch (layout) {
-    case Qwen35Layout::kBf16: return "bf16";
-    case Qwen35Layout::kIntelInt4: return "intel-int4";
-    case Qwen35Layout::kQwenFp8: return "qwen-fp8";
+    case Qwen35Layout::kBf16:
+      return "bf16";
+    case Qwen35Layout::kIntelInt4:
+      return "intel-int4";
+    case Qwen35Layout::kQwenFp8:
+      return "qwen-fp8";
   }
   return "bf16";
 }
@@ -219,8 +236,8 @@ Qwen35Layout layout_from_name(std::string_view name) {
   for (Qwen35Layout l : {Qwen35Layout::kBf16, Qwen35Layout::kIntelInt4, Qwen35Layout::kQwenFp8}) {
     if (layout_name(l) == name) return l;
   }
-  throw Error(Errc::kUsage, "unknown layout '" + std::string(name) +
-                                "' (known: bf16, intel-int4, qwen-fp8)");
+  throw Error(Errc::kUsage,
+              "unknown layout '" + std::string(name) + "' (known: bf16, intel-int4, qwen-fp8)");
 }
 
 std::vector<TensorDecl> qwen35_tensors(const Qwen35Config& config, Qwen35Layout layout,

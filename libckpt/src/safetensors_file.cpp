@@ -14,8 +14,7 @@ void TensorView::check_as(size_t size, size_t align) const {
                                         std::to_string(size * 8) + "-bit element type");
   }
   if (reinterpret_cast<uintptr_t>(bytes.data()) % align != 0) {
-    throw Error(Errc::kUnsupported, "tensor '" + info->name + "' is not " +
-                                        std::to_string(align) +
+    throw Error(Errc::kUnsupported, "tensor '" + info->name + "' is not " + std::to_string(align) +
                                         "-byte aligned in its file; copy it before typed access");
   }
 }

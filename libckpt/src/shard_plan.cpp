@@ -44,7 +44,8 @@ std::vector<size_t> plan_shards_by_count(const std::vector<uint64_t>& sizes, siz
   while (have < n) {  // halve the shard with the most tensors
     std::vector<size_t> count(have, 0);
     for (size_t s : out) ++count[s];
-    const size_t big = static_cast<size_t>(std::max_element(count.begin(), count.end()) - count.begin());
+    const size_t big =
+        static_cast<size_t>(std::max_element(count.begin(), count.end()) - count.begin());
     if (count[big] < 2) break;
     size_t seen = 0;
     for (size_t& s : out) {

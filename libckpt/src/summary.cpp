@@ -107,8 +107,8 @@ Summary summarize(const Checkpoint& c) {
   std::unordered_map<std::string_view, std::vector<Member>> modules;
   modules.reserve(c.n_tensors());
   auto add_file = [&](const SafetensorsFile& f, bool model) {
-    FileStat fs{c.file_name(f), FileRole::kStray, f.tensors().size(), f.file_size(),
-                f.header().header_bytes, 0};
+    FileStat fs{c.file_name(f), FileRole::kStray,        f.tensors().size(),
+                f.file_size(),  f.header().header_bytes, 0};
     for (const CheckpointFile& lf : c.listing()) {
       if (lf.name == fs.name) fs.role = lf.role;
     }

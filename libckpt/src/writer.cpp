@@ -30,8 +30,8 @@ uint64_t tensor_bytes(const TensorSpec& spec) {
                                           shape_to_string(spec.shape) + " overflows 64 bits");
   }
   if (bits % 8 != 0) {
-    throw Error(Errc::kMisalignedSlice, "tensor '" + spec.name + "': " +
-                                            std::to_string(bits) + " bits is not whole bytes");
+    throw Error(Errc::kMisalignedSlice,
+                "tensor '" + spec.name + "': " + std::to_string(bits) + " bits is not whole bytes");
   }
   return bits / 8;
 }
@@ -65,7 +65,8 @@ HeaderPlan plan_safetensors(std::vector<TensorSpec> tensors,
   plan.layout.reserve(tensors.size());
   uint64_t offset = 0;
   for (TensorSpec& t : tensors) {
-    if (seen.count(t.name)) throw Error(Errc::kDuplicateName, "tensor '" + t.name + "' planned twice");
+    if (seen.count(t.name))
+      throw Error(Errc::kDuplicateName, "tensor '" + t.name + "' planned twice");
     if (utf8_error_offset(t.name)) {
       throw Error(Errc::kHeaderNotUtf8, "tensor name is not valid UTF-8: '" + t.name + "'");
     }
@@ -101,10 +102,7 @@ HeaderPlan plan_safetensors(std::vector<TensorSpec> tensors,
 
 SafetensorsWriter::SafetensorsWriter(std::filesystem::path path, HeaderPlan plan,
                                      WriterOptions options)
-    : path_(std::move(path)),
-      tmp_(staging_path(path_)),
-      plan_(std::move(plan)),
-      options_(options) {
+    : path_(std::move(path)), tmp_(staging_path(path_)), plan_(std::move(plan)), options_(options) {
   std::error_code ec;
   if (!options_.overwrite && std::filesystem::exists(path_, ec)) {
     throw Error(Errc::kExists, "'" + path_.string() + "' exists (use --force to overwrite)");
@@ -113,13 +111,13 @@ SafetensorsWriter::SafetensorsWriter(std::filesystem::path path, HeaderPlan plan
   if (fd < 0) throw_io("cannot create", tmp_.string(), errno);
   fd_ = UniqueFd(fd);
   if (options_.preallocate && !options_.sparse_zeros && plan_.file_bytes() > 0) {
-    if (::fallocate(fd, 0, 0, static_cast<off_t>(plan_.file_bytes())) != 0 &&
-        errno != EOPNOTSUPP && errno != ENOSYS) {
+    if (::fallocate(fd, 0, 0, static_cast<off_t>(plan_.file_bytes())) != 0 && errno != EOPNOTSUPP &&
+        errno != ENOSYS) {
       const int err = errno;
       fd_.reset();
       ::unlink(tmp_.c_str());
-      throw_io("cannot reserve " + std::to_string(plan_.file_bytes()) + " bytes for",
-               tmp_.string(), err);
+      throw_io("cannot reserve " + std::to_string(plan_.file_bytes()) + " bytes for", tmp_.string(),
+               err);
     }
   }
   buf_.resize(std::max<size_t>(options_.buffer_bytes, 4096));
@@ -197,9 +195,9 @@ void SafetensorsWriter::write_tensor(std::string_view name, std::span<const std:
                                   (next < l.size() ? " (next is '" + l[next].name + "')" : ""));
   }
   if (bytes.size() != it->n_bytes()) {
-    throw Error(Errc::kTensorSizeMismatch,
-                "tensor '" + std::string(name) + "': got " + std::to_string(bytes.size()) +
-                    " bytes, planned " + std::to_string(it->n_bytes()));
+    throw Error(Errc::kTensorSizeMismatch, "tensor '" + std::string(name) + "': got " +
+                                               std::to_string(bytes.size()) + " bytes, planned " +
+                                               std::to_string(it->n_bytes()));
   }
   write(bytes.data(), bytes.size());
 }
@@ -259,9 +257,9 @@ void SafetensorsWriter::write_zeros(uint64_t n) {
 void SafetensorsWriter::commit() {
   QF_ASSERT(!committed_, "commit twice");
   if (written_ != plan_.data_bytes) {
-    throw Error(Errc::kTensorSizeMismatch,
-                "'" + path_.string() + "': " + std::to_string(written_) + " of " +
-                    std::to_string(plan_.data_bytes) + " data bytes written at commit");
+    throw Error(Errc::kTensorSizeMismatch, "'" + path_.string() + "': " + std::to_string(written_) +
+                                               " of " + std::to_string(plan_.data_bytes) +
+                                               " data bytes written at commit");
   }
   flush();
   // A trailing hole left by sparse write_zeros does not extend the file by itself.

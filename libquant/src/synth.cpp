@@ -34,7 +34,8 @@ void write_file(const fs::path& path, const SynthPlan& plan, size_t file, const 
   ckpt::WriterOptions wo;
   wo.overwrite = true;  // inside our own staging directory
   wo.sparse_zeros = o.values == SynthValues::kZeros;
-  ckpt::SafetensorsWriter w(path, ckpt::plan_safetensors(specs, ckpt::Metadata{{"format", "pt"}}), wo);
+  ckpt::SafetensorsWriter w(path, ckpt::plan_safetensors(specs, ckpt::Metadata{{"format", "pt"}}),
+                            wo);
   std::vector<std::byte> buf(kChunkBytes);
   for (const ckpt::TensorInfo& t : w.plan().layout) {
     const TensorDecl& d = *decl_of.at(t.name);
@@ -89,11 +90,13 @@ SynthPlan plan_synth(const ckpt::Qwen35Config& config, const SynthOptions& o) {
       sidecars[d.file].push_back(i);
     }
   }
-  const std::vector<size_t> shard = o.shards > 0 ? ckpt::plan_shards_by_count(main_sizes, o.shards)
-                                                 : ckpt::plan_shards_by_size(main_sizes, o.shard_bytes);
+  const std::vector<size_t> shard = o.shards > 0
+                                        ? ckpt::plan_shards_by_count(main_sizes, o.shards)
+                                        : ckpt::plan_shards_by_size(main_sizes, o.shard_bytes);
   const size_t n_shards = shard.empty() ? 0 : shard.back() + 1;
   plan.file_of.assign(plan.tensors.size(), 0);
-  for (size_t s = 0; s < n_shards; ++s) plan.files.push_back({ckpt::shard_file_name(s, n_shards), 0, 0});
+  for (size_t s = 0; s < n_shards; ++s)
+    plan.files.push_back({ckpt::shard_file_name(s, n_shards), 0, 0});
   for (size_t j = 0; j < main_idx.size(); ++j) plan.file_of[main_idx[j]] = shard[j];
   for (const auto& [name, idx] : sidecars) {
     plan.files.push_back({name, 0, 0});
@@ -112,7 +115,8 @@ SynthPlan plan_synth(const ckpt::Qwen35Config& config, const SynthOptions& o) {
 
 std::string synth_quantization_config(const ckpt::Qwen35Config& c, const SynthOptions& o) {
   using nlohmann::json;
-  const int64_t n_layers = o.schema.layers < 0 ? c.num_layers() : std::min(o.schema.layers, c.num_layers());
+  const int64_t n_layers =
+      o.schema.layers < 0 ? c.num_layers() : std::min(o.schema.layers, c.num_layers());
   if (o.layout == ckpt::Qwen35Layout::kIntelInt4) {
     // AutoRound's export (checkpoint-formats.md §2.7): shared experts and their gate stay 16-bit
     // through per-module extra_config entries.
@@ -123,11 +127,13 @@ std::string synth_quantization_config(const ckpt::Qwen35Config& c, const SynthOp
         extra[layer + m] = {{"bits", 16}, {"data_type", "float"}};
       }
     };
-    for (int64_t i = 0; i < n_layers; ++i) keep_16bit("model.language_model.layers." + std::to_string(i) + ".");
+    for (int64_t i = 0; i < n_layers; ++i)
+      keep_16bit("model.language_model.layers." + std::to_string(i) + ".");
     std::string blocks = "model.language_model.layers";
     if (o.schema.mtp_int4 && o.schema.mtp) {
       blocks += ",mtp.layers";
-      for (int64_t i = 0; i < c.mtp_num_hidden_layers; ++i) keep_16bit("mtp.layers." + std::to_string(i) + ".");
+      for (int64_t i = 0; i < c.mtp_num_hidden_layers; ++i)
+        keep_16bit("mtp.layers." + std::to_string(i) + ".");
     }
     return json{{"quant_method", "auto-round"},
                 {"packing_format", "auto_round:auto_gptq"},
@@ -171,9 +177,11 @@ SynthPlan synth_checkpoint(const ckpt::Qwen35Config& config, const fs::path& out
   fs::path stage = out_dir;
   stage += ".tmp";
   fs::remove_all(stage, ec);  // leftovers of an interrupted run
-  if (!fs::create_directories(stage, ec) && ec) throw_io("cannot create", stage.string(), ec.value());
+  if (!fs::create_directories(stage, ec) && ec)
+    throw_io("cannot create", stage.string(), ec.value());
 
-  int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int threads = o.threads > 0 ? o.threads
+                              : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   threads = std::max(1, std::min<int>(threads, static_cast<int>(plan.files.size())));
   std::atomic<size_t> next{0};
   std::mutex mu;

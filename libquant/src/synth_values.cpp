@@ -30,28 +30,39 @@ uint64_t tensor_key(uint64_t seed, const std::string& name) {
 
 // Approximately N(0, 1): Irwin-Hall sum of four 16-bit uniforms, exact integer centring.
 float gauss(uint64_t r) {
-  const int64_t s = static_cast<int64_t>((r & 0xFFFF) + ((r >> 16) & 0xFFFF) +
-                                         ((r >> 32) & 0xFFFF) + (r >> 48));
+  const int64_t s =
+      static_cast<int64_t>((r & 0xFFFF) + ((r >> 16) & 0xFFFF) + ((r >> 32) & 0xFFFF) + (r >> 48));
   return static_cast<float>(s - 131070) * (1.0f / 37837.2f);
 }
 
-float uniform01(uint64_t r) { return static_cast<float>(r >> 40) * (1.0f / 16777216.0f); }
+float uniform01(uint64_t r) {
+  return static_cast<float>(r >> 40) * (1.0f / 16777216.0f);
+}
 
 float value_for(TensorRole role, uint64_t r) {
   switch (role) {
-    case TensorRole::kNormOffset: return 0.05f * gauss(r);
-    case TensorRole::kNormPlain: return 1.0f + 0.05f * gauss(r);
-    case TensorRole::kBias: return 0.01f * gauss(r);
-    case TensorRole::kConv: return 0.2f * gauss(r);
-    case TensorRole::kALog: return 2.77f * uniform01(r);  // A = exp(A_log) in [1, 16)
-    case TensorRole::kDtBias: return 0.5f * gauss(r);
+    case TensorRole::kNormOffset:
+      return 0.05f * gauss(r);
+    case TensorRole::kNormPlain:
+      return 1.0f + 0.05f * gauss(r);
+    case TensorRole::kBias:
+      return 0.01f * gauss(r);
+    case TensorRole::kConv:
+      return 0.2f * gauss(r);
+    case TensorRole::kALog:
+      return 2.77f * uniform01(r);  // A = exp(A_log) in [1, 16)
+    case TensorRole::kDtBias:
+      return 0.5f * gauss(r);
     case TensorRole::kQScales: {  // signed, as AutoRound's (scale = -max|w|/8)
       const float s = 0.0075f * (1.0f + 0.25f * gauss(r));
       return (r & 1) ? -s : s;
     }
-    case TensorRole::kFp8Weight: return 110.0f * gauss(r);
-    case TensorRole::kFp8ScaleInv: return 1.8e-4f * (1.0f + 0.1f * gauss(r));
-    default: return 0.02f * gauss(r);  // linear weights, embeddings
+    case TensorRole::kFp8Weight:
+      return 110.0f * gauss(r);
+    case TensorRole::kFp8ScaleInv:
+      return 1.8e-4f * (1.0f + 0.1f * gauss(r));
+    default:
+      return 0.02f * gauss(r);  // linear weights, embeddings
   }
 }
 
@@ -67,9 +78,14 @@ void store(float v, DType dtype, std::byte* p) {
       std::memcpy(p, &h, 2);
       return;
     }
-    case DType::kF32: std::memcpy(p, &v, 4); return;
-    case DType::kF8E4M3: *p = static_cast<std::byte>(f32_to_e4m3fn_sat(v)); return;
-    default: QF_ASSERT(false, "synth: no float store for this dtype");
+    case DType::kF32:
+      std::memcpy(p, &v, 4);
+      return;
+    case DType::kF8E4M3:
+      *p = static_cast<std::byte>(f32_to_e4m3fn_sat(v));
+      return;
+    default:
+      QF_ASSERT(false, "synth: no float store for this dtype");
   }
 }
 

@@ -15,7 +15,9 @@ namespace fs = std::filesystem;
 using qf::test::run_command;
 using qf::test::TempDir;
 
-std::string qforge(const std::string& args) { return std::string(QF_BIN) + " " + args; }
+std::string qforge(const std::string& args) {
+  return std::string(QF_BIN) + " " + args;
+}
 
 // A two-shard checkpoint with an INT4 GPTQ triplet, an FP8 block pair and BF16 tensors.
 void write_model(const fs::path& dir) {

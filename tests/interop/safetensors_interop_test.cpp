@@ -19,7 +19,8 @@ using qf::test::TempDir;
 
 std::string from_hex(const std::string& hex) {
   std::string out(hex.size() / 2, '\0');
-  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i] = static_cast<char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
   return out;
 }
 
@@ -70,7 +71,8 @@ TEST_F(PythonWrites, QforgeReadsEveryFileBitExact) {
     if (spec["metadata"].is_null()) {
       EXPECT_FALSE(f.header().has_metadata);
     } else {
-      std::map<std::string, std::string> got(f.header().metadata.begin(), f.header().metadata.end());
+      std::map<std::string, std::string> got(f.header().metadata.begin(),
+                                             f.header().metadata.end());
       using StringMap = std::map<std::string, std::string>;
       EXPECT_EQ(got, spec["metadata"].get<StringMap>());
     }
@@ -82,7 +84,8 @@ TEST_F(PythonWrites, QforgeWriterIsByteIdenticalToTheReferenceWriter) {
   std::vector<TensorSpec> specs;
   std::map<std::string, std::string> bytes;
   for (const auto& [name, t] : spec["tensors"].items()) {
-    specs.push_back({name, *dtype_from_name(t["dtype"].get<std::string>()), t["shape"].get<Shape>()});
+    specs.push_back(
+        {name, *dtype_from_name(t["dtype"].get<std::string>()), t["shape"].get<Shape>()});
     bytes[name] = from_hex(t["hex"].get<std::string>());
   }
   const fs::path out = dir_->path() / "rewritten.safetensors";
@@ -137,15 +140,16 @@ TEST(QforgeWrites, PythonReadsEveryDtypeBitExact) {
       for (char& c : b) c = static_cast<char>(c & 1);
     }
     w.write(b.data(), b.size());
-    expected["tensors"][t.name] = {{"dtype", dtype_name(t.dtype)},
-                                   {"shape", t.shape},
-                                   {"hex", to_hex({reinterpret_cast<const std::byte*>(b.data()), b.size()})}};
+    expected["tensors"][t.name] = {
+        {"dtype", dtype_name(t.dtype)},
+        {"shape", t.shape},
+        {"hex", to_hex({reinterpret_cast<const std::byte*>(b.data()), b.size()})}};
   }
   w.commit();
   qf::test::write_file(dir / "expected.json", expected.dump());
-  const auto r = qf::test::run_command(std::string(QF_PYTHON) + " " + QF_INTEROP_DIR +
-                                       "/py_read.py " + path.string() + " " +
-                                       (dir / "expected.json").string());
+  const auto r =
+      qf::test::run_command(std::string(QF_PYTHON) + " " + QF_INTEROP_DIR + "/py_read.py " +
+                            path.string() + " " + (dir / "expected.json").string());
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("checked " + std::to_string(specs.size()) + " tensors: OK"),
             std::string::npos)

@@ -38,19 +38,29 @@ void check_all_codes(CodeFormat fmt, size_t code_bytes) {
     for (size_t n : {size_t{1}, size_t{3}, size_t{31}, size_t{129}, n_codes - first}) {
       if (first + n > n_codes) continue;
       QF_CUDA_CHECK(cudaMemset(d_out.data(), 0xFF, d_out.bytes()));
-      QF_CUDA_CHECK(decode_to_f32(fmt, d_codes.data() + first * code_bytes, n, d_out.data(), nullptr));
+      QF_CUDA_CHECK(
+          decode_to_f32(fmt, d_codes.data() + first * code_bytes, n, d_out.data(), nullptr));
       std::vector<float> got(n);
-      QF_CUDA_CHECK(cudaMemcpy(got.data(), d_out.data(), n * sizeof(float), cudaMemcpyDeviceToHost));
+      QF_CUDA_CHECK(
+          cudaMemcpy(got.data(), d_out.data(), n * sizeof(float), cudaMemcpyDeviceToHost));
       EXPECT_EQ(std::memcmp(got.data(), want.data() + first, n * sizeof(float)), 0)
           << "first " << first << " n " << n;
     }
   }
 }
 
-TEST(DecodeKernel, Bf16AllCodes) { check_all_codes(CodeFormat::kBf16, 2); }
-TEST(DecodeKernel, F16AllCodes) { check_all_codes(CodeFormat::kF16, 2); }
-TEST(DecodeKernel, E4M3fnAllCodes) { check_all_codes(CodeFormat::kE4M3fn, 1); }
-TEST(DecodeKernel, E5M2AllCodes) { check_all_codes(CodeFormat::kE5M2, 1); }
+TEST(DecodeKernel, Bf16AllCodes) {
+  check_all_codes(CodeFormat::kBf16, 2);
+}
+TEST(DecodeKernel, F16AllCodes) {
+  check_all_codes(CodeFormat::kF16, 2);
+}
+TEST(DecodeKernel, E4M3fnAllCodes) {
+  check_all_codes(CodeFormat::kE4M3fn, 1);
+}
+TEST(DecodeKernel, E5M2AllCodes) {
+  check_all_codes(CodeFormat::kE5M2, 1);
+}
 
 }  // namespace
 }  // namespace qf::kern

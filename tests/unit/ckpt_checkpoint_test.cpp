@@ -18,7 +18,8 @@ constexpr const char* kS2 = "model-00002-of-00002.safetensors";
 constexpr const char* kMtp = "model_extra_tensors.safetensors";
 
 // Writes a shard whose tensors are U8 [n] filled with the byte n.
-uint64_t write_shard(const fs::path& path, const std::vector<std::pair<std::string, uint64_t>>& ts) {
+uint64_t write_shard(const fs::path& path,
+                     const std::vector<std::pair<std::string, uint64_t>>& ts) {
   std::vector<TensorSpec> specs;
   for (const auto& [name, n] : ts) specs.push_back({name, DType::kU8, {n}});
   SafetensorsWriter w(path, plan_safetensors(specs, Metadata{{"format", "pt"}}));
@@ -102,7 +103,8 @@ TEST(Checkpoint, IndexNamesMissingFile) {
 
 TEST(Checkpoint, IndexEntryNotInShard) {
   Model m;
-  write_index(m.dir.path(), {{"a", kS1}, {"b", kS1}, {"c", kS2}, {"mtp.fc.weight", kMtp}, {"ghost", kS2}}, 26);
+  write_index(m.dir.path(),
+              {{"a", kS1}, {"b", kS1}, {"c", kS2}, {"mtp.fc.weight", kMtp}, {"ghost", kS2}}, 26);
   expect_only(m.dir.path(), Errc::kIndexTensorMissing, "tensor 'ghost'");
 }
 
@@ -135,7 +137,8 @@ TEST(Checkpoint, TotalSizeWrongOrMissing) {
   Model m;
   write_index(m.dir.path(), {{"a", kS1}, {"b", kS1}, {"c", kS2}, {"mtp.fc.weight", kMtp}}, 15);
   expect_only(m.dir.path(), Errc::kTotalSizeMismatch, "total_size is 15 but the tensors hold 26");
-  write_index(m.dir.path(), {{"a", kS1}, {"b", kS1}, {"c", kS2}, {"mtp.fc.weight", kMtp}}, std::nullopt);
+  write_index(m.dir.path(), {{"a", kS1}, {"b", kS1}, {"c", kS2}, {"mtp.fc.weight", kMtp}},
+              std::nullopt);
   expect_only(m.dir.path(), Errc::kTotalSizeMismatch, "missing");
   EXPECT_NO_THROW(Checkpoint::open(m.dir.path()));
 }

@@ -16,12 +16,10 @@ using qf::test::TempDir;
 
 // A file whose tensors straddle the 1 MiB hashing blocks at awkward offsets.
 fs::path write_model(const fs::path& dir, const std::string& name, uint64_t seed) {
-  const std::vector<TensorSpec> specs = {{"a", DType::kU8, {1}},
-                                         {"big", DType::kF32, {700'001}},
-                                         {"empty", DType::kBF16, {0}},
-                                         {"odd", DType::kBF16, {33, 31}},
-                                         {"mid", DType::kU8, {1'048'575}},
-                                         {"zz_empty_last", DType::kU8, {0}}};
+  const std::vector<TensorSpec> specs = {
+      {"a", DType::kU8, {1}},           {"big", DType::kF32, {700'001}},
+      {"empty", DType::kBF16, {0}},     {"odd", DType::kBF16, {33, 31}},
+      {"mid", DType::kU8, {1'048'575}}, {"zz_empty_last", DType::kU8, {0}}};
   SafetensorsWriter w(dir / name, plan_safetensors(specs, Metadata{{"format", "pt"}}));
   w.write(qf::test::pattern_bytes(w.plan().data_bytes, seed).data(), w.plan().data_bytes);
   w.commit();
@@ -51,7 +49,10 @@ TEST(Checksum, StreamedHashesEqualOneShotHashes) {
 TEST(Checksum, ManifestRoundTrip) {
   Manifest m;
   m.files.push_back({"config.json", 10, 0x0123456789abcdefull, false, {}});
-  m.files.push_back({"w\xC3\xA9.safetensors", 99, 0xffffffffffffffffull, true,
+  m.files.push_back({"w\xC3\xA9.safetensors",
+                     99,
+                     0xffffffffffffffffull,
+                     true,
                      {{"a", 1}, {"b\"q", 0xdeadbeefull}}});
   m.files.push_back({"x.safetensors", 8, 0, true, {}});
   const std::string text = serialize_manifest(m);
@@ -109,7 +110,8 @@ TEST(Checksum, ValidateCreatesVerifiesAndNamesTheCorruptTensor) {
   fs::remove(dir / "config.json");
   r = validate_checkpoint(dir.path(), opts);
   std::vector<std::string> seen;
-  for (const Problem& p : r.problems) seen.push_back(std::string(errc_name(p.code)) + ":" + p.file + ":" + p.tensor);
+  for (const Problem& p : r.problems)
+    seen.push_back(std::string(errc_name(p.code)) + ":" + p.file + ":" + p.tensor);
   EXPECT_EQ(seen, (std::vector<std::string>{
                       "manifest-missing-file:config.json:",
                       "checksum-mismatch:model.safetensors:",

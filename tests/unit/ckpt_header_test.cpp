@@ -66,7 +66,8 @@ TEST(HeaderRules, PastEndOfFile) {
 // ---- header text ----------------------------------------------------------------------------
 
 TEST(HeaderRules, NotUtf8) {
-  for (const std::string& bad : std::vector<std::string>{std::string("\xFF"), std::string("\xC0\x80"),  // invalid, overlong
+  for (const std::string& bad :
+       std::vector<std::string>{std::string("\xFF"), std::string("\xC0\x80"),  // invalid, overlong
                                 std::string("\xED\xA0\x80"),                   // surrogate
                                 std::string("\xF4\x90\x80\x80"),               // > U+10FFFF
                                 std::string("\xE4\xB8")}) {                    // truncated
@@ -82,13 +83,17 @@ TEST(HeaderRules, BadJson) {
            "{" + ok + ",}",                        // trailing comma
            "{" + ok,                               // unterminated
            "{'a':1}",                              // single quotes
-           "{\"a\":NaN}", "{\"a\":01}", "{\"a\":1.}", "{\"a\":-}",
-           "{/*c*/}",                        // comments
-           "{\"a\\q\":1}",                   // invalid escape
-           "{\"a\x01\":1}",                  // raw control character
-           "{\"\\ud800\":1}",                // lone surrogate escape
+           "{\"a\":NaN}",
+           "{\"a\":01}",
+           "{\"a\":1.}",
+           "{\"a\":-}",
+           "{/*c*/}",                                      // comments
+           "{\"a\\q\":1}",                                 // invalid escape
+           "{\"a\x01\":1}",                                // raw control character
+           "{\"\\ud800\":1}",                              // lone surrogate escape
            std::string(200, '[') + std::string(200, ']'),  // deeper than 128
-           "{} {}", "",
+           "{} {}",
+           "",
        }) {
     SCOPED_TRACE(h);
     expect_only(safetensors_bytes(h, 1), Errc::kHeaderBadJson, "header JSON invalid");
@@ -123,7 +128,8 @@ TEST(HeaderRules, BadEntry) {
 }
 
 TEST(HeaderRules, DuplicateTensorName) {
-  const std::string h = "{" + entry("w", "U8", "[4]", 0, 4) + "," + entry("w", "U8", "[4]", 4, 8) + "}";
+  const std::string h =
+      "{" + entry("w", "U8", "[4]", 0, 4) + "," + entry("w", "U8", "[4]", 4, 8) + "}";
   expect_only(safetensors_bytes(h, 8), Errc::kDuplicateName, "tensor 'w'");
 }
 
@@ -171,12 +177,11 @@ TEST(HeaderRules, TensorSizeMismatch) {
 }
 
 TEST(HeaderRules, BadOffsets) {
-  for (const std::string& offs : std::vector<std::string>{"[0]", "[0,4,8]", "[-1,4]", "[0,4.0]", "[\"0\",4]", "{}",
-                                 "[0,18446744073709551616]"}) {
+  for (const std::string& offs : std::vector<std::string>{
+           "[0]", "[0,4,8]", "[-1,4]", "[0,4.0]", "[\"0\",4]", "{}", "[0,18446744073709551616]"}) {
     SCOPED_TRACE(offs);
-    expect_only(safetensors_bytes("{\"t\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":" +
-                                      offs + "}}",
-                                  4),
+    expect_only(safetensors_bytes(
+                    "{\"t\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":" + offs + "}}", 4),
                 Errc::kBadOffsets, "data_offsets");
   }
   expect_only(safetensors_bytes("{" + entry("t", "U8", "[4]", 8, 4) + "}", 4), Errc::kBadOffsets,
@@ -191,18 +196,21 @@ TEST(HeaderRules, GapAtStart) {
 }
 
 TEST(HeaderRules, GapBetweenTensors) {
-  const std::string h = "{" + entry("a", "U8", "[4]", 0, 4) + "," + entry("b", "U8", "[4]", 6, 10) + "}";
+  const std::string h =
+      "{" + entry("a", "U8", "[4]", 0, 4) + "," + entry("b", "U8", "[4]", 6, 10) + "}";
   expect_only(safetensors_bytes(h, 10), Errc::kOffsetGap, "tensor 'b'");
 }
 
 TEST(HeaderRules, Overlap) {
-  const std::string h = "{" + entry("a", "U8", "[8]", 0, 8) + "," + entry("b", "U8", "[8]", 4, 12) + "}";
+  const std::string h =
+      "{" + entry("a", "U8", "[8]", 0, 8) + "," + entry("b", "U8", "[8]", 4, 12) + "}";
   expect_only(safetensors_bytes(h, 12), Errc::kOffsetOverlap, "overlap tensor 'a'");
 }
 
 TEST(HeaderRules, TwoTensorsClaimSameBytes) {
   // The reference crate's test_json_attack: a polyglot that maps two names to one range.
-  const std::string h = "{" + entry("a", "U8", "[8]", 0, 8) + "," + entry("b", "U8", "[8]", 0, 8) + "}";
+  const std::string h =
+      "{" + entry("a", "U8", "[8]", 0, 8) + "," + entry("b", "U8", "[8]", 0, 8) + "}";
   expect_only(safetensors_bytes(h, 8), Errc::kOffsetOverlap, "tensor 'b'");
 }
 
@@ -213,13 +221,14 @@ TEST(HeaderRules, OutOfBounds) {
 }
 
 TEST(HeaderRules, TrailingBytes) {
-  expect_only(safetensors_bytes("{" + entry("a", "U8", "[4]", 0, 4) + "}", 7),
-              Errc::kTrailingBytes, "3 trailing bytes");
+  expect_only(safetensors_bytes("{" + entry("a", "U8", "[4]", 0, 4) + "}", 7), Errc::kTrailingBytes,
+              "3 trailing bytes");
   expect_only(safetensors_bytes("{}", 1), Errc::kTrailingBytes, "1 trailing bytes");
 }
 
 TEST(HeaderRules, MetadataNotString) {
-  for (const std::string& m : std::vector<std::string>{"{\"a\":1}", "{\"a\":null}", "{\"a\":{}}", "{\"a\":[\"x\"]}"}) {
+  for (const std::string& m :
+       std::vector<std::string>{"{\"a\":1}", "{\"a\":null}", "{\"a\":{}}", "{\"a\":[\"x\"]}"}) {
     expect_only(safetensors_bytes("{\"__metadata__\":" + m + "}", ""), Errc::kMetadataNotString,
                 "__metadata__[\"a\"]");
   }
@@ -262,10 +271,9 @@ TEST(HeaderValid, WhitespacePaddingBothEnds) {
 
 TEST(HeaderValid, EmptyAndScalarAndZeroSizeTensors) {
   expect_valid(safetensors_bytes("{}", ""));
-  const std::string h = "{" + entry("empty", "F32", "[0]", 0, 0) + "," +
-                        entry("empty2", "BF16", "[2,0,3]", 0, 0) + "," +
-                        entry("scalar", "F64", "[]", 0, 8) + "," + entry("tail", "U8", "[0]", 8, 8) +
-                        "}";
+  const std::string h =
+      "{" + entry("empty", "F32", "[0]", 0, 0) + "," + entry("empty2", "BF16", "[2,0,3]", 0, 0) +
+      "," + entry("scalar", "F64", "[]", 0, 8) + "," + entry("tail", "U8", "[0]", 8, 8) + "}";
   const HeaderParse p = parse(safetensors_bytes(h, 8));
   ASSERT_TRUE(p.problems.empty()) << describe(p);
   ASSERT_EQ(p.header.tensors.size(), 4u);

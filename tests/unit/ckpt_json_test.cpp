@@ -34,9 +34,26 @@ TEST(JsonReader, StringsDecodeEveryEscape) {
 }
 
 TEST(JsonReader, RejectsWhatSerdeRejects) {
-  for (const char* bad : {"[1,]", "{\"a\":1,}", "[01]", "[-]", "[1.]", "[1e]", "[.5]", "[+1]",
-                          "\"\\ud800\"", "\"\\udc00\"", "\"\\ud800\\u0041\"", "\"\\x\"", "\"abc",
-                          "[1 2]", "{\"a\" 1}", "{1:2}", "tru", "nul", "[NaN]", "[Infinity]"}) {
+  for (const char* bad : {"[1,]",
+                          "{\"a\":1,}",
+                          "[01]",
+                          "[-]",
+                          "[1.]",
+                          "[1e]",
+                          "[.5]",
+                          "[+1]",
+                          "\"\\ud800\"",
+                          "\"\\udc00\"",
+                          "\"\\ud800\\u0041\"",
+                          "\"\\x\"",
+                          "\"abc",
+                          "[1 2]",
+                          "{\"a\" 1}",
+                          "{1:2}",
+                          "tru",
+                          "nul",
+                          "[NaN]",
+                          "[Infinity]"}) {
     SCOPED_TRACE(bad);
     JsonReader r(bad);
     EXPECT_THROW(
@@ -73,13 +90,13 @@ TEST(JsonReader, SkipValueReturnsRawText) {
 TEST(Utf8, AcceptsValidRejectsInvalid) {
   EXPECT_FALSE(utf8_error_offset("plain ascii, long enough to use the 8-byte path"));
   EXPECT_FALSE(utf8_error_offset("\xC3\xA9\xE4\xB8\xAD\xF0\x9F\x98\x80\xF4\x8F\xBF\xBF"));
-  EXPECT_EQ(utf8_error_offset("abc\x80"), 3u);                // lone continuation
-  EXPECT_EQ(utf8_error_offset("ab\xC1\xBF"), 2u);             // overlong 2-byte
-  EXPECT_EQ(utf8_error_offset("\xE0\x9F\xBF"), 0u);           // overlong 3-byte
-  EXPECT_EQ(utf8_error_offset("\xF0\x8F\xBF\xBF"), 0u);       // overlong 4-byte
-  EXPECT_EQ(utf8_error_offset("xx\xED\xB0\x80"), 2u);         // surrogate
-  EXPECT_EQ(utf8_error_offset("\xF4\x90\x80\x80"), 0u);       // above U+10FFFF
-  EXPECT_EQ(utf8_error_offset("12345678\xF0\x9F\x98"), 8u);   // truncated at the end
+  EXPECT_EQ(utf8_error_offset("abc\x80"), 3u);               // lone continuation
+  EXPECT_EQ(utf8_error_offset("ab\xC1\xBF"), 2u);            // overlong 2-byte
+  EXPECT_EQ(utf8_error_offset("\xE0\x9F\xBF"), 0u);          // overlong 3-byte
+  EXPECT_EQ(utf8_error_offset("\xF0\x8F\xBF\xBF"), 0u);      // overlong 4-byte
+  EXPECT_EQ(utf8_error_offset("xx\xED\xB0\x80"), 2u);        // surrogate
+  EXPECT_EQ(utf8_error_offset("\xF4\x90\x80\x80"), 0u);      // above U+10FFFF
+  EXPECT_EQ(utf8_error_offset("12345678\xF0\x9F\x98"), 8u);  // truncated at the end
   EXPECT_EQ(utf8_error_offset(std::string("a\xF8\x88\x80\x80\x80", 6)), 1u);  // 5-byte form
 }
 

@@ -42,9 +42,9 @@ std::map<std::string, std::string> write_patterned(const fs::path& path,
 }
 
 TEST(Writer, ReferenceOrderPaddingAndAlignment) {
-  const std::vector<TensorSpec> specs = {{"b", DType::kU8, {3}},    {"a", DType::kU8, {5}},
-                                         {"w", DType::kBF16, {3}},  {"x", DType::kF32, {1}},
-                                         {"q", DType::kI64, {1}},   {"s", DType::kF8E4M3, {7}},
+  const std::vector<TensorSpec> specs = {{"b", DType::kU8, {3}},     {"a", DType::kU8, {5}},
+                                         {"w", DType::kBF16, {3}},   {"x", DType::kF32, {1}},
+                                         {"q", DType::kI64, {1}},    {"s", DType::kF8E4M3, {7}},
                                          {"h", DType::kF16, {2, 2}}, {"z", DType::kBool, {1}}};
   const HeaderPlan plan = plan_safetensors(specs, Metadata{{"format", "pt"}});
   std::vector<std::string> order;
@@ -61,12 +61,15 @@ TEST(Writer, ReferenceOrderPaddingAndAlignment) {
 
 TEST(Writer, RoundTripAwkwardSizesAndChunks) {
   TempDir dir;
-  const std::vector<TensorSpec> specs = {
-      {"one", DType::kU8, {1}},          {"three", DType::kBF16, {3}},
-      {"odd", DType::kF32, {31, 33}},    {"big", DType::kI32, {127, 129}},
-      {"empty", DType::kF32, {0, 5}},    {"scalar", DType::kF64, {}},
-      {"f4", DType::kF4, {2, 3}},        {"fp8", DType::kF8E4M3, {129}},
-      {"unicode \xC3\xA9\xE4\xB8\xAD", DType::kU16, {7}}};
+  const std::vector<TensorSpec> specs = {{"one", DType::kU8, {1}},
+                                         {"three", DType::kBF16, {3}},
+                                         {"odd", DType::kF32, {31, 33}},
+                                         {"big", DType::kI32, {127, 129}},
+                                         {"empty", DType::kF32, {0, 5}},
+                                         {"scalar", DType::kF64, {}},
+                                         {"f4", DType::kF4, {2, 3}},
+                                         {"fp8", DType::kF8E4M3, {129}},
+                                         {"unicode \xC3\xA9\xE4\xB8\xAD", DType::kU16, {7}}};
   for (size_t chunk : {1u, 3u, 31u, 4096u, 1u << 20}) {
     SCOPED_TRACE(chunk);
     const fs::path p = dir / ("c" + std::to_string(chunk) + ".safetensors");
@@ -114,7 +117,8 @@ TEST(Writer, RandomPropertyRoundTrip) {
       specs.push_back(s);
     }
     std::optional<Metadata> meta;
-    if (rng() % 2) meta = Metadata{{"k" + std::to_string(rng() % 5), "v\n\"" + std::to_string(iter)}};
+    if (rng() % 2)
+      meta = Metadata{{"k" + std::to_string(rng() % 5), "v\n\"" + std::to_string(iter)}};
     const fs::path p = dir / ("r" + std::to_string(iter) + ".safetensors");
     const auto content = write_patterned(p, specs, meta, 1 + rng() % 64);
     const SafetensorsFile f = SafetensorsFile::open(p);
@@ -150,7 +154,11 @@ TEST(Writer, CopyFromAnotherFileKernelAndBufferedPaths) {
     WriterOptions opts;
     opts.kernel_copy = kernel;
     opts.buffer_bytes = 65536;
-    SafetensorsWriter w(p, plan_safetensors({{"x", DType::kU8, {1'000'000}}, {"y", DType::kU8, {1'000'001}}}, std::nullopt), opts);
+    SafetensorsWriter w(
+        p,
+        plan_safetensors({{"x", DType::kU8, {1'000'000}}, {"y", DType::kU8, {1'000'001}}},
+                         std::nullopt),
+        opts);
     const UniqueFd fd = open_read(dir / "src.bin");
     w.copy_from(fd.get(), 17, 1'000'000, dir / "src.bin");
     w.write(src.data() + 5, 1);  // mixing sources keeps the order right
@@ -159,7 +167,8 @@ TEST(Writer, CopyFromAnotherFileKernelAndBufferedPaths) {
     const SafetensorsFile f = SafetensorsFile::open(p);
     const auto x = f.view("x").bytes;
     const auto y = f.view("y").bytes;
-    EXPECT_EQ(std::string(reinterpret_cast<const char*>(x.data()), x.size()), src.substr(17, 1'000'000));
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(x.data()), x.size()),
+              src.substr(17, 1'000'000));
     EXPECT_EQ(std::string(reinterpret_cast<const char*>(y.data()), y.size()),
               src.substr(5, 1) + src.substr(2'000'000, 1'000'000));
   }
@@ -167,8 +176,9 @@ TEST(Writer, CopyFromAnotherFileKernelAndBufferedPaths) {
 
 TEST(Writer, WriteTensorChecksOrderAndSize) {
   TempDir dir;
-  SafetensorsWriter w(dir / "o.safetensors",
-                      plan_safetensors({{"a", DType::kU8, {2}}, {"b", DType::kU8, {3}}}, std::nullopt));
+  SafetensorsWriter w(
+      dir / "o.safetensors",
+      plan_safetensors({{"a", DType::kU8, {2}}, {"b", DType::kU8, {3}}}, std::nullopt));
   const std::string two = "xy", three = "xyz";
   try {
     w.write_tensor("b", as_bytes(three));
@@ -183,9 +193,10 @@ TEST(Writer, WriteTensorChecksOrderAndSize) {
   EXPECT_EQ(w.current_tensor(), 2u);
   w.commit();
   // Zero-size tensors are written (with no bytes) in their place in the order.
-  SafetensorsWriter z(dir / "z.safetensors",
-                      plan_safetensors({{"a", DType::kU8, {2}}, {"b", DType::kU8, {0}},
-                                        {"c", DType::kU8, {1}}}, std::nullopt));
+  SafetensorsWriter z(
+      dir / "z.safetensors",
+      plan_safetensors({{"a", DType::kU8, {2}}, {"b", DType::kU8, {0}}, {"c", DType::kU8, {1}}},
+                       std::nullopt));
   EXPECT_THROW(z.write_tensor("b", {}), Error);
   z.write_tensor("a", as_bytes(two));
   z.write_tensor("b", {});
@@ -233,7 +244,8 @@ TEST(Writer, RefusesToOverwriteUnlessAsked) {
 }
 
 TEST(Writer, PlanRejectsImpossibleInput) {
-  EXPECT_THROW(plan_safetensors({{"a", DType::kU8, {1}}, {"a", DType::kU8, {1}}}, std::nullopt), Error);
+  EXPECT_THROW(plan_safetensors({{"a", DType::kU8, {1}}, {"a", DType::kU8, {1}}}, std::nullopt),
+               Error);
   EXPECT_THROW(plan_safetensors({{"a", DType::kF4, {3}}}, std::nullopt), Error);
   EXPECT_THROW(plan_safetensors({{"a", DType::kU8, {1ull << 63, 4}}}, std::nullopt), Error);
   EXPECT_THROW(plan_safetensors({{"bad\xFF", DType::kU8, {1}}}, std::nullopt), Error);

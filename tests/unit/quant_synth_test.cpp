@@ -27,8 +27,8 @@ SynthOptions opts(ckpt::Qwen35Layout layout, size_t shards, int threads) {
 
 TEST(Synth, EveryLayoutValidates) {
   TempDir dir;
-  for (auto layout : {ckpt::Qwen35Layout::kBf16, ckpt::Qwen35Layout::kIntelInt4,
-                      ckpt::Qwen35Layout::kQwenFp8}) {
+  for (auto layout :
+       {ckpt::Qwen35Layout::kBf16, ckpt::Qwen35Layout::kIntelInt4, ckpt::Qwen35Layout::kQwenFp8}) {
     const fs::path out = dir / std::string(ckpt::layout_name(layout));
     const SynthPlan plan = synth_checkpoint(ckpt::qwen35_preset("tiny"), out, opts(layout, 3, 2));
     const ckpt::ValidateReport r = ckpt::validate_checkpoint(out, {});
@@ -43,8 +43,10 @@ TEST(Synth, EveryLayoutValidates) {
 
 TEST(Synth, ByteIdenticalAcrossThreadCounts) {
   TempDir dir;
-  synth_checkpoint(ckpt::qwen35_preset("tiny"), dir / "a", opts(ckpt::Qwen35Layout::kIntelInt4, 2, 1));
-  synth_checkpoint(ckpt::qwen35_preset("tiny"), dir / "b", opts(ckpt::Qwen35Layout::kIntelInt4, 2, 3));
+  synth_checkpoint(ckpt::qwen35_preset("tiny"), dir / "a",
+                   opts(ckpt::Qwen35Layout::kIntelInt4, 2, 1));
+  synth_checkpoint(ckpt::qwen35_preset("tiny"), dir / "b",
+                   opts(ckpt::Qwen35Layout::kIntelInt4, 2, 3));
   for (const auto& e : fs::directory_iterator(dir / "a")) {
     EXPECT_EQ(qf::test::read_file(e.path()), qf::test::read_file(dir / "b" / e.path().filename()))
         << e.path().filename();
@@ -67,7 +69,8 @@ TEST(Synth, ChunkedGenerationEqualsOneShot) {
 
 TEST(Synth, ValuesHaveTheirRolesMagnitudesAndConstants) {
   TempDir dir;
-  synth_checkpoint(ckpt::qwen35_preset("tiny"), dir / "m", opts(ckpt::Qwen35Layout::kIntelInt4, 1, 1));
+  synth_checkpoint(ckpt::qwen35_preset("tiny"), dir / "m",
+                   opts(ckpt::Qwen35Layout::kIntelInt4, 1, 1));
   const ckpt::Checkpoint c = ckpt::Checkpoint::open(dir / "m");
   const std::string l0 = "model.language_model.layers.0.";
   for (uint32_t w : c.view(l0 + "mlp.experts.3.up_proj.qzeros").as<uint32_t>()) {
@@ -110,7 +113,8 @@ TEST(Synth, RefusesExistingOutputUnlessForced) {
   fs::create_directories(dir / "out");
   qf::test::write_file(dir / "out" / "keep", "x");
   try {
-    synth_checkpoint(ckpt::qwen35_preset("tiny"), dir / "out", opts(ckpt::Qwen35Layout::kBf16, 1, 1));
+    synth_checkpoint(ckpt::qwen35_preset("tiny"), dir / "out",
+                     opts(ckpt::Qwen35Layout::kBf16, 1, 1));
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), Errc::kExists);

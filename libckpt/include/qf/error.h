@@ -38,17 +38,17 @@ enum class Errc : uint16_t {
   kTrailingBytes,       // data section longer than the last tensor's end
   kMetadataNotString,   // __metadata__ is not an object of string values
   // sharded checkpoints
-  kIndexInvalid,           // model.safetensors.index.json unreadable or of the wrong shape
-  kIndexMissing,           // several .safetensors files but no index
-  kIndexMissingFile,       // the index names a file that does not exist
-  kIndexTensorMissing,     // the index names a tensor its file does not hold
-  kIndexTensorUnlisted,    // a referenced file holds a tensor the index does not list
-  kIndexWrongFile,         // the index maps a tensor to a file other than the one holding it
-  kDuplicateAcrossFiles,   // the same tensor name in two files of one checkpoint
-  kTotalSizeMismatch,      // metadata.total_size differs from the sum of tensor bytes
-  kStrayFile,              // a .safetensors file no index entry references
-  kConfigInvalid,          // config.json / quantization_config.json unreadable
-  kTensorNotFound,         // a lookup for a tensor the checkpoint does not hold
+  kIndexInvalid,          // model.safetensors.index.json unreadable or of the wrong shape
+  kIndexMissing,          // several .safetensors files but no index
+  kIndexMissingFile,      // the index names a file that does not exist
+  kIndexTensorMissing,    // the index names a tensor its file does not hold
+  kIndexTensorUnlisted,   // a referenced file holds a tensor the index does not list
+  kIndexWrongFile,        // the index maps a tensor to a file other than the one holding it
+  kDuplicateAcrossFiles,  // the same tensor name in two files of one checkpoint
+  kTotalSizeMismatch,     // metadata.total_size differs from the sum of tensor bytes
+  kStrayFile,             // a .safetensors file no index entry references
+  kConfigInvalid,         // config.json / quantization_config.json unreadable
+  kTensorNotFound,        // a lookup for a tensor the checkpoint does not hold
   // checksums
   kManifestInvalid,      // the checksum manifest does not parse
   kChecksumMismatch,     // a file or tensor hash differs from the manifest

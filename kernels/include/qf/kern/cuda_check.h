@@ -7,13 +7,13 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define QF_CUDA_CHECK(call)                                                                  \
-  do {                                                                                       \
-    const cudaError_t qf_err_ = (call);                                                      \
-    if (qf_err_ != cudaSuccess) {                                                            \
-      std::fprintf(stderr, "qforge: CUDA error %s (%s) at %s:%d in %s\n",                    \
+#define QF_CUDA_CHECK(call)                                                                    \
+  do {                                                                                         \
+    const cudaError_t qf_err_ = (call);                                                        \
+    if (qf_err_ != cudaSuccess) {                                                              \
+      std::fprintf(stderr, "qforge: CUDA error %s (%s) at %s:%d in %s\n",                      \
                    cudaGetErrorName(qf_err_), cudaGetErrorString(qf_err_), __FILE__, __LINE__, \
-                   #call);                                                                   \
-      std::abort();                                                                          \
-    }                                                                                        \
+                   #call);                                                                     \
+      std::abort();                                                                            \
+    }                                                                                          \
   } while (0)

@@ -51,8 +51,7 @@ class Checkpoint {
   // total_size or a stray file does not stop loading; `qforge validate` reports those.
   static Checkpoint open(const std::filesystem::path& path);
   // Opens everything it can and appends every problem found; throws only Error(kIo).
-  static Checkpoint open_collect(const std::filesystem::path& path,
-                                 std::vector<Problem>& problems);
+  static Checkpoint open_collect(const std::filesystem::path& path, std::vector<Problem>& problems);
 
   // Directory holding the files (for a single file: its parent directory).
   const std::filesystem::path& root() const { return root_; }

@@ -66,8 +66,7 @@ std::filesystem::path staging_path(const std::filesystem::path& path);
 
 // Writes `content` to staging_path(path), fsyncs, renames over `path` and fsyncs the directory.
 // Refuses (Error(kExists)) an existing `path` unless overwrite is set.
-void write_file_atomic(const std::filesystem::path& path, std::string_view content,
-                       bool overwrite);
+void write_file_atomic(const std::filesystem::path& path, std::string_view content, bool overwrite);
 
 // Writes all of buf at the file position, retrying short writes and EINTR; throws Error(kIo).
 void write_all(int fd, const void* buf, size_t n, const std::filesystem::path& path_for_errors);

@@ -25,19 +25,19 @@ struct Qwen35VisionConfig {
 struct Qwen35Config {
   std::string name;  // preset name, or where the config came from
   int64_t vocab_size = 248320;
-  int64_t hidden_size = 0;                    // H
-  std::vector<bool> full_attention;           // per layer; false = Gated DeltaNet (linear)
-  int64_t num_attention_heads = 0;            // Nq
-  int64_t num_key_value_heads = 0;            // Nkv
-  int64_t head_dim = 256;                     // hd
-  int64_t linear_num_key_heads = 16;          // Nk
-  int64_t linear_num_value_heads = 0;         // Nv
-  int64_t linear_key_head_dim = 128;          // dk
-  int64_t linear_value_head_dim = 128;        // dv
-  int64_t linear_conv_kernel_dim = 4;         // Kc
-  int64_t num_experts = 0;                    // E
-  int64_t num_experts_per_tok = 0;            // k
-  int64_t moe_intermediate_size = 0;          // I
+  int64_t hidden_size = 0;                      // H
+  std::vector<bool> full_attention;             // per layer; false = Gated DeltaNet (linear)
+  int64_t num_attention_heads = 0;              // Nq
+  int64_t num_key_value_heads = 0;              // Nkv
+  int64_t head_dim = 256;                       // hd
+  int64_t linear_num_key_heads = 16;            // Nk
+  int64_t linear_num_value_heads = 0;           // Nv
+  int64_t linear_key_head_dim = 128;            // dk
+  int64_t linear_value_head_dim = 128;          // dv
+  int64_t linear_conv_kernel_dim = 4;           // Kc
+  int64_t num_experts = 0;                      // E
+  int64_t num_experts_per_tok = 0;              // k
+  int64_t moe_intermediate_size = 0;            // I
   int64_t shared_expert_intermediate_size = 0;  // Is
   int64_t mtp_num_hidden_layers = 1;
   double rms_norm_eps = 1e-6;

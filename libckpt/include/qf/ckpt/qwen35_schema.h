@@ -31,19 +31,19 @@ Qwen35Layout layout_from_name(std::string_view name);
 
 // How a tensor's bytes are to be read (and what a generator should put in them).
 enum class TensorRole {
-  kLinear,        // float matrix [N, K] (2-D), or fused experts [E, N, K] (3-D)
-  kEmbedding,     // [V, H]
-  kNormOffset,    // zero-centred RMSNorm weight: stored w, gain is (1 + w)
-  kNormPlain,     // gated RMSNorm / LayerNorm weight: gain is w
-  kBias,          // vision LayerNorm / linear biases
-  kConv,          // linear_attn.conv1d.weight [conv_dim, 1, Kc]
-  kALog,          // linear_attn.A_log [Nv]
-  kDtBias,        // linear_attn.dt_bias [Nv]
-  kQWeight,       // GPTQ qweight  I32 [K/8, N]
-  kQZeros,        // GPTQ qzeros   I32 [ceil(K/G), N/8], stored zero - 1
-  kQScales,       // GPTQ scales   F16 [ceil(K/G), N], signed
-  kFp8Weight,     // F8_E4M3 [N, K]
-  kFp8ScaleInv,   // multiplier per 128x128 block [ceil(N/128), ceil(K/128)]
+  kLinear,       // float matrix [N, K] (2-D), or fused experts [E, N, K] (3-D)
+  kEmbedding,    // [V, H]
+  kNormOffset,   // zero-centred RMSNorm weight: stored w, gain is (1 + w)
+  kNormPlain,    // gated RMSNorm / LayerNorm weight: gain is w
+  kBias,         // vision LayerNorm / linear biases
+  kConv,         // linear_attn.conv1d.weight [conv_dim, 1, Kc]
+  kALog,         // linear_attn.A_log [Nv]
+  kDtBias,       // linear_attn.dt_bias [Nv]
+  kQWeight,      // GPTQ qweight  I32 [K/8, N]
+  kQZeros,       // GPTQ qzeros   I32 [ceil(K/G), N/8], stored zero - 1
+  kQScales,      // GPTQ scales   F16 [ceil(K/G), N], signed
+  kFp8Weight,    // F8_E4M3 [N, K]
+  kFp8ScaleInv,  // multiplier per 128x128 block [ceil(N/128), ceil(K/128)]
 };
 
 // Numeric format of one linear module in a layout.
@@ -54,19 +54,19 @@ struct TensorDecl {
   DType dtype = DType::kBF16;
   Shape shape;
   TensorRole role = TensorRole::kLinear;
-  std::string file;     // "" = main shards; otherwise the sidecar file name
-  std::string module;   // linear module the tensor belongs to ("" for non-linear tensors)
+  std::string file;    // "" = main shards; otherwise the sidecar file name
+  std::string module;  // linear module the tensor belongs to ("" for non-linear tensors)
   LinearFormat format = LinearFormat::kBf16;
-  int64_t n = 0;        // module output features (rows of the logical [N, K] weight)
-  int64_t k = 0;        // module input features
+  int64_t n = 0;  // module output features (rows of the logical [N, K] weight)
+  int64_t k = 0;  // module input features
 };
 
 struct SchemaOptions {
-  int64_t layers = -1;       // main layers to emit (a prefix of the model); -1 = all
-  bool mtp = true;           // emit the MTP head (mtp.*) when the config has one
-  bool vision = true;        // emit the vision tower when the config has one
-  int64_t group_size = 128;  // INT4 group along K
-  int64_t fp8_block = 128;   // FP8 block edge along N and K
+  int64_t layers = -1;                   // main layers to emit (a prefix of the model); -1 = all
+  bool mtp = true;                       // emit the MTP head (mtp.*) when the config has one
+  bool vision = true;                    // emit the vision tower when the config has one
+  int64_t group_size = 128;              // INT4 group along K
+  int64_t fp8_block = 128;               // FP8 block edge along N and K
   DType fp8_scale_dtype = DType::kBF16;  // weight_scale_inv dtype (Qwen ships BF16)
   bool mtp_int4 = false;  // intel-int4: MTP experts and attention INT4 (Intel's 35B) vs BF16
 };

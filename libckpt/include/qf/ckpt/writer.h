@@ -45,9 +45,9 @@ HeaderPlan plan_safetensors(std::vector<TensorSpec> tensors,
                             const std::optional<Metadata>& metadata);
 
 struct WriterOptions {
-  bool overwrite = false;    // replace an existing file (the CLI's --force)
-  bool preallocate = true;   // reserve the final size up front: a full disk fails at once
-  bool kernel_copy = true;   // copy_from uses copy_file_range; off: always through the buffer
+  bool overwrite = false;   // replace an existing file (the CLI's --force)
+  bool preallocate = true;  // reserve the final size up front: a full disk fails at once
+  bool kernel_copy = true;  // copy_from uses copy_file_range; off: always through the buffer
   // write_zeros leaves holes (a sparse file) instead of writing zero bytes; implies no
   // preallocation. Readers see zeros either way.
   bool sparse_zeros = false;

@@ -38,7 +38,9 @@ QF_HD float f32_from_bits(uint32_t u) {
 
 // ---- BF16: the upper half of an f32 --------------------------------------------------------
 
-QF_HD float bf16_to_f32(uint16_t h) { return f32_from_bits(static_cast<uint32_t>(h) << 16); }
+QF_HD float bf16_to_f32(uint16_t h) {
+  return f32_from_bits(static_cast<uint32_t>(h) << 16);
+}
 
 QF_HD uint16_t f32_to_bf16(float f) {
   const uint32_t u = f32_bits(f);
@@ -56,8 +58,8 @@ namespace detail {
 // mantissa moves into the exponent, as it should.
 template <int kMant, int kBias>
 QF_HD uint32_t round_narrow(uint32_t ax) {
-  const int e = static_cast<int>(ax >> 23) - 127;  // unbiased exponent (f32 subnormals: tiny)
-  if ((ax >> 23) == 0) return 0;                   // f32 zero or subnormal: far below range
+  const int e = static_cast<int>(ax >> 23) - 127;   // unbiased exponent (f32 subnormals: tiny)
+  if ((ax >> 23) == 0) return 0;                    // f32 zero or subnormal: far below range
   const uint32_t m = (ax & 0x7FFFFFu) | 0x800000u;  // 24-bit significand: value = m * 2^(e-23)
   const int emin = 1 - kBias;
   int shift;
@@ -65,7 +67,7 @@ QF_HD uint32_t round_narrow(uint32_t ax) {
   if (e >= emin) {  // normal: keep kMant fraction bits
     shift = 23 - kMant;
     base = static_cast<uint32_t>(e + kBias - 1) << kMant;  // (e+bias) << M, minus the hidden 1
-  } else {  // subnormal: units of 2^(emin - kMant)
+  } else {                                                 // subnormal: units of 2^(emin - kMant)
     shift = 23 - kMant + (emin - e);
     base = 0;
     if (shift > 24) return 0;  // below half the smallest subnormal
@@ -120,7 +122,7 @@ QF_HD uint8_t f32_to_e4m3fn(float f) {
   const uint32_t u = f32_bits(f);
   const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
   const uint32_t ax = u & 0x7FFFFFFFu;
-  if (ax >= 0x43F00000u) return sign | 0x7Fu;  // >= 480, inf, NaN -> NaN
+  if (ax >= 0x43F00000u) return sign | 0x7Fu;                          // >= 480, inf, NaN -> NaN
   return sign | static_cast<uint8_t>(detail::round_narrow<3, 7>(ax));  // (464, 480) -> 0x7F too
 }
 
