@@ -182,8 +182,8 @@ void writer_rss(const fs::path& dir, double gib, int runs) {
       gib);
   for (int i = 0; i < runs; ++i) {
     std::fflush(nullptr);
-    const std::string cmd =
-        "/proc/self/exe --writer-child '" + path.string() + "' " + std::to_string(gib);
+    const std::string cmd = fs::read_symlink("/proc/self/exe").string() + " --writer-child '" +
+                            path.string() + "' " + std::to_string(gib);
     const double t0 = now();
     FILE* child = ::popen(cmd.c_str(), "r");
     double hwm_mib = -1;

@@ -103,6 +103,20 @@ void release(const std::byte* p, uint64_t n) {
   if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
 }
 
+// Maps a window's pages in one call instead of one page fault per 64 KiB (Linux >= 5.14;
+// elsewhere the hint is ignored and pages fault in as read).
+void prefault(const std::byte* p, uint64_t n) {
+#ifdef MADV_POPULATE_READ
+  static const uintptr_t kPage = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(p) & ~(kPage - 1);
+  ::madvise(reinterpret_cast<void*>(lo), reinterpret_cast<uintptr_t>(p) + n - lo,
+            MADV_POPULATE_READ);
+#else
+  (void)p;
+  (void)n;
+#endif
+}
+
 // XXH3-64 of [p, p + n), window by window.
 uint64_t hash_range(const std::byte* p, uint64_t n, Progress* progress) {
   if (n <= kWindowBytes) {
@@ -113,6 +127,7 @@ uint64_t hash_range(const std::byte* p, uint64_t n, Progress* progress) {
   StatePtr state = new_state();
   for (uint64_t off = 0; off < n; off += kWindowBytes) {
     const uint64_t take = std::min(kWindowBytes, n - off);
+    prefault(p + off, take);
     XXH3_64bits_update(state.get(), p + off, take);
     release(p + off, take);
     if (progress) progress->done.fetch_add(take, std::memory_order_relaxed);
