@@ -4,8 +4,11 @@
 // Scalar conversions reproduce PyTorch bit for bit (c10/util/BFloat16.h, Half.h,
 // Float8_e4m3fn.h, Float8_e5m2.h), with integer-only round-to-nearest-even so host and device
 // agree and no FPU mode (FTZ, fast-math) can change a result:
-//   f32 -> bf16   RNE; NaN -> 0x7FC0 (sign dropped, as torch); overflow rounds to +-inf.
-//   f32 -> f16    RNE incl. subnormals; NaN -> sign|0x7E00; |x| >= 65520 -> +-inf.
+//   f32 -> bf16   RNE; overflow rounds to +-inf.
+//   f32 -> f16    RNE incl. subnormals; |x| >= 65520 -> +-inf.
+//   NaN -> 0x7FFF for both, what torch 2.11 produces on CUDA (its CPU path differs only on
+//   NaN: 0xFFFF for BF16, sign|0x7E00|payload for F16). tests/golden/formats.safetensors
+//   holds torch's results for every code and every rounding midpoint.
 //   f32 -> e4m3fn RNE incl. subnormals. NaN policy (torch's, non-saturating): NaN, +-inf and
 //                 |x| > 464 give the NaN code 0x7F|sign (464 itself ties to 448). Quantizers use
 //                 f32_to_e4m3fn_sat, which clamps to +-448 first, as every FP8 producer does.
@@ -44,7 +47,7 @@ QF_HD float bf16_to_f32(uint16_t h) {
 
 QF_HD uint16_t f32_to_bf16(float f) {
   const uint32_t u = f32_bits(f);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0;  // NaN
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FFF;  // NaN, as torch on CUDA
   return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
@@ -98,7 +101,7 @@ QF_HD uint16_t f32_to_f16(float f) {
   const uint32_t u = f32_bits(f);
   const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
   const uint32_t ax = u & 0x7FFFFFFFu;
-  if (ax > 0x7F800000u) return sign | 0x7E00u;   // NaN
+  if (ax > 0x7F800000u) return 0x7FFF;           // NaN, as torch on CUDA
   if (ax >= 0x477FF000u) return sign | 0x7C00u;  // >= 65520 rounds to inf (ties to even)
   return sign | static_cast<uint16_t>(detail::round_narrow<10, 15>(ax));
 }
@@ -149,6 +152,42 @@ QF_HD uint8_t f32_to_e5m2(float f) {
   if (ax >= 0x47700000u) return sign | 0x7Cu;  // >= 61440 rounds to inf (ties to even)
   return sign | static_cast<uint8_t>(detail::round_narrow<2, 15>(ax));
 }
+
+// ---- INT4, GPTQ packing as written by AutoRound (auto_round:auto_gptq) --------------------
+//
+// For a linear W [N, K] (N outputs, K inputs), group size G along K:
+//   qweight I32 [K/8, N]      nibble j of word [r][n] is the code of W[n][8r + j], lowest
+//                             nibble = smallest k. Codes are unsigned 0..15.
+//   qzeros  I32 [ceil(K/G), N/8]  nibble j of word [g][c] is the zero point of output 8c + j.
+//                             v1 (auto_round:auto_gptq, GPTQ "v1"): stored = zero - 1, so a
+//                             symmetric 4-bit zero of 8 is stored 7 (0x77777777 words).
+//                             v2 (native auto_round, GPTQ v2): stored = zero.
+//   scales  F16 [ceil(K/G), N]  signed (AutoRound's sym scale is -max|w|/8 when the extreme
+//                             element is positive).
+//   W[n][k] = scale[k/G][n] * (code - zero), exact in f32.
+// Words are read as uint32 (they are frequently negative as I32).
+inline constexpr int kInt4PerWord = 8;
+
+enum class ZeroPoint { kV1StoredMinusOne, kV2True };
+
+QF_HD uint32_t int4_code(const uint32_t* qweight, int64_t n_out, int64_t k, int64_t n) {
+  return (qweight[(k / 8) * n_out + n] >> (4 * (k % 8))) & 0xFu;
+}
+
+QF_HD uint32_t int4_zero(const uint32_t* qzeros, int64_t n_out, int64_t g, int64_t n,
+                         ZeroPoint zp) {
+  const uint32_t stored = (qzeros[g * (n_out / 8) + n / 8] >> (4 * (n % 8))) & 0xFu;
+  return zp == ZeroPoint::kV1StoredMinusOne ? stored + 1 : stored;
+}
+
+QF_HD float int4_dequant(uint32_t code, uint32_t zero, uint16_t scale_f16) {
+  return f16_to_f32(scale_f16) *
+         static_cast<float>(static_cast<int32_t>(code) - static_cast<int32_t>(zero));
+}
+
+// ---- FP8 block scaling (Qwen / DeepSeek "weight_scale_inv") -------------------------------
+// W [N, K] as F8_E4M3 codes; scale_inv [ceil(N/bn), ceil(K/bk)] is a MULTIPLIER despite its
+// name: W[n][k] = e4m3(code) * scale_inv[n/bn][k/bk]. The last block row/column may be partial.
 
 static_assert(sizeof(float) == 4, "f32 must be 32-bit IEEE");
 
