@@ -11,16 +11,22 @@
 namespace qf::quant {
 namespace {
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 // The quantizer's multiplier 448/amax exactly as torch evaluates `448.0 / tensor` in
 // transformers: reciprocal first, then the product (two roundings, not one division).
-float block_multiplier(float amax) { return amax > 0.0f ? (1.0f / amax) * kE4M3Max : 1.0f; }
+float block_multiplier(float amax) {
+  return amax > 0.0f ? (1.0f / amax) * kE4M3Max : 1.0f;
+}
 
 // Stores multiplier m in dtype at p; returns the stored value as f32.
 float store_scale(float m, ckpt::DType dtype, uint8_t* p) {
   switch (dtype) {
-    case ckpt::DType::kF32: std::memcpy(p, &m, 4); return m;
+    case ckpt::DType::kF32:
+      std::memcpy(p, &m, 4);
+      return m;
     case ckpt::DType::kBF16: {
       const uint16_t h = f32_to_bf16(m);
       std::memcpy(p, &h, 2);
@@ -31,12 +37,14 @@ float store_scale(float m, ckpt::DType dtype, uint8_t* p) {
       std::memcpy(p, &h, 2);
       return f16_to_f32(h);
     }
-    default: QF_ASSERT(false, "fp8 scale dtype");
+    default:
+      QF_ASSERT(false, "fp8 scale dtype");
   }
 }
 
 void check(const Fp8BlockOptions& o) {
-  if (o.block_n <= 0 || o.block_k <= 0) throw Error(Errc::kUsage, "FP8 block sizes must be positive");
+  if (o.block_n <= 0 || o.block_k <= 0)
+    throw Error(Errc::kUsage, "FP8 block sizes must be positive");
   if (o.scale_dtype != ckpt::DType::kF32 && o.scale_dtype != ckpt::DType::kBF16 &&
       o.scale_dtype != ckpt::DType::kF16) {
     throw Error(Errc::kUnsupported, "FP8 scales are stored as F32, BF16 or F16, not " +
@@ -82,26 +90,28 @@ Fp8BlockTensors quantize_fp8_block(const MatrixView& w, const Fp8BlockOptions& o
   t.scales.resize(static_cast<size_t>(ceil_div(w.rows, o.block_n) * bk_count) * es);
   t.scales_f32.resize(static_cast<size_t>(ceil_div(w.rows, o.block_n) * bk_count));
   const bool f32 = o.scale_dtype == ckpt::DType::kF32;
-  for_block_rows(w, o, threads, [&](int64_t b, int64_t n0, int64_t n1, const std::vector<float>& amax,
-                                    std::vector<float>& row) {
-    std::vector<float> mult(static_cast<size_t>(bk_count));  // what the codes are computed with
-    for (int64_t j = 0; j < bk_count; ++j) {
-      const float s = block_multiplier(amax[j]);
-      const size_t idx = static_cast<size_t>(b * bk_count + j);
-      const float stored = store_scale(1.0f / s, o.scale_dtype, &t.scales[idx * es]);
-      t.scales_f32[idx] = stored;
-      mult[j] = f32 ? s : stored;
-    }
-    for (int64_t r = n0; r < n1; ++r) {
-      w.row(r, row.data());
-      uint8_t* out = &t.codes[static_cast<size_t>(r * w.cols)];
-      for (int64_t c = 0; c < w.cols; ++c) {
-        const float m = mult[c / o.block_k];
-        const float v = f32 ? row[c] * m : row[c] / m;
-        out[c] = f32_to_e4m3fn_sat(v);
-      }
-    }
-  });
+  for_block_rows(
+      w, o, threads,
+      [&](int64_t b, int64_t n0, int64_t n1, const std::vector<float>& amax,
+          std::vector<float>& row) {
+        std::vector<float> mult(static_cast<size_t>(bk_count));  // what the codes are computed with
+        for (int64_t j = 0; j < bk_count; ++j) {
+          const float s = block_multiplier(amax[j]);
+          const size_t idx = static_cast<size_t>(b * bk_count + j);
+          const float stored = store_scale(1.0f / s, o.scale_dtype, &t.scales[idx * es]);
+          t.scales_f32[idx] = stored;
+          mult[j] = f32 ? s : stored;
+        }
+        for (int64_t r = n0; r < n1; ++r) {
+          w.row(r, row.data());
+          uint8_t* out = &t.codes[static_cast<size_t>(r * w.cols)];
+          for (int64_t c = 0; c < w.cols; ++c) {
+            const float m = mult[c / o.block_k];
+            const float v = f32 ? row[c] * m : row[c] / m;
+            out[c] = f32_to_e4m3fn_sat(v);
+          }
+        }
+      });
   return t;
 }
 
@@ -110,13 +120,14 @@ std::vector<uint8_t> fp8_block_scales(const MatrixView& w, const Fp8BlockOptions
   const int64_t bk_count = ceil_div(w.cols, o.block_k);
   const size_t es = ckpt::dtype_size(o.scale_dtype);
   std::vector<uint8_t> scales(static_cast<size_t>(ceil_div(w.rows, o.block_n) * bk_count) * es);
-  for_block_rows(w, o, threads, [&](int64_t b, int64_t, int64_t, const std::vector<float>& amax,
-                                    std::vector<float>&) {
-    for (int64_t j = 0; j < bk_count; ++j) {
-      const float s = block_multiplier(amax[j]);
-      store_scale(1.0f / s, o.scale_dtype, &scales[static_cast<size_t>(b * bk_count + j) * es]);
-    }
-  });
+  for_block_rows(
+      w, o, threads,
+      [&](int64_t b, int64_t, int64_t, const std::vector<float>& amax, std::vector<float>&) {
+        for (int64_t j = 0; j < bk_count; ++j) {
+          const float s = block_multiplier(amax[j]);
+          store_scale(1.0f / s, o.scale_dtype, &scales[static_cast<size_t>(b * bk_count + j) * es]);
+        }
+      });
   return scales;
 }
 

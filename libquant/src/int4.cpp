@@ -48,7 +48,7 @@ GroupParams group_params(const float* x, int64_t len, bool sym) {
 }
 
 uint32_t code_of(float x, const GroupParams& p, bool sym) {
-  const float r = std::nearbyint(x / p.scale_f32);  // round half to even, as torch.round
+  const float r = std::nearbyint(x / p.scale_f32);          // round half to even, as torch.round
   if (std::isnan(r)) return static_cast<uint32_t>(p.zero);  // NaN weights dequantize to 0
   if (sym) return static_cast<uint32_t>(std::clamp(r, -8.0f, 7.0f) + 8.0f);
   return static_cast<uint32_t>(std::clamp(r + static_cast<float>(p.zero), 0.0f, 15.0f));
@@ -125,9 +125,9 @@ void dequantize_int4(const Int4View& v, float* out, int threads) {
     for (int64_t r = n0; r < n1; ++r) {
       for (int64_t c = 0; c < v.k; ++c) {
         const int64_t g = c / v.group;
-        out[r * v.k + c] = int4_dequant(int4_code(v.qweight, v.n, c, r),
-                                        int4_zero(v.qzeros, v.n, g, r, v.zeros),
-                                        v.scales[g * v.n + r]);
+        out[r * v.k + c] =
+            int4_dequant(int4_code(v.qweight, v.n, c, r), int4_zero(v.qzeros, v.n, g, r, v.zeros),
+                         v.scales[g * v.n + r]);
       }
     }
   });

@@ -54,8 +54,8 @@ void dequantize_int8_rows(const int8_t* q, const MatrixView& scales, int64_t n, 
                           float* out, int threads) {
   if (scales.rows * scales.cols != n) {
     throw Error(Errc::kUnsupported, "INT8 row scales hold " +
-                                        std::to_string(scales.rows * scales.cols) +
-                                        " values for " + std::to_string(n) + " rows");
+                                        std::to_string(scales.rows * scales.cols) + " values for " +
+                                        std::to_string(n) + " rows");
   }
   const MatrixView flat(scales.data, scales.dtype, n, 1);
   parallel_for(n, threads, 1, [&](int64_t r0, int64_t r1) {

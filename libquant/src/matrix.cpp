@@ -23,9 +23,12 @@ MatrixView::MatrixView(const void* d, ckpt::DType t, int64_t r, int64_t c)
 float MatrixView::at(int64_t r, int64_t c) const {
   const int64_t i = r * cols + c;
   switch (dtype) {
-    case ckpt::DType::kBF16: return bf16_to_f32(static_cast<const uint16_t*>(data)[i]);
-    case ckpt::DType::kF16: return f16_to_f32(static_cast<const uint16_t*>(data)[i]);
-    default: return static_cast<const float*>(data)[i];
+    case ckpt::DType::kBF16:
+      return bf16_to_f32(static_cast<const uint16_t*>(data)[i]);
+    case ckpt::DType::kF16:
+      return f16_to_f32(static_cast<const uint16_t*>(data)[i]);
+    default:
+      return static_cast<const float*>(data)[i];
   }
 }
 

@@ -47,9 +47,8 @@ namespace {
 std::vector<int64_t> topk_indices(const float* x, int64_t n, int k) {
   std::vector<int64_t> idx(static_cast<size_t>(n));
   std::iota(idx.begin(), idx.end(), 0);
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int64_t a, int64_t b) {
-    return x[a] != x[b] ? x[a] > x[b] : a < b;
-  });
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                    [&](int64_t a, int64_t b) { return x[a] != x[b] ? x[a] > x[b] : a < b; });
   idx.resize(static_cast<size_t>(k));
   return idx;
 }

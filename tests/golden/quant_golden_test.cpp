@@ -27,7 +27,9 @@ std::vector<T> values(const SafetensorsFile& f, const std::string& name) {
   return v;
 }
 
-uint32_t bits(float f) { return f32_bits(f); }
+uint32_t bits(float f) {
+  return f32_bits(f);
+}
 
 std::string hex(uint32_t v) {
   char buf[16];
@@ -150,7 +152,8 @@ TEST(GoldenInt4, RtnReproducesAutoRoundRegularFlow) {
   for (const std::string& m : mods) {
     SCOPED_TRACE(m);
     const auto src = g.source.view(m + ".weight");
-    const MatrixView w(src.bytes.data(), ckpt::DType::kBF16, static_cast<int64_t>(src.info->shape[0]),
+    const MatrixView w(src.bytes.data(), ckpt::DType::kBF16,
+                       static_cast<int64_t>(src.info->shape[0]),
                        static_cast<int64_t>(src.info->shape[1]));
     const Int4Tensors q = quantize_int4(w, {});
     EXPECT_EQ(q.qweight, values<uint32_t>(g.regular, m + ".qweight"));
@@ -171,7 +174,8 @@ TEST(GoldenInt4, ModelFreeRouteDiffersOnlyAtExactTiesAndPadding) {
   for (const std::string& m : modules(g.model_free)) {
     SCOPED_TRACE(m);
     const auto src = g.source.view(m + ".weight");
-    const int64_t n = static_cast<int64_t>(src.info->shape[0]), k = static_cast<int64_t>(src.info->shape[1]);
+    const int64_t n = static_cast<int64_t>(src.info->shape[0]),
+                  k = static_cast<int64_t>(src.info->shape[1]);
     const MatrixView w(src.bytes.data(), ckpt::DType::kBF16, n, k);
     const Int4Tensors q = quantize_int4(w, {});
     EXPECT_EQ(q.scales, values<uint16_t>(g.model_free, m + ".scales"));
@@ -186,7 +190,8 @@ TEST(GoldenInt4, ModelFreeRouteDiffersOnlyAtExactTiesAndPadding) {
         const size_t i = static_cast<size_t>(r * k + c);
         if (mine[i] == theirs[i]) continue;
         const float d = w.at(r, c) / f16_to_f32(q.scales[(c / 128) * n + r]);
-        ASSERT_EQ(std::fabs(d - std::trunc(d)), 0.5f) << "row " << r << " col " << c << " w/s " << d;
+        ASSERT_EQ(std::fabs(d - std::trunc(d)), 0.5f)
+            << "row " << r << " col " << c << " w/s " << d;
         ASSERT_EQ(std::abs(static_cast<int>(mine[i]) - static_cast<int>(theirs[i])), 1);
         ++ties_differing;
       }
@@ -207,7 +212,8 @@ TEST(GoldenInt4, DequantizesAutoRoundTensorsExactly) {
     const auto qz = values<uint32_t>(g.regular, m + ".qzeros");
     const auto sc = values<uint16_t>(g.regular, m + ".scales");
     std::vector<float> got(static_cast<size_t>(n * k));
-    dequantize_int4({qw.data(), qz.data(), sc.data(), n, k, 128, ZeroPoint::kV1StoredMinusOne}, got.data());
+    dequantize_int4({qw.data(), qz.data(), sc.data(), n, k, 128, ZeroPoint::kV1StoredMinusOne},
+                    got.data());
     ASSERT_EQ(got.size(), want.size());
     EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0);
   }

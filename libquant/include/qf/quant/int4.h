@@ -47,7 +47,9 @@ struct Int4View {
   ZeroPoint zeros = ZeroPoint::kV1StoredMinusOne;
 };
 
-inline int64_t int4_groups(int64_t k, int64_t group) { return (k + group - 1) / group; }
+inline int64_t int4_groups(int64_t k, int64_t group) {
+  return (k + group - 1) / group;
+}
 
 // Quantizes W [N, K] (w.rows = N, w.cols = K). Needs K % 8 == 0 and N % 8 == 0 (the packed
 // shapes), else Error(kUnsupported). Deterministic; threads split the outputs.

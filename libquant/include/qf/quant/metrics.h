@@ -10,10 +10,10 @@ struct ErrorStats {
   int64_t n_nonfinite = 0;  // elements where either side is NaN or inf (left out of the rest)
   double max_abs = 0;       // max |got - ref|
   double mean_abs = 0;
-  double rmse = 0;     // sqrt(mean((got - ref)^2))
-  double nmse = 0;     // sum((got - ref)^2) / sum(ref^2)   (0 when ref is all zero and equal)
-  double cosine = 1;   // <ref, got> / (|ref| |got|)  (1 when both are zero)
-  double snr_db = 0;   // 10 log10(sum(ref^2) / sum((got - ref)^2)); +inf when exact
+  double rmse = 0;    // sqrt(mean((got - ref)^2))
+  double nmse = 0;    // sum((got - ref)^2) / sum(ref^2)   (0 when ref is all zero and equal)
+  double cosine = 1;  // <ref, got> / (|ref| |got|)  (1 when both are zero)
+  double snr_db = 0;  // 10 log10(sum(ref^2) / sum((got - ref)^2)); +inf when exact
 };
 
 // Accumulates in double; deterministic.
