@@ -17,6 +17,7 @@ struct SynthArgs {
   std::string out;
   std::string preset;
   std::string config;
+  std::string from;
   std::string layout = "bf16";
   std::string values = "random";
   uint64_t seed = 0;
@@ -33,12 +34,15 @@ struct SynthArgs {
 };
 
 int run_synth(const SynthArgs& a) {
-  if (a.preset.empty() == a.config.empty()) {
-    throw Error(Errc::kUsage, "give exactly one of --preset or --config");
+  if (!a.preset.empty() + !a.config.empty() + !a.from.empty() != 1) {
+    throw Error(Errc::kUsage, "give exactly one of --preset, --config or --from");
   }
+  const std::string config_path =
+      a.from.empty() ? a.config : (std::filesystem::path(a.from) / "config.json").string();
   const ckpt::Qwen35Config cfg =
-      a.preset.empty() ? ckpt::qwen35_config_from_json(ckpt::read_text_file(a.config), a.config)
-                       : ckpt::qwen35_preset(a.preset);
+      a.preset.empty()
+          ? ckpt::qwen35_config_from_json(ckpt::read_text_file(config_path), config_path)
+          : ckpt::qwen35_preset(a.preset);
   quant::SynthOptions o;
   o.layout = ckpt::layout_from_name(a.layout);
   if (a.values != "random" && a.values != "zeros") {
@@ -60,7 +64,7 @@ int run_synth(const SynthArgs& a) {
   o.threads = a.threads;
 
   if (a.dry_run) {
-    const quant::SynthPlan plan = quant::plan_synth(cfg, o);
+    const quant::SynthPlan plan = quant::plan_synth(quant::effective_config(cfg, o), o);
     std::printf("would write %s: %s layout, %s tensors, %s in %zu files\n", a.out.c_str(),
                 a.layout.c_str(), with_commas(plan.tensors.size()).c_str(),
                 human_bytes(plan.tensor_bytes).c_str(), plan.files.size());
@@ -75,11 +79,13 @@ int run_synth(const SynthArgs& a) {
   quant::SynthPlan plan;
   {
     ProgressBar bar("synth", progress);
-    plan = quant::synth_checkpoint(cfg, a.out, o, &progress);
+    plan = a.from.empty() ? quant::synth_checkpoint(cfg, a.out, o, &progress)
+                          : quant::synth_from_checkpoint(a.from, a.out, o, &progress);
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("wrote %s: %s layout (%s, %s values), %s tensors, %s in %zu files, %.2f s\n",
-              a.out.c_str(), a.layout.c_str(), cfg.name.c_str(), a.values.c_str(),
+  const std::string what = a.from.empty() ? a.values + " values" : "RTN from " + a.from;
+  std::printf("wrote %s: %s layout (%s, %s), %s tensors, %s in %zu files, %.2f s\n", a.out.c_str(),
+              a.layout.c_str(), cfg.name.c_str(), what.c_str(),
               with_commas(plan.tensors.size()).c_str(), human_bytes(plan.tensor_bytes).c_str(),
               plan.files.size(), secs);
   return kExitOk;
@@ -94,6 +100,9 @@ Command add_synth(CLI::App& app) {
   sub->add_option("OUT", a->out, "output directory (must not exist unless --force)")->required();
   sub->add_option("--preset", a->preset, "tiny, 35b-a3b, 122b-a10b or 397b-a17b");
   sub->add_option("--config", a->config, "a Qwen3.5-MoE config.json instead of a preset");
+  sub->add_option("--from", a->from,
+                  "quantize this bf16-layout checkpoint (RTN) into --layout intel-int4 or "
+                  "qwen-fp8 instead of generating values");
   sub->add_option("--layout", a->layout, "bf16 (Qwen's release), intel-int4, qwen-fp8")
       ->capture_default_str();
   sub->add_option("--values", a->values, "random or zeros (zeros: sparse files)")
@@ -115,7 +124,11 @@ Command add_synth(CLI::App& app) {
   sub->footer(
       "Values are a pure function of (seed, tensor name, index): the same flags give\n"
       "byte-identical files on any machine.\n\n"
-      "Example:\n  qforge synth /tmp/tiny-int4 --preset tiny --layout intel-int4 --shards 2");
+      "--from splits fused experts, quantizes INT4 exactly as AutoRound's RTN (iters=0,\n"
+      "disable_opt_rtn) and FP8 exactly as transformers' fine-grained quantizer, and copies\n"
+      "everything else byte for byte.\n\n"
+      "Example:\n  qforge synth /tmp/tiny-bf16 --preset tiny --layout bf16\n"
+      "  qforge synth /tmp/tiny-int4 --from /tmp/tiny-bf16 --layout intel-int4 --shards 2");
   return {sub, [a] { return run_synth(*a); }};
 }
 

@@ -1,3 +1,7 @@
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdint>
 
 #include "qf/ckpt/problem.h"
@@ -58,6 +62,14 @@ const TensorInfo* SafetensorsFile::find(std::string_view name) const {
 
 TensorView SafetensorsFile::view(const TensorInfo& info) const {
   return {&info, {map_.data() + header_.data_offset() + info.begin, info.n_bytes()}};
+}
+
+void SafetensorsFile::release(uint64_t begin, uint64_t n) const {
+  if (!map_.data() || n == 0) return;
+  static const uint64_t kPage = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t lo = (header_.data_offset() + begin) / kPage * kPage;
+  const uint64_t hi = std::min(map_.size(), header_.data_offset() + begin + n);
+  ::madvise(const_cast<std::byte*>(map_.data()) + lo, hi - lo, MADV_DONTNEED);
 }
 
 TensorView SafetensorsFile::view(std::string_view name) const {

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "planned_writer.h"
 #include "qf/ckpt/file_io.h"
 #include "qf/ckpt/index.h"
 #include "qf/ckpt/shard_plan.h"
@@ -20,58 +21,6 @@ namespace fs = std::filesystem;
 using ckpt::TensorDecl;
 
 constexpr size_t kChunkBytes = 4u << 20;
-
-void write_file(const fs::path& path, const SynthPlan& plan, size_t file, const SynthOptions& o,
-                ckpt::Progress* progress) {
-  std::vector<ckpt::TensorSpec> specs;
-  std::map<std::string, const TensorDecl*> decl_of;
-  for (size_t i = 0; i < plan.tensors.size(); ++i) {
-    if (plan.file_of[i] != file) continue;
-    const TensorDecl& d = plan.tensors[i];
-    specs.push_back({d.name, d.dtype, d.shape});
-    decl_of[d.name] = &d;
-  }
-  ckpt::WriterOptions wo;
-  wo.overwrite = true;  // inside our own staging directory
-  wo.sparse_zeros = o.values == SynthValues::kZeros;
-  ckpt::SafetensorsWriter w(path, ckpt::plan_safetensors(specs, ckpt::Metadata{{"format", "pt"}}),
-                            wo);
-  std::vector<std::byte> buf(kChunkBytes);
-  for (const ckpt::TensorInfo& t : w.plan().layout) {
-    const TensorDecl& d = *decl_of.at(t.name);
-    const uint64_t n = t.n_bytes();
-    if (o.values == SynthValues::kZeros && d.role != ckpt::TensorRole::kQZeros) {
-      w.write_zeros(n);
-    } else {
-      for (uint64_t off = 0; off < n; off += kChunkBytes) {
-        const size_t take = static_cast<size_t>(std::min<uint64_t>(kChunkBytes, n - off));
-        synth_tensor_bytes(d, o.values, o.seed, off, {buf.data(), take});
-        w.write(buf.data(), take);
-        if (progress) progress->done.fetch_add(take, std::memory_order_relaxed);
-      }
-      continue;
-    }
-    if (progress) progress->done.fetch_add(n, std::memory_order_relaxed);
-  }
-  w.commit();
-}
-
-// Moves the finished staging directory to its final name.
-void publish(const fs::path& stage, const fs::path& out, bool overwrite) {
-  std::error_code ec;
-  if (fs::exists(out, ec)) {
-    if (!overwrite) throw Error(Errc::kExists, "'" + out.string() + "' appeared while writing");
-    fs::path old = out;
-    old += ".old";
-    fs::remove_all(old, ec);
-    fs::rename(out, old);
-    fs::rename(stage, out);
-    fs::remove_all(old, ec);
-  } else {
-    fs::rename(stage, out);
-  }
-  ckpt::fsync_dir(out.parent_path());
-}
 
 }  // namespace
 
@@ -166,60 +115,50 @@ std::string synth_quantization_config(const ckpt::Qwen35Config& c, const SynthOp
   return "";
 }
 
-SynthPlan synth_checkpoint(const ckpt::Qwen35Config& config, const fs::path& out_dir,
-                           const SynthOptions& o, ckpt::Progress* progress) {
-  std::error_code ec;
-  if (!o.overwrite && fs::exists(out_dir, ec)) {
-    throw Error(Errc::kExists, "'" + out_dir.string() + "' exists (use --force to overwrite)");
+ckpt::Qwen35Config effective_config(const ckpt::Qwen35Config& config, const SynthOptions& o) {
+  ckpt::Qwen35Config c = config;
+  if (o.schema.layers >= 0 && o.schema.layers < c.num_layers()) {
+    c.full_attention.resize(static_cast<size_t>(o.schema.layers));  // a smaller, whole model
   }
-  SynthPlan plan = plan_synth(config, o);
-  if (progress) progress->total = plan.tensor_bytes;
-  fs::path stage = out_dir;
-  stage += ".tmp";
-  fs::remove_all(stage, ec);  // leftovers of an interrupted run
-  if (!fs::create_directories(stage, ec) && ec)
-    throw_io("cannot create", stage.string(), ec.value());
+  if (!o.schema.mtp) c.mtp_num_hidden_layers = 0;
+  if (!o.schema.vision) c.vision.depth = 0;
+  return c;
+}
 
-  int threads = o.threads > 0 ? o.threads
-                              : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  threads = std::max(1, std::min<int>(threads, static_cast<int>(plan.files.size())));
-  std::atomic<size_t> next{0};
-  std::mutex mu;
-  std::exception_ptr err;
-  auto worker = [&] {
-    for (size_t f; (f = next.fetch_add(1)) < plan.files.size();) {
-      try {
-        write_file(stage / plan.files[f].name, plan, f, o, progress);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (!err) err = std::current_exception();
-        next = plan.files.size();
-      }
-    }
-  };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
-  worker();
-  for (std::thread& t : pool) t.join();
-  if (err) {
-    fs::remove_all(stage, ec);
-    std::rethrow_exception(err);
-  }
-
-  ckpt::ShardIndex index;
-  index.total_size = plan.tensor_bytes;
-  for (size_t i = 0; i < plan.tensors.size(); ++i) {
-    index.weight_map.emplace_back(plan.tensors[i].name, plan.files[plan.file_of[i]].name);
-  }
-  index.sort();
-  ckpt::write_file_atomic(stage / ckpt::kIndexFileName, ckpt::serialize_index(index), true);
+void write_configs(const fs::path& stage, const ckpt::Qwen35Config& config, const SynthOptions& o) {
   const std::string qcfg = synth_quantization_config(config, o);
   ckpt::write_file_atomic(stage / "config.json", ckpt::qwen35_config_json(config, qcfg), true);
   if (o.layout == ckpt::Qwen35Layout::kIntelInt4) {
     ckpt::write_file_atomic(stage / "quantization_config.json",
                             nlohmann::json::parse(qcfg).dump(2) + "\n", true);
   }
-  publish(stage, out_dir, o.overwrite);
+}
+
+SynthPlan synth_checkpoint(const ckpt::Qwen35Config& config, const fs::path& out_dir,
+                           const SynthOptions& o, ckpt::Progress* progress) {
+  const ckpt::Qwen35Config cfg = effective_config(config, o);
+  SynthPlan plan = plan_synth(cfg, o);
+  if (progress) progress->total = plan.tensor_bytes;
+  detail::PlannedWrite pw;
+  pw.overwrite = o.overwrite;
+  pw.sparse_zeros = o.values == SynthValues::kZeros;
+  pw.threads = o.threads;
+  auto produce = [&](const TensorDecl& d, ckpt::SafetensorsWriter& w) {
+    const uint64_t n = ckpt::tensor_bytes({d.name, d.dtype, d.shape});
+    if (o.values == SynthValues::kZeros && d.role != ckpt::TensorRole::kQZeros) {
+      w.write_zeros(n);
+    } else {
+      std::vector<std::byte> buf(static_cast<size_t>(std::min<uint64_t>(kChunkBytes, n)));
+      for (uint64_t off = 0; off < n; off += kChunkBytes) {
+        const size_t take = static_cast<size_t>(std::min<uint64_t>(kChunkBytes, n - off));
+        synth_tensor_bytes(d, o.values, o.seed, off, {buf.data(), take});
+        w.write(buf.data(), take);
+      }
+    }
+    if (progress) progress->done.fetch_add(n, std::memory_order_relaxed);
+  };
+  detail::write_planned_checkpoint(plan, out_dir, pw, produce,
+                                   [&](const fs::path& stage) { write_configs(stage, cfg, o); });
   return plan;
 }
 

@@ -7,10 +7,13 @@
 #include <cstring>
 #include <map>
 
+#include "qf/ckpt/checkpoint.h"
 #include "qf/ckpt/safetensors.h"
 #include "qf/quant/formats.h"
 #include "qf/quant/fp8_block.h"
 #include "qf/quant/int4.h"
+#include "qf/quant/synth.h"
+#include "test_support.h"
 
 namespace qf::quant {
 namespace {
@@ -216,6 +219,61 @@ TEST(GoldenInt4, DequantizesAutoRoundTensorsExactly) {
                     got.data());
     ASSERT_EQ(got.size(), want.size());
     EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0);
+  }
+}
+
+}  // namespace
+}  // namespace qf::quant
+
+namespace qf::quant {
+namespace {
+
+// End to end through `synth --from`: a bf16-layout checkpoint whose expert 0 (inside the fused
+// gate_up_proj / down_proj tensors) holds the golden model's MLP weights; the intel-int4 output
+// must carry AutoRound's bytes for that expert.
+TEST(GoldenInt4, SynthFromReproducesAutoRoundThroughFusedExperts) {
+  const Int4Golden g;
+  qf::test::TempDir dir;
+  ckpt::Qwen35Config cfg = ckpt::qwen35_preset("tiny");
+  cfg.moe_intermediate_size = 224;  // the golden Llama's MLP: [224, 256] and [256, 224]
+  cfg.full_attention = ckpt::qwen35_layer_types(1);
+  SynthOptions bf16;
+  bf16.schema.mtp = false;
+  bf16.schema.vision = false;
+  synth_checkpoint(cfg, dir / "bf16", bf16);
+
+  // Patch expert 0 of layer 0 in place.
+  const ckpt::Checkpoint c = ckpt::Checkpoint::open(dir / "bf16");
+  const std::string p = "model.language_model.layers.0.mlp.experts.";
+  const ckpt::TensorRef* gate_up = c.find(p + "gate_up_proj");
+  const ckpt::TensorRef* down = c.find(p + "down_proj");
+  ASSERT_TRUE(gate_up && down);
+  auto patch = [&](const ckpt::TensorRef* t, uint64_t offset, const std::string& golden) {
+    const auto src = g.source.view("model.layers.0.mlp." + golden + ".weight").bytes;
+    std::string bytes = qf::test::read_file(t->file->path());
+    std::memcpy(bytes.data() + t->file->header().data_offset() + t->info->begin + offset,
+                src.data(), src.size());
+    qf::test::write_file(t->file->path(), bytes);
+  };
+  patch(gate_up, 0, "gate_proj");
+  patch(gate_up, 224 * 256 * 2, "up_proj");
+  patch(down, 0, "down_proj");
+
+  SynthOptions int4;
+  int4.layout = ckpt::Qwen35Layout::kIntelInt4;
+  int4.schema = bf16.schema;
+  synth_from_checkpoint(dir / "bf16", dir / "int4", int4);
+  const ckpt::Checkpoint out = ckpt::Checkpoint::open(dir / "int4");
+  for (const char* m : {"gate_proj", "up_proj", "down_proj"}) {
+    SCOPED_TRACE(m);
+    const std::string ours = p + "0." + m;
+    const std::string theirs = std::string("model.layers.0.mlp.") + m;
+    for (const char* part : {".qweight", ".qzeros", ".scales"}) {
+      const auto a = out.view(ours + part).bytes;
+      const auto b = g.regular.view(theirs + part).bytes;
+      ASSERT_EQ(a.size(), b.size()) << part;
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size()), 0) << part;
+    }
   }
 }
 

@@ -72,11 +72,11 @@ TEST(Int4Rtn, ScaleSignExtremesAndClamps) {
   w[200] = -0.25f;
   const auto b = to_bf16(w);
   const Int4Tensors q = quantize_int4(MatrixView(b.data(), DType::kBF16, 8, 256), {});
-  EXPECT_EQ(q.scales[0 * 8 + 0], f32_to_f16(-0.5f / 8));   // positive extreme: negative scale
-  EXPECT_EQ(q.scales[1 * 8 + 0], f32_to_f16(0.25f / 8));   // negative extreme: positive scale
-  EXPECT_EQ(q.scales[0 * 8 + 3], 0x00A8u);                 // all-zero group: +f16(1e-5)
+  EXPECT_EQ(q.scales[0 * 8 + 0], f32_to_f16(-0.5f / 8));  // positive extreme: negative scale
+  EXPECT_EQ(q.scales[1 * 8 + 0], f32_to_f16(0.25f / 8));  // negative extreme: positive scale
+  EXPECT_EQ(q.scales[0 * 8 + 3], 0x00A8u);                // all-zero group: +f16(1e-5)
   const auto codes = unpack_int4(q.qweight.data(), 8, 256);
-  EXPECT_EQ(codes[10], 0u);   // the extreme maps to -8
+  EXPECT_EQ(codes[10], 0u);  // the extreme maps to -8
   EXPECT_EQ(codes[200], 0u);
   EXPECT_EQ(codes[3 * 256 + 7], 8u);  // zero weights are the zero code
   for (uint32_t z : q.qzeros) EXPECT_EQ(z, 0x77777777u);
@@ -168,7 +168,8 @@ TEST(Fp8Block, PartialBlocksZeroBlocksAndErrorBound) {
     // E4M3 keeps 3 mantissa bits: relative error <= 2^-4 in the normal range, absolute
     // <= 2^-10 * scale below it.
     const float s = q.scales_f32[(i / k / 128) * 2 + (i % k) / 128];
-    ASSERT_LE(std::fabs(deq[i] - w[i]), std::max(std::fabs(w[i]) * 0.0625f, s * 0.0009765625f) * 1.0001f)
+    ASSERT_LE(std::fabs(deq[i] - w[i]),
+              std::max(std::fabs(w[i]) * 0.0625f, s * 0.0009765625f) * 1.0001f)
         << i;
   }
 }

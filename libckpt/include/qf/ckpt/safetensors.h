@@ -107,6 +107,10 @@ class SafetensorsFile {
   // Throws Error(kTensorNotFound) naming the file.
   TensorView view(std::string_view name) const;
   const MappedFile& map() const { return map_; }
+  // Drops this process's mapping of the pages holding [begin, begin + n) of the data section
+  // (they stay in the page cache): streaming readers call it so RSS does not grow with the
+  // file. Later reads fault the pages back in.
+  void release(uint64_t begin, uint64_t n) const;
 
  private:
   SafetensorsFile() = default;

@@ -63,4 +63,25 @@ SynthPlan synth_checkpoint(const ckpt::Qwen35Config& config, const std::filesyst
 std::string synth_quantization_config(const ckpt::Qwen35Config& config,
                                       const SynthOptions& options);
 
+// The model a synthetic checkpoint describes: `config` cut to the emitted layers, without MTP
+// or vision when they are left out (so the written config.json matches the tensors).
+ckpt::Qwen35Config effective_config(const ckpt::Qwen35Config& config, const SynthOptions& options);
+
+// config.json (+ quantization_config.json for intel-int4) of a checkpoint in options.layout.
+void write_configs(const std::filesystem::path& dir, const ckpt::Qwen35Config& config,
+                   const SynthOptions& options);
+
+// Quantizes a Qwen3.5-MoE checkpoint in the bf16 layout (Qwen's release, or `synth --layout
+// bf16`) into options.layout (intel-int4: AutoRound-compatible RTN; qwen-fp8: block FP8 as
+// transformers quantizes), so that one BF16 model yields consistent sources for build-hybrid.
+// Fused 3-D experts are split per expert (gate rows first); F32 tensors the target stores as
+// BF16 are rounded to nearest even; everything else is copied byte for byte. Other files of
+// the source (tokenizer, generation config) are copied. Reads the source through its mapping
+// and releases each tensor's pages after use, so memory stays bounded by the largest module.
+// Throws Error(kTensorNotFound / kUnsupported) naming the source tensor that is missing or of
+// the wrong shape or dtype.
+SynthPlan synth_from_checkpoint(const std::filesystem::path& source_dir,
+                                const std::filesystem::path& out_dir, const SynthOptions& options,
+                                ckpt::Progress* progress = nullptr);
+
 }  // namespace qf::quant

@@ -1,0 +1,110 @@
+#include "planned_writer.h"
+
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "qf/ckpt/file_io.h"
+#include "qf/ckpt/index.h"
+
+namespace qf::quant::detail {
+namespace {
+
+namespace fs = std::filesystem;
+
+void write_file(const fs::path& path, const SynthPlan& plan, size_t file, const PlannedWrite& o,
+                const TensorProducer& produce) {
+  std::vector<ckpt::TensorSpec> specs;
+  std::map<std::string, const ckpt::TensorDecl*> decl_of;
+  for (size_t i = 0; i < plan.tensors.size(); ++i) {
+    if (plan.file_of[i] != file) continue;
+    const ckpt::TensorDecl& d = plan.tensors[i];
+    specs.push_back({d.name, d.dtype, d.shape});
+    decl_of[d.name] = &d;
+  }
+  ckpt::WriterOptions wo;
+  wo.overwrite = true;  // inside our own staging directory
+  wo.sparse_zeros = o.sparse_zeros;
+  ckpt::SafetensorsWriter w(path, ckpt::plan_safetensors(specs, ckpt::Metadata{{"format", "pt"}}),
+                            wo);
+  for (const ckpt::TensorInfo& t : w.plan().layout) {
+    const uint64_t before = w.bytes_written();
+    produce(*decl_of.at(t.name), w);
+    QF_ASSERT(w.bytes_written() - before == t.n_bytes(), "producer wrote the wrong byte count");
+  }
+  w.commit();
+}
+
+// Moves the finished staging directory to its final name.
+void publish(const fs::path& stage, const fs::path& out, bool overwrite) {
+  std::error_code ec;
+  if (fs::exists(out, ec)) {
+    if (!overwrite) throw Error(Errc::kExists, "'" + out.string() + "' appeared while writing");
+    fs::path old = out;
+    old += ".old";
+    fs::remove_all(old, ec);
+    fs::rename(out, old);
+    fs::rename(stage, out);
+    fs::remove_all(old, ec);
+  } else {
+    fs::rename(stage, out);
+  }
+  ckpt::fsync_dir(out.parent_path());
+}
+
+}  // namespace
+
+void write_planned_checkpoint(const SynthPlan& plan, const fs::path& out_dir,
+                              const PlannedWrite& o, const TensorProducer& produce,
+                              const std::function<void(const fs::path&)>& finish) {
+  std::error_code ec;
+  if (!o.overwrite && fs::exists(out_dir, ec)) {
+    throw Error(Errc::kExists, "'" + out_dir.string() + "' exists (use --force to overwrite)");
+  }
+  fs::path stage = out_dir;
+  stage += ".tmp";
+  fs::remove_all(stage, ec);  // leftovers of an interrupted run
+  if (!fs::create_directories(stage, ec) && ec) throw_io("cannot create", stage.string(), ec.value());
+  try {
+    int threads = o.threads > 0 ? o.threads
+                                : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    threads = std::max(1, std::min<int>(threads, static_cast<int>(plan.files.size())));
+    std::atomic<size_t> next{0};
+    std::mutex mu;
+    std::exception_ptr err;
+    auto worker = [&] {
+      for (size_t f; (f = next.fetch_add(1)) < plan.files.size();) {
+        try {
+          write_file(stage / plan.files[f].name, plan, f, o, produce);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (!err) err = std::current_exception();
+          next = plan.files.size();
+        }
+      }
+    };
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
+    worker();
+    for (std::thread& t : pool) t.join();
+    if (err) std::rethrow_exception(err);
+
+    ckpt::ShardIndex index;
+    index.total_size = plan.tensor_bytes;
+    for (size_t i = 0; i < plan.tensors.size(); ++i) {
+      index.weight_map.emplace_back(plan.tensors[i].name, plan.files[plan.file_of[i]].name);
+    }
+    index.sort();
+    ckpt::write_file_atomic(stage / ckpt::kIndexFileName, ckpt::serialize_index(index), true);
+    finish(stage);
+  } catch (...) {
+    fs::remove_all(stage, ec);
+    throw;
+  }
+  publish(stage, out_dir, o.overwrite);
+}
+
+}  // namespace qf::quant::detail

@@ -1,0 +1,33 @@
+// Internal: writes a planned checkpoint (SynthPlan) through a staging directory, one file per
+// thread, with a caller-supplied producer for each tensor's bytes. Shared by synth and
+// synth --from.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+
+#include "qf/ckpt/progress.h"
+#include "qf/ckpt/writer.h"
+#include "qf/quant/synth.h"
+
+namespace qf::quant::detail {
+
+struct PlannedWrite {
+  bool overwrite = false;
+  bool sparse_zeros = false;  // WriterOptions::sparse_zeros for every file
+  int threads = 0;            // files written in parallel; 0 = hardware concurrency
+};
+
+// Appends the bytes of tensor `decl` to `w` (exactly its planned size). Called on the thread
+// that writes the file, in the writer's order. Must add the bytes it wrote to progress.
+using TensorProducer =
+    std::function<void(const ckpt::TensorDecl& decl, ckpt::SafetensorsWriter& w)>;
+
+// Writes every file of `plan` and the index into "<out_dir>.tmp", then calls finish(stage) for
+// the other files (configs, tokenizer), then renames the staging directory to out_dir.
+// Refuses an existing out_dir unless overwrite; on failure removes the staging directory.
+void write_planned_checkpoint(const SynthPlan& plan, const std::filesystem::path& out_dir,
+                              const PlannedWrite& options, const TensorProducer& produce,
+                              const std::function<void(const std::filesystem::path&)>& finish);
+
+}  // namespace qf::quant::detail
