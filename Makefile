@@ -42,6 +42,7 @@ fuzz:
 	  -dict=tests/fuzz/header.dict build-fuzz/corpus tests/fuzz/seeds
 
 bench: build
+	$(BUILD)/bin/qforge-bench-quant
 	$(BUILD)/bin/qforge-bench-ckpt $(BENCH_ARGS)
 
 format:

@@ -64,9 +64,9 @@ void for_block_rows(const MatrixView& w, const Fp8BlockOptions& o, int threads, 
       std::fill(amax.begin(), amax.end(), 0.0f);
       for (int64_t r = n0; r < n1; ++r) {
         w.row(r, row.data());
-        for (int64_t c = 0; c < w.cols; ++c) {
-          float& a = amax[c / o.block_k];
-          a = std::max(a, std::fabs(row[c]));
+        for (int64_t j = 0; j < static_cast<int64_t>(amax.size()); ++j) {
+          const int64_t c0 = j * o.block_k, len = std::min(o.block_k, w.cols - c0);
+          amax[j] = std::max(amax[j], max_abs(row.data() + c0, len));
         }
       }
       fn(b, n0, n1, amax, row);
@@ -102,14 +102,21 @@ Fp8BlockTensors quantize_fp8_block(const MatrixView& w, const Fp8BlockOptions& o
           t.scales_f32[idx] = stored;
           mult[j] = f32 ? s : stored;
         }
+        // Per-column multiplier, and codes into uint32 first (a uint8_t* may alias the row).
+        std::vector<float> m_of(static_cast<size_t>(w.cols));
+        for (int64_t c = 0; c < w.cols; ++c) m_of[c] = mult[c / o.block_k];
+        std::vector<uint32_t> codes(static_cast<size_t>(w.cols));
         for (int64_t r = n0; r < n1; ++r) {
           w.row(r, row.data());
-          uint8_t* out = &t.codes[static_cast<size_t>(r * w.cols)];
-          for (int64_t c = 0; c < w.cols; ++c) {
-            const float m = mult[c / o.block_k];
-            const float v = f32 ? row[c] * m : row[c] / m;
-            out[c] = f32_to_e4m3fn_sat(v);
+          const float *x = row.data(), *mv = m_of.data();
+          uint32_t* cv = codes.data();
+          if (f32) {
+            for (int64_t c = 0; c < w.cols; ++c) cv[c] = f32_to_e4m3fn_sat(x[c] * mv[c]);
+          } else {
+            for (int64_t c = 0; c < w.cols; ++c) cv[c] = f32_to_e4m3fn_sat(x[c] / mv[c]);
           }
+          uint8_t* __restrict out = &t.codes[static_cast<size_t>(r * w.cols)];
+          for (int64_t c = 0; c < w.cols; ++c) out[c] = static_cast<uint8_t>(cv[c]);
         }
       });
   return t;

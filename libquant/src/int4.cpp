@@ -25,10 +25,23 @@ uint16_t clamp_scale(uint16_t h) {
 }
 
 GroupParams group_params(const float* x, int64_t len, bool sym) {
-  float wmin = 0.0f, wmax = 0.0f;  // min(w, 0) and max(w, 0)
-  for (int64_t i = 0; i < len; ++i) {
-    wmin = std::min(wmin, x[i]);
-    wmax = std::max(wmax, x[i]);
+  // min(w, 0) and max(w, 0), in eight independent lanes so the loop vectorizes.
+  float lmin[8] = {0, 0, 0, 0, 0, 0, 0, 0}, lmax[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= len; i += 8) {
+    for (int j = 0; j < 8; ++j) {
+      lmin[j] = x[i + j] < lmin[j] ? x[i + j] : lmin[j];
+      lmax[j] = x[i + j] > lmax[j] ? x[i + j] : lmax[j];
+    }
+  }
+  for (; i < len; ++i) {
+    lmin[0] = std::min(lmin[0], x[i]);
+    lmax[0] = std::max(lmax[0], x[i]);
+  }
+  float wmin = 0.0f, wmax = 0.0f;
+  for (int j = 0; j < 8; ++j) {
+    wmin = std::min(wmin, lmin[j]);
+    wmax = std::max(wmax, lmax[j]);
   }
   GroupParams p;
   if (sym) {
@@ -47,11 +60,13 @@ GroupParams group_params(const float* x, int64_t len, bool sym) {
   return p;
 }
 
-uint32_t code_of(float x, const GroupParams& p, bool sym) {
-  const float r = std::nearbyint(x / p.scale_f32);          // round half to even, as torch.round
-  if (std::isnan(r)) return static_cast<uint32_t>(p.zero);  // NaN weights dequantize to 0
-  if (sym) return static_cast<uint32_t>(std::clamp(r, -8.0f, 7.0f) + 8.0f);
-  return static_cast<uint32_t>(std::clamp(r + static_cast<float>(p.zero), 0.0f, 15.0f));
+// clamp(round_half_even(x / scale), lo, hi) + zero, as torch.round then clamp (clamping first
+// gives the same integers since the bounds are integers). NaN weights get the zero code.
+uint32_t code_of(float x, float scale, float lo, float hi, float zero) {
+  float d = x / scale;
+  d = d != d ? 0.0f : d;
+  d = d < lo ? lo : (d > hi ? hi : d);
+  return static_cast<uint32_t>(round_half_even_small(d) + zero);
 }
 
 void check_shape(const MatrixView& w, const Int4Options& o) {
@@ -81,7 +96,9 @@ Int4Tensors quantize_int4(const MatrixView& w, const Int4Options& o, int threads
   t.scales.assign(static_cast<size_t>(g_count * n), 0);
   // Threads own disjoint outputs: whole 8-output spans, so qzeros words are never shared.
   parallel_for(n, threads, 8, [&](int64_t n0, int64_t n1) {
-    std::vector<float> row(static_cast<size_t>(k));
+    const size_t kk = static_cast<size_t>(k);
+    std::vector<float> row(kk), scale(kk), lo(kk), hi(kk), zero(kk);  // per element of a row
+    std::vector<uint32_t> codes(kk);
     for (int64_t r = n0; r < n1; ++r) {
       w.row(r, row.data());
       for (int64_t g = 0; g < g_count; ++g) {
@@ -90,9 +107,22 @@ Int4Tensors quantize_int4(const MatrixView& w, const Int4Options& o, int threads
         t.scales[g * n + r] = p.scale;
         const uint32_t stored = o.zeros == ZeroPoint::kV1StoredMinusOne ? p.zero - 1 : p.zero;
         t.qzeros[g * (n / 8) + r / 8] |= (stored & 0xFu) << (4 * (r % 8));
-        for (int64_t c = k0; c < k1; ++c) {
-          t.qweight[(c / 8) * n + r] |= code_of(row[c], p, o.sym) << (4 * (c % 8));
-        }
+        // sym: q in [-8, 7], code q + 8; asym: q in [-zero, 15 - zero], code q + zero.
+        const float z = static_cast<float>(p.zero);
+        std::fill(scale.begin() + k0, scale.begin() + k1, p.scale_f32);
+        std::fill(lo.begin() + k0, lo.begin() + k1, o.sym ? -8.0f : -z);
+        std::fill(hi.begin() + k0, hi.begin() + k1, o.sym ? 7.0f : 15.0f - z);
+        std::fill(zero.begin() + k0, zero.begin() + k1, z);
+      }
+      // Codes for the whole row (vectorizes), then eight per word, lowest nibble = lowest k.
+      const float *x = row.data(), *sc = scale.data(), *lv = lo.data(), *hv = hi.data(),
+                  *zv = zero.data();
+      uint32_t* cv = codes.data();
+      for (int64_t c = 0; c < k; ++c) cv[c] = code_of(x[c], sc[c], lv[c], hv[c], zv[c]);
+      for (int64_t b = 0; b < k / 8; ++b) {
+        const uint32_t* p8 = cv + 8 * b;
+        t.qweight[b * n + r] = p8[0] | p8[1] << 4 | p8[2] << 8 | p8[3] << 12 | p8[4] << 16 |
+                               p8[5] << 20 | p8[6] << 24 | p8[7] << 28;
       }
     }
   });

@@ -10,28 +10,23 @@
 
 namespace qf::quant {
 
-Int8RowTensors quantize_int8_rows(const MatrixView& w, ckpt::DType dtype, int threads) {
+void quantize_int8_rows_into(const MatrixView& w, int64_t row0, int64_t n_rows, ckpt::DType dtype,
+                             int8_t* q, uint8_t* scales, float* scales_f32, int threads) {
   if (dtype != ckpt::DType::kF32 && dtype != ckpt::DType::kF16 && dtype != ckpt::DType::kBF16) {
     throw Error(Errc::kUnsupported, "INT8 row scales are F32, F16 or BF16, not " +
                                         std::string(ckpt::dtype_name(dtype)));
   }
-  Int8RowTensors t;
-  t.n = w.rows;
-  t.k = w.cols;
-  t.scale_dtype = dtype;
   const size_t es = ckpt::dtype_size(dtype);
-  t.q.resize(static_cast<size_t>(w.rows * w.cols));
-  t.scales.resize(static_cast<size_t>(w.rows) * es);
-  t.scales_f32.resize(static_cast<size_t>(w.rows));
-  parallel_for(w.rows, threads, 1, [&](int64_t r0, int64_t r1) {
-    std::vector<float> row(static_cast<size_t>(w.cols));
+  const int64_t k = w.cols;
+  parallel_for(n_rows, threads, 1, [&](int64_t r0, int64_t r1) {
+    std::vector<float> row(static_cast<size_t>(k));
+    std::vector<int32_t> qi(static_cast<size_t>(k));
     for (int64_t r = r0; r < r1; ++r) {
-      w.row(r, row.data());
-      float amax = 0.0f;
-      for (float v : row) amax = std::max(amax, std::fabs(v));
+      w.row(row0 + r, row.data());
+      const float amax = max_abs(row.data(), k);
       const float s = amax > 0.0f ? amax / 127.0f : 1.0f;
       float stored = s;
-      uint8_t* sp = &t.scales[static_cast<size_t>(r) * es];
+      uint8_t* sp = scales + static_cast<size_t>(r) * es;
       if (dtype == ckpt::DType::kF32) {
         std::memcpy(sp, &s, 4);
       } else {
@@ -39,14 +34,32 @@ Int8RowTensors quantize_int8_rows(const MatrixView& w, ckpt::DType dtype, int th
         stored = dtype == ckpt::DType::kF16 ? f16_to_f32(h) : bf16_to_f32(h);
         std::memcpy(sp, &h, 2);
       }
-      t.scales_f32[r] = stored;
-      int8_t* out = &t.q[static_cast<size_t>(r * w.cols)];
-      for (int64_t c = 0; c < w.cols; ++c) {
-        const float q = std::nearbyint(row[c] / stored);
-        out[c] = std::isnan(q) ? 0 : static_cast<int8_t>(std::clamp(q, -127.0f, 127.0f));
+      scales_f32[r] = stored;
+      // Into int32 first: an int8_t* may alias the row, which would stop the vectorizer.
+      const float* x = row.data();
+      int32_t* qv = qi.data();
+      for (int64_t c = 0; c < k; ++c) {  // clamp, then round half to even; NaN -> 0
+        float d = x[c] / stored;
+        d = d != d ? 0.0f : d;
+        d = d < -127.0f ? -127.0f : (d > 127.0f ? 127.0f : d);
+        qv[c] = static_cast<int32_t>(round_half_even_small(d));
       }
+      int8_t* __restrict out = q + r * k;
+      for (int64_t c = 0; c < k; ++c) out[c] = static_cast<int8_t>(qv[c]);
     }
   });
+}
+
+Int8RowTensors quantize_int8_rows(const MatrixView& w, ckpt::DType dtype, int threads) {
+  Int8RowTensors t;
+  t.n = w.rows;
+  t.k = w.cols;
+  t.scale_dtype = dtype;
+  t.q.resize(static_cast<size_t>(w.rows * w.cols));
+  t.scales.resize(static_cast<size_t>(w.rows) * ckpt::dtype_size(dtype));
+  t.scales_f32.resize(static_cast<size_t>(w.rows));
+  quantize_int8_rows_into(w, 0, w.rows, dtype, t.q.data(), t.scales.data(), t.scales_f32.data(),
+                          threads);
   return t;
 }
 

@@ -1,6 +1,7 @@
 #include "qf/quant/matrix.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <exception>
 #include <mutex>
@@ -48,6 +49,21 @@ void MatrixView::row(int64_t r, float* out) const {
     default:
       std::memcpy(out, static_cast<const float*>(data) + base, static_cast<size_t>(cols) * 4);
   }
+}
+
+float max_abs(const float* x, int64_t n) {
+  float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) {
+      const float a = std::fabs(x[i + j]);
+      lane[j] = a > lane[j] ? a : lane[j];
+    }
+  }
+  for (; i < n; ++i) lane[0] = std::max(lane[0], std::fabs(x[i]));
+  float m = 0.0f;
+  for (float l : lane) m = std::max(m, l);
+  return m;
 }
 
 void parallel_for(int64_t n, int threads, int64_t align,

@@ -57,8 +57,8 @@ void publish(const fs::path& stage, const fs::path& out, bool overwrite) {
 
 }  // namespace
 
-void write_planned_checkpoint(const SynthPlan& plan, const fs::path& out_dir,
-                              const PlannedWrite& o, const TensorProducer& produce,
+void write_planned_checkpoint(const SynthPlan& plan, const fs::path& out_dir, const PlannedWrite& o,
+                              const TensorProducer& produce,
                               const std::function<void(const fs::path&)>& finish) {
   std::error_code ec;
   if (!o.overwrite && fs::exists(out_dir, ec)) {
@@ -67,10 +67,12 @@ void write_planned_checkpoint(const SynthPlan& plan, const fs::path& out_dir,
   fs::path stage = out_dir;
   stage += ".tmp";
   fs::remove_all(stage, ec);  // leftovers of an interrupted run
-  if (!fs::create_directories(stage, ec) && ec) throw_io("cannot create", stage.string(), ec.value());
+  if (!fs::create_directories(stage, ec) && ec)
+    throw_io("cannot create", stage.string(), ec.value());
   try {
-    int threads = o.threads > 0 ? o.threads
-                                : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    int threads = o.threads > 0
+                      ? o.threads
+                      : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     threads = std::max(1, std::min<int>(threads, static_cast<int>(plan.files.size())));
     std::atomic<size_t> next{0};
     std::mutex mu;

@@ -42,7 +42,9 @@ std::string shape_str(const ckpt::TensorInfo& t) {
   return std::string(ckpt::dtype_name(t.dtype)) + " " + ckpt::shape_to_string(t.shape);
 }
 
-bool is_float(DType d) { return d == DType::kBF16 || d == DType::kF16 || d == DType::kF32; }
+bool is_float(DType d) {
+  return d == DType::kBF16 || d == DType::kF16 || d == DType::kF32;
+}
 
 void check_aligned(const Slab& s) {
   if (reinterpret_cast<uintptr_t>(s.data()) % ckpt::dtype_size(s.info->dtype) != 0) {
@@ -75,8 +77,8 @@ Slab module_source(const ckpt::Checkpoint& src, const TensorDecl& d) {
   const std::string fused = m[1].str() + (down ? ".down_proj" : ".gate_up_proj");
   const ckpt::TensorRef* r = src.find(fused);
   if (!r) {
-    throw Error(Errc::kTensorNotFound, "the source has neither '" + d.module +
-                                           ".weight' nor the fused '" + fused + "'");
+    throw Error(Errc::kTensorNotFound,
+                "the source has neither '" + d.module + ".weight' nor the fused '" + fused + "'");
   }
   const ckpt::Shape& sh = r->info->shape;
   const ckpt::Shape want_tail = down ? ckpt::Shape{n, k} : ckpt::Shape{2 * n, k};
@@ -99,11 +101,12 @@ Slab module_source(const ckpt::Checkpoint& src, const TensorDecl& d) {
 Slab plain_source(const ckpt::Checkpoint& src, const TensorDecl& d) {
   const ckpt::TensorRef* r = src.find(d.name);
   if (!r) throw Error(Errc::kTensorNotFound, "the source has no tensor '" + d.name + "'");
-  const bool convertible = r->info->dtype == d.dtype || (is_float(r->info->dtype) && is_float(d.dtype));
+  const bool convertible =
+      r->info->dtype == d.dtype || (is_float(r->info->dtype) && is_float(d.dtype));
   if (r->info->shape != d.shape || !convertible) {
-    throw Error(Errc::kUnsupported, "source '" + d.name + "' is " + shape_str(*r->info) + ", expected " +
-                                        std::string(ckpt::dtype_name(d.dtype)) + " " +
-                                        ckpt::shape_to_string(d.shape));
+    throw Error(Errc::kUnsupported, "source '" + d.name + "' is " + shape_str(*r->info) +
+                                        ", expected " + std::string(ckpt::dtype_name(d.dtype)) +
+                                        " " + ckpt::shape_to_string(d.shape));
   }
   const int64_t numel = static_cast<int64_t>(ckpt::shape_numel(d.shape));
   Slab s{r->file, r->info, 0, 1, numel};
@@ -162,14 +165,17 @@ SynthPlan synth_from_checkpoint(const fs::path& source_dir, const fs::path& out_
   std::vector<Slab> sources(plan.tensors.size());
   for (size_t i = 0; i < plan.tensors.size(); ++i) {
     const TensorDecl& d = plan.tensors[i];
-    sources[i] = d.format == ckpt::LinearFormat::kBf16 ? plain_source(src, d) : module_source(src, d);
+    sources[i] =
+        d.format == ckpt::LinearFormat::kBf16 ? plain_source(src, d) : module_source(src, d);
   }
   std::map<const TensorDecl*, const Slab*> source_of;
   for (size_t i = 0; i < plan.tensors.size(); ++i) source_of[&plan.tensors[i]] = &sources[i];
   if (progress) progress->total = plan.tensor_bytes;
 
   // Quantization threads inside a file only when there are fewer files than cores.
-  const int cores = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int cores = o.threads > 0
+                        ? o.threads
+                        : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int inner = std::max(1, cores / static_cast<int>(std::max<size_t>(1, plan.files.size())));
   Int4Options int4;
   int4.group_size = o.schema.group_size;
@@ -197,9 +203,15 @@ SynthPlan synth_from_checkpoint(const fs::path& source_dir, const fs::path& out_
         }
         write_vec(w, d.role == TensorRole::kQWeight ? cached.qweight : cached.qzeros);
         break;
-      case TensorRole::kQScales: write_vec(w, int4_scales(s.matrix(), int4, inner)); break;
-      case TensorRole::kFp8Weight: write_vec(w, quantize_fp8_block(s.matrix(), fp8, inner).codes); break;
-      case TensorRole::kFp8ScaleInv: write_vec(w, fp8_block_scales(s.matrix(), fp8, inner)); break;
+      case TensorRole::kQScales:
+        write_vec(w, int4_scales(s.matrix(), int4, inner));
+        break;
+      case TensorRole::kFp8Weight:
+        write_vec(w, quantize_fp8_block(s.matrix(), fp8, inner).codes);
+        break;
+      case TensorRole::kFp8ScaleInv:
+        write_vec(w, fp8_block_scales(s.matrix(), fp8, inner));
+        break;
       default:
         if (s.info->dtype == d.dtype) {
           w.copy_from(s.file->map().fd(), s.file->header().data_offset() + s.info->begin + s.offset,
@@ -210,7 +222,8 @@ SynthPlan synth_from_checkpoint(const fs::path& source_dir, const fs::path& out_
     }
     s.release();
     if (progress) {
-      progress->done.fetch_add(ckpt::tensor_bytes({d.name, d.dtype, d.shape}), std::memory_order_relaxed);
+      progress->done.fetch_add(ckpt::tensor_bytes({d.name, d.dtype, d.shape}),
+                               std::memory_order_relaxed);
     }
   };
   detail::PlannedWrite pw;

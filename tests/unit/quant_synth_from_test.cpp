@@ -94,9 +94,10 @@ TEST_F(SynthFrom, EveryTensorFollowsFromItsSource) {
       if (d.format == ckpt::LinearFormat::kInt4) {
         const Int4Tensors q = quantize_int4(mv, {});
         const auto& v = d.role == ckpt::TensorRole::kQWeight ? q.qweight : q.qzeros;
-        want = d.role == ckpt::TensorRole::kQScales
-                   ? std::string(reinterpret_cast<const char*>(q.scales.data()), q.scales.size() * 2)
-                   : std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4);
+        want =
+            d.role == ckpt::TensorRole::kQScales
+                ? std::string(reinterpret_cast<const char*>(q.scales.data()), q.scales.size() * 2)
+                : std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4);
         ++n_int4;
       } else {
         const Fp8BlockTensors q = quantize_fp8_block(mv, fp8);

@@ -120,21 +120,44 @@ QF_HD float e4m3fn_to_f32(uint8_t c) {
   return sign ? -v : v;
 }
 
+namespace detail {
+
+// RNE of a finite |x| < 480 (f32 bits without sign) to E4M3FN, as c10's
+// fp8e4m3fn_from_fp32_value: normals by a biased integer add on the bits (the odd-mantissa bit
+// breaks ties to even), subnormals (< 2^-6) by one f32 add of 2^14, which rounds to the 2^-9
+// grid in the FPU's default round-to-nearest-even mode. Branch-light, so loops vectorize.
+QF_HD uint32_t e4m3fn_round_finite(uint32_t ax) {
+  const uint32_t normal = (ax + ((7u - 127u) << 23) + 0x7FFFFu + ((ax >> 20) & 1u)) >> 20;
+  const uint32_t sub = f32_bits(f32_from_bits(ax) + 16384.0f) - (141u << 23);
+  return ax < (121u << 23) ? sub : normal;
+}
+
+}  // namespace detail
+
 // torch semantics, non-saturating (see the file comment).
 QF_HD uint8_t f32_to_e4m3fn(float f) {
   const uint32_t u = f32_bits(f);
   const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
   const uint32_t ax = u & 0x7FFFFFFFu;
-  if (ax >= 0x43F00000u) return sign | 0x7Fu;                          // >= 480, inf, NaN -> NaN
-  return sign | static_cast<uint8_t>(detail::round_narrow<3, 7>(ax));  // (464, 480) -> 0x7F too
+  if (ax >= 0x43F00000u) return sign | 0x7Fu;                           // >= 480, inf, NaN -> NaN
+  return sign | static_cast<uint8_t>(detail::e4m3fn_round_finite(ax));  // (464, 480) -> 0x7F
 }
 
 // Clamps to +-448 first: what FP8 weight quantizers store. NaN stays NaN.
 QF_HD uint8_t f32_to_e4m3fn_sat(float f) {
   const uint32_t u = f32_bits(f);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint8_t>(((u >> 24) & 0x80u) | 0x7Fu);
-  const float c = f > kE4M3Max ? kE4M3Max : (f < -kE4M3Max ? -kE4M3Max : f);
-  return f32_to_e4m3fn(c);
+  const uint32_t sign = (u >> 24) & 0x80u;
+  const uint32_t ax = u & 0x7FFFFFFFu;
+  const uint32_t clamped = ax > 0x43E00000u ? 0x43E00000u : ax;  // |x| > 448 and inf -> 448
+  const uint32_t code = ax > 0x7F800000u ? 0x7Fu : detail::e4m3fn_round_finite(clamped);
+  return static_cast<uint8_t>(sign | code);
+}
+
+// Round half to even of |x| < 2^22, exactly: adding 1.5 * 2^23 moves x into the binade where
+// the spacing is 1, so the FPU's default rounding does the work (vectorizes; no libm call).
+QF_HD float round_half_even_small(float x) {
+  constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
+  return (x + kMagic) - kMagic;
 }
 
 // ---- FP8 E5M2 (safetensors F8_E5M2, torch float8_e5m2) -------------------------------------

@@ -24,6 +24,12 @@ struct Int8RowTensors {
 // scale_dtype: F32, F16 or BF16.
 Int8RowTensors quantize_int8_rows(const MatrixView& w, ckpt::DType scale_dtype, int threads = 0);
 
+// The same for rows [row0, row0 + n_rows) of w, into caller-owned buffers (no allocation, for
+// streaming writers): q [n_rows, K], scales [n_rows] stored bytes, scales_f32 [n_rows].
+void quantize_int8_rows_into(const MatrixView& w, int64_t row0, int64_t n_rows,
+                             ckpt::DType scale_dtype, int8_t* q, uint8_t* scales, float* scales_f32,
+                             int threads = 0);
+
 // W [N, K] in f32: q * s, exact. `scales` holds N values (any [N] or [N, 1] shape).
 void dequantize_int8_rows(const int8_t* q, const MatrixView& scales, int64_t n, int64_t k,
                           float* out, int threads = 0);

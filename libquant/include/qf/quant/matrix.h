@@ -23,6 +23,9 @@ struct MatrixView {
   void row(int64_t r, float* out) const;
 };
 
+// max |x[i]| over n values, NaN ignored, in eight independent lanes so it vectorizes.
+float max_abs(const float* x, int64_t n);
+
 // Runs fn(begin, end) over [0, n) split into contiguous chunks that are multiples of `align`
 // (except the last), on up to `threads` threads (0: hardware concurrency). Blocks until done;
 // rethrows the first exception.
