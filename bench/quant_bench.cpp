@@ -45,16 +45,19 @@ double memcpy_seconds(const void* src, void* dst, size_t bytes, int threads) {
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
     const size_t b = bytes * t / threads, e = bytes * (t + 1) / threads;
-    pool.emplace_back([=] { std::memcpy(static_cast<char*>(dst) + b, static_cast<const char*>(src) + b, e - b); });
+    pool.emplace_back([=] {
+      std::memcpy(static_cast<char*>(dst) + b, static_cast<const char*>(src) + b, e - b);
+    });
   }
   for (auto& th : pool) th.join();
   return now() - t0;
 }
 
 void line(const char* what, double bytes, double tq, double tm) {
-  std::printf("  %-34s %7.3f s  %6.2f GB/s of BF16 input   memcpy %6.3f s  %6.2f GB/s   "
-              "quantizer/memcpy throughput %.3f\n",
-              what, tq, bytes / tq / 1e9, tm, bytes / tm / 1e9, tm / tq);
+  std::printf(
+      "  %-34s %7.3f s  %6.2f GB/s of BF16 input   memcpy %6.3f s  %6.2f GB/s   "
+      "quantizer/memcpy throughput %.3f\n",
+      what, tq, bytes / tq / 1e9, tm, bytes / tm / 1e9, tm / tq);
 }
 
 }  // namespace
@@ -65,9 +68,12 @@ int main(int argc, char** argv) {
   double gib = 1.0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string f = argv[i];
-    if (f == "--threads") threads = std::stoi(argv[i + 1]);
-    else if (f == "--runs") runs = std::stoi(argv[i + 1]);
-    else if (f == "--gib") gib = std::stod(argv[i + 1]);
+    if (f == "--threads")
+      threads = std::stoi(argv[i + 1]);
+    else if (f == "--runs")
+      runs = std::stoi(argv[i + 1]);
+    else if (f == "--gib")
+      gib = std::stod(argv[i + 1]);
     else {
       std::fprintf(stderr, "usage: qforge-bench-quant [--threads N] [--runs N] [--gib G]\n");
       return 1;
@@ -101,7 +107,8 @@ int main(int argc, char** argv) {
   {  // INT4 RTN and FP8 block over 1 GiB in [1024, 3072] modules
     const int64_t n = 1024, k = 3072;
     const size_t module = static_cast<size_t>(n * k);
-    const size_t n_modules = static_cast<size_t>(gib * 1073741824.0 / 2 / static_cast<double>(module));
+    const size_t n_modules =
+        static_cast<size_t>(gib * 1073741824.0 / 2 / static_cast<double>(module));
     const auto w = random_bf16(module * n_modules, 2);
     std::vector<uint16_t> dst(w.size());
     const double bytes = static_cast<double>(w.size()) * 2;
@@ -111,14 +118,16 @@ int main(int argc, char** argv) {
       const double tm = memcpy_seconds(w.data(), dst.data(), w.size() * 2, threads);
       double t0 = now();
       for (size_t m = 0; m < n_modules; ++m) {
-        qf::quant::quantize_int4(MatrixView(w.data() + m * module, DType::kBF16, n, k), {}, threads);
+        qf::quant::quantize_int4(MatrixView(w.data() + m * module, DType::kBF16, n, k), {},
+                                 threads);
       }
       line("quantize_int4 (RTN, G128, sym)", bytes, now() - t0, tm);
       t0 = now();
       qf::quant::Fp8BlockOptions fo;
       fo.scale_dtype = DType::kBF16;
       for (size_t m = 0; m < n_modules; ++m) {
-        qf::quant::quantize_fp8_block(MatrixView(w.data() + m * module, DType::kBF16, n, k), fo, threads);
+        qf::quant::quantize_fp8_block(MatrixView(w.data() + m * module, DType::kBF16, n, k), fo,
+                                      threads);
       }
       line("quantize_fp8_block (128x128, BF16)", bytes, now() - t0, tm);
     }
