@@ -235,6 +235,78 @@ Manifest digest_files(const std::vector<DigestJob>& jobs, int threads, Progress*
   return m;
 }
 
+struct StreamHasher::State {
+  std::string name;
+  const std::vector<TensorInfo>* layout;
+  StatePtr file = new_state();
+  StatePtr tensor = new_state();
+  uint64_t size = 0;
+  uint64_t pos = 0;  // data-section bytes seen
+  size_t ti = 0;     // tensor being hashed
+  bool open = false;
+  std::vector<std::pair<std::string, uint64_t>> tensors;
+
+  void close_empty() {  // zero-size tensors at the current position
+    while (ti < layout->size() && (*layout)[ti].n_bytes() == 0 && (*layout)[ti].begin <= pos) {
+      tensors.emplace_back((*layout)[ti].name, XXH3_64bits(nullptr, 0));
+      ++ti;
+    }
+  }
+};
+
+StreamHasher::StreamHasher(std::string name, const std::vector<TensorInfo>& layout)
+    : s_(std::make_unique<State>()) {
+  s_->name = std::move(name);
+  s_->layout = &layout;
+}
+
+StreamHasher::~StreamHasher() = default;
+
+void StreamHasher::header(const void* p, size_t n) {
+  XXH3_64bits_update(s_->file.get(), p, n);
+  s_->size += n;
+}
+
+void StreamHasher::data(const void* p, size_t n) {
+  State& s = *s_;
+  XXH3_64bits_update(s.file.get(), p, n);
+  s.size += n;
+  const auto* b = static_cast<const std::byte*>(p);
+  const uint64_t end = s.pos + n;
+  while (true) {
+    s.close_empty();
+    if (s.ti == s.layout->size() || s.pos >= end) break;
+    const TensorInfo& t = (*s.layout)[s.ti];
+    if (!s.open) {
+      XXH3_64bits_reset(s.tensor.get());
+      s.open = true;
+    }
+    const uint64_t take = std::min(end, t.end) - s.pos;
+    XXH3_64bits_update(s.tensor.get(), b, take);
+    b += take;
+    s.pos += take;
+    if (s.pos == t.end) {
+      s.tensors.emplace_back(t.name, XXH3_64bits_digest(s.tensor.get()));
+      s.open = false;
+      ++s.ti;
+    }
+  }
+}
+
+FileDigest StreamHasher::finish() {
+  State& s = *s_;
+  s.close_empty();
+  QF_ASSERT(s.ti == s.layout->size(), "StreamHasher::finish before the last tensor byte");
+  FileDigest d;
+  d.name = s.name;
+  d.size = s.size;
+  d.xxh3 = XXH3_64bits_digest(s.file.get());
+  d.has_tensors = true;
+  d.tensors = std::move(s.tensors);
+  std::sort(d.tensors.begin(), d.tensors.end());
+  return d;
+}
+
 std::string serialize_manifest(const Manifest& manifest) {
   std::string s =
       "{\n  \"format\": \"qforge-manifest\",\n  \"version\": 1,\n  \"hash\": \"xxh3-64\",\n"

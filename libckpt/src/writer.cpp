@@ -124,6 +124,11 @@ SafetensorsWriter::SafetensorsWriter(std::filesystem::path path, HeaderPlan plan
   uint8_t prefix[8];
   const uint64_t n = plan_.header.size();
   for (int i = 0; i < 8; ++i) prefix[i] = static_cast<uint8_t>(n >> (8 * i));
+  if (options_.hash) {
+    hasher_ = std::make_unique<StreamHasher>(path_.filename().string(), plan_.layout);
+    hasher_->header(prefix, 8);
+    hasher_->header(plan_.header.data(), plan_.header.size());
+  }
   std::memcpy(buf_.data(), prefix, 8);
   buf_used_ = 8;
   // Header bytes are not data bytes: route them around write()'s accounting.
@@ -165,6 +170,7 @@ void SafetensorsWriter::flush() {
 void SafetensorsWriter::write(const void* data, size_t n) {
   check_room(n);
   const auto* p = static_cast<const std::byte*>(data);
+  if (hasher_) hasher_->data(p, n);
   if (n >= buf_.size()) {  // large writes go straight from the caller's memory
     flush();
     write_all(fd_.get(), p, n, tmp_);
@@ -205,9 +211,37 @@ void SafetensorsWriter::write_tensor(std::string_view name, std::span<const std:
 void SafetensorsWriter::copy_from(int fd, uint64_t offset, uint64_t n,
                                   const std::filesystem::path& source) {
   check_room(n);
-  flush();
   auto in_off = static_cast<loff_t>(offset);
-  bool kernel_copy = options_.kernel_copy;
+  if (!options_.sparse_zeros) {
+    copy_data(fd, in_off, n, source);
+    return;
+  }
+  // Keep the source's holes: SEEK_DATA / SEEK_HOLE find them (filesystems without support
+  // report the whole file as data, which is still correct).
+  while (n > 0) {
+    loff_t data = ::lseek(fd, in_off, SEEK_DATA);
+    if (data < 0) data = errno == ENXIO ? in_off + static_cast<loff_t>(n) : in_off;
+    const uint64_t hole = std::min<uint64_t>(n, static_cast<uint64_t>(data - in_off));
+    if (hole > 0) {
+      write_zeros(hole);
+      in_off += static_cast<loff_t>(hole);
+      n -= hole;
+      continue;
+    }
+    loff_t next_hole = ::lseek(fd, in_off, SEEK_HOLE);
+    if (next_hole < 0) next_hole = in_off + static_cast<loff_t>(n);
+    const uint64_t run = std::min<uint64_t>(n, static_cast<uint64_t>(next_hole - in_off));
+    copy_data(fd, in_off, run, source);
+    n -= run;
+  }
+}
+
+// Appends n bytes of fd from in_off (advanced): through the kernel when allowed and nobody
+// needs to see the bytes, else through the buffer.
+void SafetensorsWriter::copy_data(int fd, loff_t& in_off, uint64_t n,
+                                  const std::filesystem::path& source) {
+  flush();
+  bool kernel_copy = options_.kernel_copy && !hasher_;
   while (n > 0 && kernel_copy) {
     const ssize_t r = ::copy_file_range(fd, &in_off, fd_.get(), nullptr, n, 0);
     if (r < 0) {
@@ -227,6 +261,7 @@ void SafetensorsWriter::copy_from(int fd, uint64_t offset, uint64_t n,
   while (n > 0) {
     const size_t take = static_cast<size_t>(std::min<uint64_t>(n, buf_.size()));
     pread_all(fd, buf_.data(), take, static_cast<uint64_t>(in_off), source);
+    if (hasher_) hasher_->data(buf_.data(), take);
     write_all(fd_.get(), buf_.data(), take, tmp_);
     in_off += static_cast<loff_t>(take);
     n -= take;
@@ -236,6 +271,14 @@ void SafetensorsWriter::copy_from(int fd, uint64_t offset, uint64_t n,
 
 void SafetensorsWriter::write_zeros(uint64_t n) {
   check_room(n);
+  if (hasher_) {
+    static const std::vector<std::byte> kZeros(1u << 16);
+    for (uint64_t left = n; left > 0;) {
+      const size_t take = static_cast<size_t>(std::min<uint64_t>(left, kZeros.size()));
+      hasher_->data(kZeros.data(), take);
+      left -= take;
+    }
+  }
   if (options_.sparse_zeros && n >= kMinHoleBytes) {
     flush();
     if (::lseek(fd_.get(), static_cast<off_t>(n), SEEK_CUR) < 0) {
@@ -274,7 +317,13 @@ void SafetensorsWriter::commit() {
   }
   if (::rename(tmp_.c_str(), path_.c_str()) != 0) throw_io("cannot rename", tmp_.string(), errno);
   committed_ = true;
+  if (hasher_) digest_ = hasher_->finish();
   fsync_dir(path_.parent_path());
+}
+
+const FileDigest& SafetensorsWriter::digest() const {
+  QF_ASSERT(digest_.has_value(), "digest() needs WriterOptions::hash and a committed file");
+  return *digest_;
 }
 
 }  // namespace qf::ckpt

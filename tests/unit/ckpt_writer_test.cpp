@@ -1,8 +1,11 @@
 // Streaming writer: layout, determinism, round trips, streaming from every source, atomicity.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <random>
 
+#include "qf/ckpt/checksum.h"
 #include "qf/ckpt/safetensors.h"
 #include "qf/ckpt/writer.h"
 #include "test_support.h"
@@ -249,6 +252,73 @@ TEST(Writer, PlanRejectsImpossibleInput) {
   EXPECT_THROW(plan_safetensors({{"a", DType::kF4, {3}}}, std::nullopt), Error);
   EXPECT_THROW(plan_safetensors({{"a", DType::kU8, {1ull << 63, 4}}}, std::nullopt), Error);
   EXPECT_THROW(plan_safetensors({{"bad\xFF", DType::kU8, {1}}}, std::nullopt), Error);
+}
+
+}  // namespace
+}  // namespace qf::ckpt
+
+namespace qf::ckpt {
+namespace {
+
+// The digest computed while writing equals digest_file of the finished file, whatever mix of
+// write paths produced it; sparse copies keep the source's holes.
+TEST(Writer, StreamedDigestEqualsDigestOfTheFileOnEveryPath) {
+  TempDir dir;
+  // A sparse source: 3 MiB of data, a 2 MiB hole, 1 MiB of data.
+  const fs::path src = dir / "src.bin";
+  {
+    SafetensorsWriter w(src,
+                        plan_safetensors({{"a", DType::kU8, {3u << 20}},
+                                          {"b", DType::kU8, {2u << 20}},
+                                          {"c", DType::kU8, {1u << 20}}},
+                                         std::nullopt),
+                        [] {
+                          WriterOptions o;
+                          o.sparse_zeros = true;
+                          return o;
+                        }());
+    w.write(pattern_bytes(3u << 20, 1).data(), 3u << 20);
+    w.write_zeros(2u << 20);
+    w.write(pattern_bytes(1u << 20, 2).data(), 1u << 20);
+    w.commit();
+  }
+  const SafetensorsFile s = SafetensorsFile::open(src);
+  for (bool sparse : {false, true}) {
+    for (bool kernel : {false, true}) {
+      SCOPED_TRACE(std::to_string(sparse) + std::to_string(kernel));
+      WriterOptions o;
+      o.hash = true;
+      o.sparse_zeros = sparse;
+      o.kernel_copy = kernel;
+      o.buffer_bytes = 1u << 16;
+      const fs::path out = dir / ("out" + std::to_string(sparse) + std::to_string(kernel));
+      SafetensorsWriter w(out,
+                          plan_safetensors({{"copy", DType::kU8, {6u << 20}},
+                                            {"gen", DType::kBF16, {100001}},
+                                            {"z", DType::kF32, {70000}},
+                                            {"e", DType::kF32, {0}}},
+                                           Metadata{{"format", "pt"}}),
+                          o);
+      for (const TensorInfo& t : w.plan().layout) {
+        if (t.name == "copy") w.copy_from(s.map().fd(), s.header().data_offset(), t.n_bytes(), src);
+        if (t.name == "gen") w.write(pattern_bytes(t.n_bytes(), 3).data(), t.n_bytes());
+        if (t.name == "z") w.write_zeros(t.n_bytes());
+      }
+      w.commit();
+      const SafetensorsFile f = SafetensorsFile::open(out);
+      const FileDigest want = digest_file({out, out.filename().string(), &f.header()});
+      EXPECT_EQ(w.digest().xxh3, want.xxh3);
+      EXPECT_EQ(w.digest().size, want.size);
+      EXPECT_EQ(w.digest().tensors, want.tensors);
+      EXPECT_EQ(std::string(reinterpret_cast<const char*>(f.view("copy").bytes.data()), 6u << 20),
+                std::string(reinterpret_cast<const char*>(s.view("a").bytes.data()), 6u << 20));
+      struct stat st {};
+      ASSERT_EQ(::stat(out.c_str(), &st), 0);
+      if (sparse) {  // the 2 MiB hole survived the copy
+        EXPECT_LT(static_cast<uint64_t>(st.st_blocks) * 512, f.file_size() - (1u << 20));
+      }
+    }
+  }
 }
 
 }  // namespace

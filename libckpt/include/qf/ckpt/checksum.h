@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -48,6 +49,25 @@ FileDigest digest_file(const DigestJob& job, Progress* progress = nullptr);
 // Hashes many files on `threads` threads (0: hardware concurrency), largest first; the file
 // hash and the tensor hashes of one file are separate tasks. Results are sorted by name.
 Manifest digest_files(const std::vector<DigestJob>& jobs, int threads, Progress* progress);
+
+// Hashes a safetensors file while it is produced, from its bytes in file order: the same file
+// and tensor hashes digest_file gives for the finished file, without reading it back.
+class StreamHasher {
+ public:
+  // `layout`: the tensors in data order (a writer's plan); must outlive the hasher.
+  StreamHasher(std::string name, const std::vector<TensorInfo>& layout);
+  ~StreamHasher();
+  StreamHasher(const StreamHasher&) = delete;
+  StreamHasher& operator=(const StreamHasher&) = delete;
+
+  void header(const void* p, size_t n);  // bytes before the data section
+  void data(const void* p, size_t n);    // the next bytes of the data section
+  FileDigest finish();                   // after the last byte
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
 
 std::string serialize_manifest(const Manifest& manifest);
 // Throws Error(kManifestInvalid) naming what is wrong.

@@ -7,15 +7,19 @@
 // multiple of 8. Writes are atomic: "<path>.tmp", fsync, rename, fsync of the directory.
 #pragma once
 
+#include <sys/types.h>
 #include <cstddef>
+
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "qf/ckpt/checksum.h"
 #include "qf/ckpt/file_io.h"
 #include "qf/ckpt/safetensors.h"
 
@@ -48,9 +52,12 @@ struct WriterOptions {
   bool overwrite = false;   // replace an existing file (the CLI's --force)
   bool preallocate = true;  // reserve the final size up front: a full disk fails at once
   bool kernel_copy = true;  // copy_from uses copy_file_range; off: always through the buffer
-  // write_zeros leaves holes (a sparse file) instead of writing zero bytes; implies no
-  // preallocation. Readers see zeros either way.
+  // write_zeros leaves holes (a sparse file) instead of writing zero bytes, and copy_from keeps
+  // the source's holes as holes; implies no preallocation. Readers see zeros either way.
   bool sparse_zeros = false;
+  // Hash the file as it is written (digest() after commit): the checksum manifest without a
+  // second read. copy_from then passes bytes through the buffer instead of the kernel.
+  bool hash = false;
   size_t buffer_bytes = 8u << 20;
 };
 
@@ -87,10 +94,13 @@ class SafetensorsWriter {
 
   // Requires every planned byte written; flushes, fsyncs and renames into place.
   void commit();
+  // File and tensor hashes of the committed file (WriterOptions::hash).
+  const FileDigest& digest() const;
 
  private:
   void flush();
   void check_room(uint64_t n) const;
+  void copy_data(int fd, loff_t& in_off, uint64_t n, const std::filesystem::path& source);
 
   std::filesystem::path path_;
   std::filesystem::path tmp_;
@@ -101,6 +111,8 @@ class SafetensorsWriter {
   size_t buf_used_ = 0;
   uint64_t written_ = 0;
   bool committed_ = false;
+  std::unique_ptr<StreamHasher> hasher_;
+  std::optional<FileDigest> digest_;
 };
 
 }  // namespace qf::ckpt
