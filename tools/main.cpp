@@ -1,6 +1,7 @@
 // qforge: build, check and run quantized Qwen3.5-MoE checkpoints.
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <vector>
 
 #include "commands.h"
@@ -16,6 +17,7 @@ int main(int argc, char** argv) {
       "Example:\n  qforge inspect /models/Qwen3.5-122B-A10B-int4-AutoRound");
 
   const std::vector<qf::tools::Command> commands = {
+      qf::tools::add_build_hybrid(app),
       qf::tools::add_inspect(app),
       qf::tools::add_synth(app),
       qf::tools::add_validate(app),
@@ -33,6 +35,9 @@ int main(int argc, char** argv) {
     } catch (const qf::Error& e) {
       std::fprintf(stderr, "qforge %s: error: %s\n", cmd.app->get_name().c_str(), e.what());
       return qf::errc_exit_code(e.code());
+    } catch (const std::filesystem::filesystem_error& e) {  // should have been a qf::Error
+      std::fprintf(stderr, "qforge %s: error: %s\n", cmd.app->get_name().c_str(), e.what());
+      return qf::kExitIo;
     } catch (const std::bad_alloc&) {
       std::fprintf(stderr, "qforge %s: error: out of memory\n", cmd.app->get_name().c_str());
       return qf::kExitIo;

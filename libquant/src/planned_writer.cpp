@@ -15,8 +15,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-void write_file(const fs::path& path, const SynthPlan& plan, size_t file, const PlannedWrite& o,
-                const TensorProducer& produce) {
+ckpt::FileDigest write_file(const fs::path& path, const SynthPlan& plan, size_t file,
+                            const PlannedWrite& o, const TensorProducer& produce) {
   std::vector<ckpt::TensorSpec> specs;
   std::map<std::string, const ckpt::TensorDecl*> decl_of;
   for (size_t i = 0; i < plan.tensors.size(); ++i) {
@@ -28,6 +28,7 @@ void write_file(const fs::path& path, const SynthPlan& plan, size_t file, const 
   ckpt::WriterOptions wo;
   wo.overwrite = true;  // inside our own staging directory
   wo.sparse_zeros = o.sparse_zeros;
+  wo.hash = o.hash;
   ckpt::SafetensorsWriter w(path, ckpt::plan_safetensors(specs, ckpt::Metadata{{"format", "pt"}}),
                             wo);
   for (const ckpt::TensorInfo& t : w.plan().layout) {
@@ -36,6 +37,7 @@ void write_file(const fs::path& path, const SynthPlan& plan, size_t file, const 
     QF_ASSERT(w.bytes_written() - before == t.n_bytes(), "producer wrote the wrong byte count");
   }
   w.commit();
+  return o.hash ? w.digest() : ckpt::FileDigest{};
 }
 
 // Moves the finished staging directory to its final name.
@@ -77,10 +79,11 @@ void write_planned_checkpoint(const SynthPlan& plan, const fs::path& out_dir, co
     std::atomic<size_t> next{0};
     std::mutex mu;
     std::exception_ptr err;
+    std::vector<ckpt::FileDigest> digests(plan.files.size());
     auto worker = [&] {
       for (size_t f; (f = next.fetch_add(1)) < plan.files.size();) {
         try {
-          write_file(stage / plan.files[f].name, plan, f, o, produce);
+          digests[f] = write_file(stage / plan.files[f].name, plan, f, o, produce);
         } catch (...) {
           std::lock_guard<std::mutex> lock(mu);
           if (!err) err = std::current_exception();
@@ -93,6 +96,12 @@ void write_planned_checkpoint(const SynthPlan& plan, const fs::path& out_dir, co
     worker();
     for (std::thread& t : pool) t.join();
     if (err) std::rethrow_exception(err);
+    if (o.digests) {
+      *o.digests = std::move(digests);
+      std::sort(
+          o.digests->begin(), o.digests->end(),
+          [](const ckpt::FileDigest& a, const ckpt::FileDigest& b) { return a.name < b.name; });
+    }
 
     ckpt::ShardIndex index;
     index.total_size = plan.tensor_bytes;

@@ -15,7 +15,9 @@ namespace qf::quant::detail {
 struct PlannedWrite {
   bool overwrite = false;
   bool sparse_zeros = false;  // WriterOptions::sparse_zeros for every file
+  bool hash = false;          // hash while writing; digests land in `digests` (sorted by name)
   int threads = 0;            // files written in parallel; 0 = hardware concurrency
+  std::vector<ckpt::FileDigest>* digests = nullptr;
 };
 
 // Appends the bytes of tensor `decl` to `w` (exactly its planned size). Called on the thread

@@ -1,0 +1,23 @@
+// Reading a checkpoint's quantization_config as vLLM's INC (auto-round) loader resolves it
+// (checkpoint-formats.md §2.7): the bits a module gets, and editing extra_config.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace qf::quant {
+
+// Bits INC gives `module` (checkpoint naming, e.g. "model.language_model.layers.0.mlp.gate"):
+// an exact extra_config key wins; otherwise keys with regex metacharacters are tried with
+// search semantics; otherwise modules under a block_name_to_quantize prefix get the global
+// bits and all others 16. `qcfg` is the quantization_config object (quant_method auto-round).
+int inc_module_bits(const nlohmann::json& qcfg, const std::string& module);
+
+// block_name_to_quantize as a list (it is a comma-separated string or a list).
+std::vector<std::string> inc_blocks(const nlohmann::json& qcfg);
+
+// True for an AutoRound / INC quantization_config.
+bool is_inc_config(const nlohmann::json& qcfg);
+
+}  // namespace qf::quant

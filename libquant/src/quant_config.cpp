@@ -1,0 +1,70 @@
+#include "qf/quant/quant_config.h"
+
+#include <regex>
+
+namespace qf::quant {
+namespace {
+
+bool has_regex_chars(const std::string& key) {
+  return key.find_first_of("*+?^$()[]{}|\\") != std::string::npos;
+}
+
+int bits_of(const nlohmann::json& entry, int fallback) {
+  return entry.is_object() && entry.contains("bits") && entry["bits"].is_number_integer()
+             ? entry["bits"].get<int>()
+             : fallback;
+}
+
+}  // namespace
+
+bool is_inc_config(const nlohmann::json& qcfg) {
+  if (!qcfg.is_object()) return false;
+  const std::string m = qcfg.value("quant_method", "");
+  return m == "auto-round" || m == "autoround" || m == "inc";
+}
+
+std::vector<std::string> inc_blocks(const nlohmann::json& qcfg) {
+  std::vector<std::string> out;
+  const auto it = qcfg.find("block_name_to_quantize");
+  if (it == qcfg.end()) return out;
+  auto add = [&](std::string s) {
+    while (!s.empty() && s.front() == ' ') s.erase(s.begin());
+    while (!s.empty() && s.back() == ' ') s.pop_back();
+    if (!s.empty()) out.push_back(s);
+  };
+  if (it->is_string()) {
+    const std::string v = it->get<std::string>();
+    size_t start = 0;
+    for (size_t comma; (comma = v.find(',', start)) != std::string::npos; start = comma + 1) {
+      add(v.substr(start, comma - start));
+    }
+    add(v.substr(start));
+  } else if (it->is_array()) {
+    for (const auto& b : *it) {
+      if (b.is_string()) add(b.get<std::string>());
+    }
+  }
+  return out;
+}
+
+int inc_module_bits(const nlohmann::json& qcfg, const std::string& module) {
+  const int global = qcfg.value("bits", 16);
+  const auto extra = qcfg.find("extra_config");
+  if (extra != qcfg.end() && extra->is_object()) {
+    if (const auto e = extra->find(module); e != extra->end()) return bits_of(*e, global);
+    for (const auto& [key, entry] : extra->items()) {
+      if (!has_regex_chars(key)) continue;
+      try {
+        if (std::regex_search(module, std::regex(key))) return bits_of(entry, global);
+      } catch (const std::regex_error&) {
+        // INC would fail on such a key too; treat it as not matching.
+      }
+    }
+  }
+  for (const std::string& b : inc_blocks(qcfg)) {
+    if (module == b || module.rfind(b + ".", 0) == 0) return global;
+  }
+  return 16;
+}
+
+}  // namespace qf::quant
