@@ -18,54 +18,65 @@ struct HybridArgs {
 };
 
 void print_json(const HybridArgs& a, const quant::HybridReport& r) {
-  nlohmann::json j = {{"int4", a.int4},
-                      {"fp8", a.fp8},
-                      {"out", a.out},
-                      {"dry_run", a.dry_run},
-                      {"replaced", {{"total", r.modules.size()}, {"layers", r.n_main}, {"mtp", r.n_mtp}}},
-                      {"scales_added", r.modules.size()},
-                      {"scale_dtype", r.scale_dtype},
-                      {"modules", r.modules},
-                      {"unexpected", r.n_unexpected},
-                      {"strays_ignored", r.strays_ignored},
-                      {"config_edits", r.config_edits},
-                      {"min_cosine", r.min_cosine},
-                      {"tensor_bytes_in", r.bytes_in},
-                      {"tensor_bytes_out", r.bytes_out},
-                      {"fp8_files_read", r.fp8_files_read},
-                      {"seconds", r.seconds}};
+  nlohmann::json j = {
+      {"int4", a.int4},
+      {"fp8", a.fp8},
+      {"out", a.out},
+      {"dry_run", a.dry_run},
+      {"replaced", {{"total", r.modules.size()}, {"layers", r.n_main}, {"mtp", r.n_mtp}}},
+      {"scales_added", r.modules.size()},
+      {"scale_dtype", r.scale_dtype},
+      {"modules", r.modules},
+      {"unexpected", r.n_unexpected},
+      {"strays_ignored", r.strays_ignored},
+      {"config_edits", r.config_edits},
+      {"min_cosine", r.min_cosine},
+      {"tensor_bytes_in", r.bytes_in},
+      {"tensor_bytes_out", r.bytes_out},
+      {"fp8_files_read", r.fp8_files_read},
+      {"seconds", r.seconds}};
   j["unused_fp8"] = nlohmann::json::array();
   for (const auto& c : r.unused) {
-    j["unused_fp8"].push_back({{"category", c.name}, {"meaning", c.meaning}, {"tensors", c.n_tensors},
+    j["unused_fp8"].push_back({{"category", c.name},
+                               {"meaning", c.meaning},
+                               {"tensors", c.n_tensors},
                                {"examples", c.examples}});
   }
   j["files"] = nlohmann::json::array();
   for (const auto& f : r.files) {
-    j["files"].push_back({{"name", f.name}, {"tensors", f.n_tensors}, {"tensor_bytes", f.tensor_bytes}});
+    j["files"].push_back(
+        {{"name", f.name}, {"tensors", f.n_tensors}, {"tensor_bytes", f.tensor_bytes}});
   }
   std::printf("%s\n", j.dump(2).c_str());
 }
 
 void print_human(const HybridArgs& a, const quant::HybridReport& r) {
-  std::printf("%s%s + %s -> %s\n", a.dry_run ? "plan (dry run): " : "", a.int4.c_str(), a.fp8.c_str(),
-              a.out.c_str());
-  std::printf("replaced %zu shared-expert projections with FP8 (%zu in decoder layers, %zu in the "
-              "MTP layer); added %zu weight_scale_inv (%s)\n",
-              r.modules.size(), r.n_main, r.n_mtp, r.modules.size(), r.scale_dtype.c_str());
+  std::printf("%s%s + %s -> %s\n", a.dry_run ? "plan (dry run): " : "", a.int4.c_str(),
+              a.fp8.c_str(), a.out.c_str());
+  std::printf(
+      "replaced %zu shared-expert projections with FP8 (%zu in decoder layers, %zu in the "
+      "MTP layer); added %zu weight_scale_inv (%s)\n",
+      r.modules.size(), r.n_main, r.n_mtp, r.modules.size(), r.scale_dtype.c_str());
   if (!r.min_cosine_module.empty()) {
     std::printf("check: FP8 vs the INT4 checkpoint's BF16, lowest cosine %.6f (%s)\n", r.min_cosine,
                 r.min_cosine_module.c_str());
   }
   std::printf("FP8 tensors not used:\n");
   for (const auto& c : r.unused) {
-    std::printf("  %-26s %8s  %s\n", c.name.c_str(), with_commas(c.n_tensors).c_str(), c.meaning.c_str());
+    std::printf("  %-26s %8s  %s\n", c.name.c_str(), with_commas(c.n_tensors).c_str(),
+                c.meaning.c_str());
   }
-  if (r.n_unexpected) std::printf("  %-26s %8s  (accepted with --force)\n", "unexpected", with_commas(r.n_unexpected).c_str());
-  for (const std::string& s : r.strays_ignored) std::printf("ignored stray file %s (not copied)\n", s.c_str());
-  for (const std::string& m : r.config_edits) std::printf("config: extra_config[%s] = 16-bit\n", m.c_str());
+  if (r.n_unexpected)
+    std::printf("  %-26s %8s  (accepted with --force)\n", "unexpected",
+                with_commas(r.n_unexpected).c_str());
+  for (const std::string& s : r.strays_ignored)
+    std::printf("ignored stray file %s (not copied)\n", s.c_str());
+  for (const std::string& m : r.config_edits)
+    std::printf("config: extra_config[%s] = 16-bit\n", m.c_str());
   const double saved = static_cast<double>(r.bytes_in) - static_cast<double>(r.bytes_out);
   std::printf("tensor bytes: %s in, %s out (%s %s)\n", human_bytes(r.bytes_in).c_str(),
-              human_bytes(r.bytes_out).c_str(), human_bytes(static_cast<uint64_t>(std::abs(saved))).c_str(),
+              human_bytes(r.bytes_out).c_str(),
+              human_bytes(static_cast<uint64_t>(std::abs(saved))).c_str(),
               saved >= 0 ? "saved" : "added");
   std::printf("FP8 files read: %zu\n", r.fp8_files_read.size());
   for (const auto& f : r.files) {
@@ -105,14 +116,18 @@ Command add_build_hybrid(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "build-hybrid", "Intel's INT4 checkpoint with Qwen's FP8 block-128 shared experts");
   sub->add_option("--int4", a->int4, "Intel AutoRound INT4 checkpoint directory")->required();
-  sub->add_option("--fp8", a->fp8, "Qwen FP8 checkpoint directory (only files holding needed "
-                                   "tensors are read)")
+  sub->add_option("--fp8", a->fp8,
+                  "Qwen FP8 checkpoint directory (only files holding needed "
+                  "tensors are read)")
       ->required();
-  sub->add_option("--out", a->out, "output directory (written as OUT.tmp, renamed at the end)")->required();
+  sub->add_option("--out", a->out, "output directory (written as OUT.tmp, renamed at the end)")
+      ->required();
   sub->add_flag("--no-mtp", a->no_mtp, "keep the MTP layer's shared expert in BF16");
-  sub->add_flag("--no-check", a->no_check, "skip comparing FP8 weights with the BF16 ones (cosine)");
+  sub->add_flag("--no-check", a->no_check,
+                "skip comparing FP8 weights with the BF16 ones (cosine)");
   sub->add_flag("--no-checksums", a->no_checksums, "do not write qforge-manifest.json");
-  sub->add_flag("--dry-run", a->dry_run, "print the plan (replacements, unused FP8 tensors, shards)");
+  sub->add_flag("--dry-run", a->dry_run,
+                "print the plan (replacements, unused FP8 tensors, shards)");
   sub->add_flag("--force", a->force, "replace an existing OUT; accept unexpected FP8 tensors");
   sub->add_option("--threads", a->threads, "output files written in parallel (default: all cores)");
   sub->add_flag("--json", a->json, "machine-readable report on stdout");

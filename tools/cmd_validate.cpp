@@ -6,6 +6,7 @@
 #include "commands.h"
 #include "output.h"
 #include "qf/ckpt/validate.h"
+#include "qf/quant/model_check.h"
 
 namespace qf::tools {
 namespace {
@@ -16,6 +17,8 @@ struct ValidateArgs {
   bool json = false;
   int threads = 0;
   size_t max_per_code = 20;
+  bool no_model = false;
+  bool scan_values = false;
 };
 
 std::string_view action_name(ckpt::ChecksumAction a) {
@@ -38,6 +41,28 @@ int run_validate(const ValidateArgs& args) {
   opts.checksums = args.checksums;
   opts.threads = args.threads;
   opts.progress = &progress;
+  quant::ModelCheckStats model;
+  ckpt::Progress scan_progress;
+  if (!args.no_model || args.scan_values) {
+    opts.extra_checks = [&](const ckpt::Checkpoint& c, std::vector<ckpt::Problem>& problems) {
+      quant::ModelCheckOptions mo;
+      mo.scan_values = args.scan_values;
+      mo.threads = args.threads;
+      mo.progress = &scan_progress;
+      std::optional<ProgressBar> bar;
+      if (args.scan_values) bar.emplace("scan-values", scan_progress);
+      if (args.no_model) {  // values only
+        std::vector<ckpt::Problem> ignored;
+        model = quant::check_qwen35_model(c, mo, ignored);
+        for (auto& p : ignored) {
+          if (p.code == Errc::kNonFiniteValues) problems.push_back(std::move(p));
+        }
+        model.checked = false;
+      } else {
+        model = quant::check_qwen35_model(c, mo, problems);
+      }
+    };
+  }
   ckpt::ValidateReport r;
   {
     std::optional<ProgressBar> bar;
@@ -54,6 +79,12 @@ int run_validate(const ValidateArgs& args) {
                         {"tensors", r.n_tensors},
                         {"tensor_bytes", r.tensor_bytes},
                         {"problems", problems_json(r.problems)}};
+    j["model"] = {{"checked", model.checked},
+                  {"skipped_because", model.skipped_because},
+                  {"modules_by_format", model.modules_by_format},
+                  {"mtp", model.has_mtp},
+                  {"vision", model.has_vision}};
+    if (args.scan_values) j["scanned_bytes"] = model.scanned_bytes;
     if (args.checksums) {
       j["checksums"] = {{"action", action_name(r.checksums)},
                         {"manifest", r.manifest_path.string()},
@@ -64,6 +95,19 @@ int run_validate(const ValidateArgs& args) {
     return r.ok() ? kExitOk : kExitInvalid;
   }
   print_problems(stdout, r.problems, args.max_per_code);
+  if (model.checked) {
+    std::string formats;
+    for (const auto& [f, n] : model.modules_by_format) {
+      formats += (formats.empty() ? "" : ", ") + with_commas(n) + " " + f;
+    }
+    std::printf("model: Qwen3.5-MoE per config.json; linear modules: %s; MTP %s; vision %s\n",
+                formats.c_str(), model.has_mtp ? "present" : "absent",
+                model.has_vision ? "present" : "absent");
+  } else if (!args.no_model && !model.skipped_because.empty()) {
+    std::printf("model: not checked (%s)\n", model.skipped_because.c_str());
+  }
+  if (args.scan_values)
+    std::printf("values: scanned %s for NaN/Inf\n", human_bytes(model.scanned_bytes).c_str());
   if (r.checksums == ckpt::ChecksumAction::kVerified ||
       r.checksums == ckpt::ChecksumAction::kCreated) {
     std::printf("checksums: %s %s (%s in %.2f s, %.2f GB/s)\n",
@@ -97,12 +141,18 @@ Command add_validate(CLI::App& app) {
   sub->add_flag("--json", args->json, "machine-readable report on stdout");
   sub->add_option("--threads", args->threads, "hashing threads (default: all cores)")
       ->check(CLI::NonNegativeNumber);
+  sub->add_flag("--no-model", args->no_model,
+                "structural checks only (skip the checks against config.json)");
+  sub->add_flag("--scan-values", args->scan_values,
+                "read every float tensor and report NaN/Inf (reads the whole checkpoint)");
   sub->add_option("--max-problems", args->max_per_code,
                   "problems printed per error code in text output (default 20; --json has all)");
   sub->footer(
       "Checks every safetensors rule of the reference reader, index <-> shard agreement\n"
-      "(missing or unlisted tensors, duplicates across files, total_size, stray files) and\n"
-      "JSON configs. Exits 2 when any problem is found.\n\n"
+      "(missing or unlisted tensors, duplicates across files, total_size, stray files), JSON\n"
+      "configs, and, for a Qwen3.5-MoE config.json, the expected tensor set in any layout\n"
+      "(dtypes, shapes, INT4 triplets, FP8 scales, quantization_config vs tensors, MTP).\n"
+      "Exits 2 when any problem is found.\n\n"
       "Example:\n  qforge validate /models/Qwen3.5-122B-A10B-hybrid --checksums");
   return {sub, [args] { return run_validate(*args); }};
 }

@@ -51,6 +51,7 @@ ValidateReport validate_checkpoint(const fs::path& path, const ValidateOptions& 
   report.n_files = c.listing().size();
   report.n_tensors = c.n_tensors();
   report.tensor_bytes = c.tensor_bytes();
+  if (options.extra_checks) options.extra_checks(c, report.problems);
   if (!options.checksums) return report;
 
   report.manifest_path = manifest_path_for(path);

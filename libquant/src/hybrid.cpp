@@ -37,7 +37,8 @@ class Fp8Source {
     if (fs::exists(index, ec)) {
       ckpt::IndexParse ip = ckpt::parse_index(ckpt::read_text_file(index));
       if (!ip.problems.empty()) {
-        throw Error(ip.problems[0].code, index.string() + ": " + ckpt::format_problem(ip.problems[0]));
+        throw Error(ip.problems[0].code,
+                    index.string() + ": " + ckpt::format_problem(ip.problems[0]));
       }
       for (auto& [name, file] : ip.index.weight_map) file_of_[name] = file;
     } else {
@@ -77,7 +78,8 @@ class Fp8Source {
     const ckpt::TensorInfo* t = f.find(name);
     if (!t) {
       throw Error(Errc::kIndexTensorMissing, (dir_ / file_of_.at(name)).string() +
-                                                 ": the index lists '" + name + "' but the file lacks it");
+                                                 ": the index lists '" + name +
+                                                 "' but the file lacks it");
     }
     return {&f, t};
   }
@@ -90,7 +92,8 @@ class Fp8Source {
  private:
   const ckpt::SafetensorsFile& open(const std::string& file) {
     auto it = files_.find(file);
-    if (it == files_.end()) it = files_.emplace(file, ckpt::SafetensorsFile::open(dir_ / file)).first;
+    if (it == files_.end())
+      it = files_.emplace(file, ckpt::SafetensorsFile::open(dir_ / file)).first;
     return it->second;
   }
 
@@ -112,7 +115,9 @@ std::string describe(const ckpt::TensorInfo& t) {
   return std::string(ckpt::dtype_name(t.dtype)) + " " + ckpt::shape_to_string(t.shape);
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 std::vector<Replacement> find_replacements(const ckpt::Checkpoint& int4, Fp8Source& fp8,
                                            const HybridOptions& o) {
@@ -133,22 +138,25 @@ std::vector<Replacement> find_replacements(const ckpt::Checkpoint& int4, Fp8Sour
       const std::string w = module + ".weight", s = module + ".weight_scale_inv";
       if (!fp8.has(w) || !fp8.has(s)) {
         if (mtp) continue;  // replaced only where both checkpoints have the MTP layer
-        throw Error(Errc::kTensorNotFound, "the FP8 checkpoint has no '" + (fp8.has(w) ? s : w) + "'");
+        throw Error(Errc::kTensorNotFound,
+                    "the FP8 checkpoint has no '" + (fp8.has(w) ? s : w) + "'");
       }
       const auto [file, weight] = fp8.find(w);
       const auto [sfile, scale] = fp8.find(s);
       if (weight->dtype != DType::kF8E4M3 || weight->shape != t.shape) {
-        throw Error(Errc::kUnsupported, "FP8 '" + w + "' is " + describe(*weight) + ", INT4 input has " +
-                                            describe(t) + ": expected F8_E4M3 of the same shape");
+        throw Error(Errc::kUnsupported, "FP8 '" + w + "' is " + describe(*weight) +
+                                            ", INT4 input has " + describe(t) +
+                                            ": expected F8_E4M3 of the same shape");
       }
-      const ckpt::Shape grid = {static_cast<uint64_t>(ceil_div(static_cast<int64_t>(t.shape[0]), fp8.block_n())),
-                                static_cast<uint64_t>(ceil_div(static_cast<int64_t>(t.shape[1]), fp8.block_k()))};
-      if (scale->shape != grid ||
-          (scale->dtype != DType::kF32 && scale->dtype != DType::kBF16 && scale->dtype != DType::kF16)) {
-        throw Error(Errc::kUnsupported, "FP8 '" + s + "' is " + describe(*scale) + ", expected F32/BF16/F16 " +
-                                            ckpt::shape_to_string(grid) + " for " +
-                                            std::to_string(fp8.block_n()) + "x" +
-                                            std::to_string(fp8.block_k()) + " blocks");
+      const ckpt::Shape grid = {
+          static_cast<uint64_t>(ceil_div(static_cast<int64_t>(t.shape[0]), fp8.block_n())),
+          static_cast<uint64_t>(ceil_div(static_cast<int64_t>(t.shape[1]), fp8.block_k()))};
+      if (scale->shape != grid || (scale->dtype != DType::kF32 && scale->dtype != DType::kBF16 &&
+                                   scale->dtype != DType::kF16)) {
+        throw Error(Errc::kUnsupported,
+                    "FP8 '" + s + "' is " + describe(*scale) + ", expected F32/BF16/F16 " +
+                        ckpt::shape_to_string(grid) + " for " + std::to_string(fp8.block_n()) +
+                        "x" + std::to_string(fp8.block_k()) + " blocks");
       }
       if (sfile != file) {
         throw Error(Errc::kUnsupported, "FP8 '" + w + "' and its scale sit in different files");
@@ -164,7 +172,8 @@ std::vector<Replacement> find_replacements(const ckpt::Checkpoint& int4, Fp8Sour
     }
   }
   if (out.empty()) {
-    throw Error(Errc::kTensorNotFound, "the INT4 input has no BF16 shared-expert projection to replace");
+    throw Error(Errc::kTensorNotFound,
+                "the INT4 input has no BF16 shared-expert projection to replace");
   }
   std::sort(out.begin(), out.end(),
             [](const Replacement& a, const Replacement& b) { return a.module < b.module; });
@@ -202,13 +211,18 @@ std::vector<HybridCategory> categorize(const ckpt::Checkpoint& int4, const Fp8So
       fp8_part = fp8.has(base + std::string(kScale));
     }
     if (name.find(".experts.") != std::string::npos) {
-      add("routed-experts", "routed experts (main and MTP): the INT4 checkpoint's experts stay", name);
+      add("routed-experts", "routed experts (main and MTP): the INT4 checkpoint's experts stay",
+          name);
     } else if (!base.empty() && int4.find(base + ".qweight")) {
-      add("int4-in-int4-checkpoint", "modules the INT4 checkpoint keeps as INT4 (attention, linear attention)", name);
+      add("int4-in-int4-checkpoint",
+          "modules the INT4 checkpoint keeps as INT4 (attention, linear attention)", name);
     } else if (fp8_part && int4.find(base + ".weight")) {
-      add("bf16-in-int4-checkpoint", "FP8 modules the INT4 checkpoint keeps in BF16 (not shared experts)", name);
+      add("bf16-in-int4-checkpoint",
+          "FP8 modules the INT4 checkpoint keeps in BF16 (not shared experts)", name);
     } else if (!fp8_part && int4.find(name)) {
-      add("same-name-kept", "same name in the INT4 checkpoint (norms, gates, embeddings, lm_head, vision): kept", name);
+      add("same-name-kept",
+          "same name in the INT4 checkpoint (norms, gates, embeddings, lm_head, vision): kept",
+          name);
     } else if (name.rfind("mtp.", 0) == 0) {
       add("mtp-absent-from-int4", "MTP tensors the INT4 checkpoint does not have", name);
     } else {
@@ -228,15 +242,17 @@ bool is_sparse(const fs::path& p) {
 }
 
 double cosine(const Replacement& r) {
-  const int64_t n = static_cast<int64_t>(r.weight->shape[0]), k = static_cast<int64_t>(r.weight->shape[1]);
+  const int64_t n = static_cast<int64_t>(r.weight->shape[0]),
+                k = static_cast<int64_t>(r.weight->shape[1]);
   std::vector<float> deq(static_cast<size_t>(n * k)), ref(static_cast<size_t>(n * k));
   const auto codes = r.fp8_file->view(*r.weight).bytes;
   const auto scale = r.fp8_file->view(*r.scale);
-  dequantize_fp8_block(reinterpret_cast<const uint8_t*>(codes.data()),
-                       MatrixView(scale.bytes.data(), r.scale->dtype, static_cast<int64_t>(r.scale->shape[0]),
-                                  static_cast<int64_t>(r.scale->shape[1])),
-                       n, k, ceil_div(n, static_cast<int64_t>(r.scale->shape[0])),
-                       ceil_div(k, static_cast<int64_t>(r.scale->shape[1])), deq.data(), 1);
+  dequantize_fp8_block(
+      reinterpret_cast<const uint8_t*>(codes.data()),
+      MatrixView(scale.bytes.data(), r.scale->dtype, static_cast<int64_t>(r.scale->shape[0]),
+                 static_cast<int64_t>(r.scale->shape[1])),
+      n, k, ceil_div(n, static_cast<int64_t>(r.scale->shape[0])),
+      ceil_div(k, static_cast<int64_t>(r.scale->shape[1])), deq.data(), 1);
   const auto bf = r.bf16->file->view(*r.bf16->info);
   const MatrixView mv(bf.bytes.data(), DType::kBF16, n, k);
   for (int64_t i = 0; i < n; ++i) mv.row(i, ref.data() + i * k);
@@ -245,8 +261,9 @@ double cosine(const Replacement& r) {
 
 }  // namespace
 
-HybridReport build_hybrid(const fs::path& int4_dir, const fs::path& fp8_dir, const fs::path& out_dir,
-                          const HybridOptions& o, ckpt::Progress* progress) {
+HybridReport build_hybrid(const fs::path& int4_dir, const fs::path& fp8_dir,
+                          const fs::path& out_dir, const HybridOptions& o,
+                          ckpt::Progress* progress) {
   const auto t0 = std::chrono::steady_clock::now();
   std::error_code ec;
   if (!o.force && !o.dry_run && fs::exists(out_dir, ec)) {
@@ -268,8 +285,8 @@ HybridReport build_hybrid(const fs::path& int4_dir, const fs::path& fp8_dir, con
     std::string list;
     for (const std::string& n : unexpected_names) list += (list.empty() ? "" : ", ") + n;
     throw Error(Errc::kUnsupported, std::to_string(rep.n_unexpected) +
-                                        " FP8 tensors match nothing in the INT4 checkpoint (e.g. " + list +
-                                        "): not the same model? (--force to go on)");
+                                        " FP8 tensors match nothing in the INT4 checkpoint (e.g. " +
+                                        list + "): not the same model? (--force to go on)");
   }
   for (const ckpt::CheckpointFile& f : int4.listing()) {
     if (f.role == ckpt::FileRole::kStray) rep.strays_ignored.push_back(f.name);
@@ -326,9 +343,10 @@ HybridReport build_hybrid(const fs::path& int4_dir, const fs::path& fp8_dir, con
   } catch (const nlohmann::json::exception& e) {
     throw Error(Errc::kConfigInvalid, cfg_path.string() + ": " + e.what());
   }
-  if (!config.contains("quantization_config") || !is_inc_config(nlohmann::json(config["quantization_config"]))) {
-    throw Error(Errc::kUnsupported, cfg_path.string() +
-                                        ": not an AutoRound (auto-round) INT4 checkpoint's config");
+  if (!config.contains("quantization_config") ||
+      !is_inc_config(nlohmann::json(config["quantization_config"]))) {
+    throw Error(Errc::kUnsupported,
+                cfg_path.string() + ": not an AutoRound (auto-round) INT4 checkpoint's config");
   }
   const fs::path qcfg_path = int4.root() / "quantization_config.json";
   const bool has_qcfg_file = fs::exists(qcfg_path, ec);
@@ -375,8 +393,8 @@ HybridReport build_hybrid(const fs::path& int4_dir, const fs::path& fp8_dir, con
   pw.digests = &digests;
   auto produce = [&](const ckpt::TensorDecl& d, ckpt::SafetensorsWriter& w) {
     const Source& s = source_of.at(d.name);
-    w.copy_from(s.file->map().fd(), s.file->header().data_offset() + s.info->begin, s.info->n_bytes(),
-                s.file->path());
+    w.copy_from(s.file->map().fd(), s.file->header().data_offset() + s.info->begin,
+                s.info->n_bytes(), s.file->path());
     s.file->release(s.info->begin, s.info->n_bytes());
     if (progress) progress->done.fetch_add(s.info->n_bytes(), std::memory_order_relaxed);
   };

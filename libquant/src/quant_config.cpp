@@ -1,7 +1,5 @@
 #include "qf/quant/quant_config.h"
 
-#include <regex>
-
 namespace qf::quant {
 namespace {
 
@@ -47,24 +45,37 @@ std::vector<std::string> inc_blocks(const nlohmann::json& qcfg) {
   return out;
 }
 
-int inc_module_bits(const nlohmann::json& qcfg, const std::string& module) {
-  const int global = qcfg.value("bits", 16);
+IncResolver::IncResolver(const nlohmann::json& qcfg) {
+  global_ = qcfg.value("bits", 16);
   const auto extra = qcfg.find("extra_config");
   if (extra != qcfg.end() && extra->is_object()) {
-    if (const auto e = extra->find(module); e != extra->end()) return bits_of(*e, global);
     for (const auto& [key, entry] : extra->items()) {
+      const int b = bits_of(entry, global_);
+      exact_.emplace(key, b);
       if (!has_regex_chars(key)) continue;
       try {
-        if (std::regex_search(module, std::regex(key))) return bits_of(entry, global);
+        regex_.emplace_back(std::regex(key), b);
       } catch (const std::regex_error&) {
-        // INC would fail on such a key too; treat it as not matching.
+        // INC would fail on such a key too; treat it as matching nothing.
       }
     }
   }
-  for (const std::string& b : inc_blocks(qcfg)) {
-    if (module == b || module.rfind(b + ".", 0) == 0) return global;
+  blocks_ = inc_blocks(qcfg);
+}
+
+int IncResolver::bits(const std::string& module) const {
+  if (const auto it = exact_.find(module); it != exact_.end()) return it->second;
+  for (const auto& [re, b] : regex_) {
+    if (std::regex_search(module, re)) return b;
+  }
+  for (const std::string& b : blocks_) {
+    if (module == b || module.rfind(b + ".", 0) == 0) return global_;
   }
   return 16;
+}
+
+int inc_module_bits(const nlohmann::json& qcfg, const std::string& module) {
+  return IncResolver(qcfg).bits(module);
 }
 
 }  // namespace qf::quant

@@ -95,16 +95,10 @@ std::string synth_quantization_config(const ckpt::Qwen35Config& c, const SynthOp
         .dump();
   }
   if (o.layout == ckpt::Qwen35Layout::kQwenFp8) {
-    json keep = json::array({"lm_head", "model.visual", "mtp.fc"});
-    for (int64_t i = 0; i < n_layers; ++i) {
-      const std::string p = "model.language_model.layers." + std::to_string(i) + ".";
-      keep.push_back(p + "mlp.gate");
-      keep.push_back(p + "mlp.shared_expert_gate");
-      if (!c.full_attention[i]) {
-        keep.push_back(p + "linear_attn.in_proj_a");
-        keep.push_back(p + "linear_attn.in_proj_b");
-      }
-    }
+    // Substrings, as transformers matches them; Qwen's exact list is not known (formats doc §3.3).
+    const json keep =
+        json::array({"lm_head", "model.visual", "mtp.fc", "mlp.gate", "shared_expert_gate",
+                     "linear_attn.in_proj_a", "linear_attn.in_proj_b"});
     return json{{"quant_method", "fp8"},
                 {"fmt", "e4m3"},
                 {"activation_scheme", "dynamic"},

@@ -55,7 +55,7 @@ TEST_F(Hybrid, ReplacesSharedExpertsAndCopiesEverythingElse) {
   for (const auto& c : r.unused) cats[c.name] = c.n_tensors;
   EXPECT_EQ(cats["routed-experts"], (4 + 1) * 8 * 3 * 2u);
   EXPECT_EQ(cats["int4-in-int4-checkpoint"], 3 * 8 + 1 * 8u);  // GDN 6+2, attention 8
-  EXPECT_EQ(cats["bf16-in-int4-checkpoint"], 8u);             // MTP attention weights + scales
+  EXPECT_EQ(cats["bf16-in-int4-checkpoint"], 8u);              // MTP attention weights + scales
 
   const ckpt::Checkpoint in = ckpt::Checkpoint::open(d("int4"));
   const ckpt::Checkpoint fp8 = ckpt::Checkpoint::open(d("fp8"));
@@ -74,7 +74,8 @@ TEST_F(Hybrid, ReplacesSharedExpertsAndCopiesEverythingElse) {
       }
     }
   }
-  EXPECT_EQ(out.find("mtp.layers.0.mlp.shared_expert.up_proj.weight")->info->dtype, ckpt::DType::kF8E4M3);
+  EXPECT_EQ(out.find("mtp.layers.0.mlp.shared_expert.up_proj.weight")->info->dtype,
+            ckpt::DType::kF8E4M3);
   EXPECT_EQ(out.file_name(*out.find("mtp.fc.weight")->file), "model_extra_tensors.safetensors");
   EXPECT_TRUE(fs::exists(d("out") / "tokenizer.json"));
   EXPECT_TRUE(fs::exists(d("out") / "quantization_config.json"));
@@ -103,7 +104,8 @@ TEST_F(Hybrid, DeterministicAndNoMtpOption) {
   const HybridReport r = build_hybrid(d("int4"), d("fp8"), d("c"), o);
   EXPECT_EQ(r.n_mtp, 0u);
   const ckpt::Checkpoint c = ckpt::Checkpoint::open(d("c"));
-  EXPECT_EQ(c.find("mtp.layers.0.mlp.shared_expert.up_proj.weight")->info->dtype, ckpt::DType::kBF16);
+  EXPECT_EQ(c.find("mtp.layers.0.mlp.shared_expert.up_proj.weight")->info->dtype,
+            ckpt::DType::kBF16);
 }
 
 Errc code_of(const std::function<void()>& fn) {
@@ -131,12 +133,14 @@ TEST_F(Hybrid, Refusals) {
   other.layout = ckpt::Qwen35Layout::kQwenFp8;
   other.seed = 99;
   synth_checkpoint(ckpt::qwen35_preset("tiny"), d("fp8-other"), other);
-  EXPECT_EQ(code_of([&] { build_hybrid(d("int4"), d("fp8-other"), d("x"), o); }), Errc::kUnsupported);
+  EXPECT_EQ(code_of([&] { build_hybrid(d("int4"), d("fp8-other"), d("x"), o); }),
+            Errc::kUnsupported);
   // FP8 of another shape.
   ckpt::Qwen35Config wide = ckpt::qwen35_preset("tiny");
   wide.shared_expert_intermediate_size = 256;
   synth_checkpoint(wide, d("fp8-wide"), other);
-  EXPECT_EQ(code_of([&] { build_hybrid(d("int4"), d("fp8-wide"), d("x"), o); }), Errc::kUnsupported);
+  EXPECT_EQ(code_of([&] { build_hybrid(d("int4"), d("fp8-wide"), d("x"), o); }),
+            Errc::kUnsupported);
   // FP8 missing a projection (dropped from its index).
   fs::create_directories(d("fp8-missing"));
   for (const auto& e : fs::directory_iterator(d("fp8"))) {
@@ -146,8 +150,10 @@ TEST_F(Hybrid, Refusals) {
   std::erase_if(idx.weight_map, [](const auto& kv) {
     return kv.first == "model.language_model.layers.2.mlp.shared_expert.down_proj.weight";
   });
-  ckpt::write_file_atomic(d("fp8-missing") / ckpt::kIndexFileName, ckpt::serialize_index(idx), true);
-  EXPECT_EQ(code_of([&] { build_hybrid(d("int4"), d("fp8-missing"), d("x"), o); }), Errc::kTensorNotFound);
+  ckpt::write_file_atomic(d("fp8-missing") / ckpt::kIndexFileName, ckpt::serialize_index(idx),
+                          true);
+  EXPECT_EQ(code_of([&] { build_hybrid(d("int4"), d("fp8-missing"), d("x"), o); }),
+            Errc::kTensorNotFound);
   EXPECT_FALSE(fs::exists(d("x")));
   EXPECT_FALSE(fs::exists(d("x.tmp")));
 }
@@ -158,8 +164,9 @@ TEST_F(Hybrid, UnexpectedFp8TensorsNeedForce) {
     fs::copy_file(e.path(), d("fp8-extra") / e.path().filename());
   }
   {
-    ckpt::SafetensorsWriter w(d("fp8-extra") / "extra.safetensors",
-                              ckpt::plan_safetensors({{"lm_head.bias", ckpt::DType::kBF16, {512}}}, std::nullopt));
+    ckpt::SafetensorsWriter w(
+        d("fp8-extra") / "extra.safetensors",
+        ckpt::plan_safetensors({{"lm_head.bias", ckpt::DType::kBF16, {512}}}, std::nullopt));
     w.write_zeros(1024);
     w.commit();
   }
@@ -168,7 +175,8 @@ TEST_F(Hybrid, UnexpectedFp8TensorsNeedForce) {
   idx.sort();
   ckpt::write_file_atomic(d("fp8-extra") / ckpt::kIndexFileName, ckpt::serialize_index(idx), true);
   HybridOptions o;
-  EXPECT_EQ(code_of([&] { build_hybrid(d("int4"), d("fp8-extra"), d("y"), o); }), Errc::kUnsupported);
+  EXPECT_EQ(code_of([&] { build_hybrid(d("int4"), d("fp8-extra"), d("y"), o); }),
+            Errc::kUnsupported);
   o.force = true;
   const HybridReport r = build_hybrid(d("int4"), d("fp8-extra"), d("y"), o);
   EXPECT_EQ(r.n_unexpected, 1u);

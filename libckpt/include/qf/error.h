@@ -54,6 +54,13 @@ enum class Errc : uint16_t {
   kChecksumMismatch,     // a file or tensor hash differs from the manifest
   kManifestMissingFile,  // the manifest lists a file that is gone
   kManifestExtraFile,    // a file the manifest does not list
+  // model-aware checks (config.json vs tensors)
+  kModelTensorMissing,     // a tensor the config implies is absent
+  kModelTensorUnexpected,  // a tensor the config does not explain
+  kModelTensorShape,       // dtype or shape differs from what the config implies
+  kQuantConfigMismatch,    // quantization_config disagrees with how a module is stored
+  kQZerosNotSymmetric,     // symmetric GPTQ qzeros that are not the symmetric constant
+  kNonFiniteValues,        // NaN or Inf in a float tensor (--scan-values)
   // environment
   kIo,           // read/write/open failed (message carries strerror)
   kExists,       // output exists and --force was not given

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <vector>
 
 #include "qf/ckpt/problem.h"
@@ -12,11 +13,16 @@
 
 namespace qf::ckpt {
 
+class Checkpoint;
+
 struct ValidateOptions {
   // Verify the manifest if one exists; otherwise create it, but only for a valid checkpoint.
   bool checksums = false;
   int threads = 0;               // hashing threads; 0 = hardware concurrency
   Progress* progress = nullptr;  // bytes hashed / to hash
+  // Further checks on the opened checkpoint (model-aware ones live above libckpt), run after the
+  // structural checks and before checksums; they append to the problem list.
+  std::function<void(const Checkpoint&, std::vector<Problem>&)> extra_checks;
 };
 
 enum class ChecksumAction { kNone, kVerified, kCreated, kNotCreated };

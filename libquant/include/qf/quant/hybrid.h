@@ -26,19 +26,19 @@
 namespace qf::quant {
 
 struct HybridOptions {
-  bool mtp = true;          // also replace the MTP layer's shared expert when both have one
-  bool force = false;       // replace an existing output; accept unexpected FP8 tensors
-  bool dry_run = false;     // plan and report only
-  bool checksums = true;    // write qforge-manifest.json for the output
-  bool check = true;        // compare each FP8 projection with Intel's BF16 one (cosine)
+  bool mtp = true;           // also replace the MTP layer's shared expert when both have one
+  bool force = false;        // replace an existing output; accept unexpected FP8 tensors
+  bool dry_run = false;      // plan and report only
+  bool checksums = true;     // write qforge-manifest.json for the output
+  bool check = true;         // compare each FP8 projection with Intel's BF16 one (cosine)
   double min_cosine = 0.98;  // below this the inputs are not the same model: fail unless force
   int threads = 0;
 };
 
 // FP8 tensors the hybrid does not use, by why.
 struct HybridCategory {
-  std::string name;      // "routed-experts", "int4-in-int4-checkpoint", "mtp", ...
-  std::string meaning;   // one line for the report
+  std::string name;     // "routed-experts", "int4-in-int4-checkpoint", "mtp", ...
+  std::string meaning;  // one line for the report
   size_t n_tensors = 0;
   std::vector<std::string> examples;  // up to 3 names
 };

@@ -2,11 +2,27 @@
 // (checkpoint-formats.md §2.7): the bits a module gets, and editing extra_config.
 #pragma once
 
+#include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <string>
 #include <vector>
 
 namespace qf::quant {
+
+// INC's resolution prepared once for a config: exact extra_config keys, compiled regex keys
+// and block prefixes (checking 100k modules against hundreds of keys stays cheap).
+class IncResolver {
+ public:
+  explicit IncResolver(const nlohmann::json& qcfg);
+  int bits(const std::string& module) const;
+
+ private:
+  int global_ = 16;
+  std::map<std::string, int> exact_;
+  std::vector<std::pair<std::regex, int>> regex_;
+  std::vector<std::string> blocks_;
+};
 
 // Bits INC gives `module` (checkpoint naming, e.g. "model.language_model.layers.0.mlp.gate"):
 // an exact extra_config key wins; otherwise keys with regex metacharacters are tried with
