@@ -12,6 +12,7 @@ struct Command {
   std::function<int()> run;
 };
 
+Command add_add_mtp(CLI::App& app);
 Command add_build_hybrid(CLI::App& app);
 Command add_inspect(CLI::App& app);
 Command add_synth(CLI::App& app);

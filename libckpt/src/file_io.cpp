@@ -1,6 +1,8 @@
 #include "qf/ckpt/file_io.h"
 
 #include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -149,6 +151,69 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view conte
     throw;
   }
   fsync_dir(path.parent_path());
+}
+
+CopyMethod copy_file_atomic(const std::filesystem::path& src, const std::filesystem::path& dst,
+                            bool allow_hardlink, bool overwrite) {
+  std::error_code ec;
+  if (!overwrite && std::filesystem::exists(dst, ec)) {
+    throw Error(Errc::kExists, "'" + dst.string() + "' exists (use --force to overwrite)");
+  }
+  const std::filesystem::path tmp = staging_path(dst);
+  ::unlink(tmp.c_str());
+  CopyMethod method = CopyMethod::kCopy;
+  if (allow_hardlink && ::link(src.c_str(), tmp.c_str()) == 0) {
+    method = CopyMethod::kHardLink;
+  } else {
+    UniqueFd in = open_read(src);
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) throw_io("cannot create", tmp.string(), errno);
+    UniqueFd out(fd);
+    try {
+      if (::ioctl(out.get(), FICLONE, in.get()) == 0) {
+        method = CopyMethod::kReflink;
+      } else {
+        struct stat st {};
+        if (::fstat(in.get(), &st) != 0) throw_io("cannot stat", src.string(), errno);
+        uint64_t left = static_cast<uint64_t>(st.st_size);
+        loff_t off = 0;
+        bool kernel = true;
+        while (left > 0) {
+          if (kernel) {
+            const ssize_t r = ::copy_file_range(in.get(), &off, out.get(), nullptr, left, 0);
+            if (r > 0) {
+              left -= static_cast<uint64_t>(r);
+              continue;
+            }
+            if (r < 0 && errno == EINTR) continue;
+            if (r == 0) throw Error(Errc::kIo, "'" + src.string() + "' shrank while being copied");
+            if (errno != EXDEV && errno != ENOSYS && errno != EOPNOTSUPP && errno != EINVAL) {
+              throw_io("cannot copy", src.string(), errno);
+            }
+            kernel = false;
+          }
+          char buf[1 << 16];
+          const size_t take = static_cast<size_t>(std::min<uint64_t>(left, sizeof buf));
+          pread_all(in.get(), buf, take, static_cast<uint64_t>(off), src);
+          write_all(out.get(), buf, take, tmp);
+          off += static_cast<loff_t>(take);
+          left -= take;
+        }
+      }
+      if (::fsync(out.get()) != 0) throw_io("cannot fsync", tmp.string(), errno);
+    } catch (...) {
+      out.reset();
+      ::unlink(tmp.c_str());
+      throw;
+    }
+  }
+  if (::rename(tmp.c_str(), dst.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    throw_io("cannot rename", tmp.string(), err);
+  }
+  fsync_dir(dst.parent_path());
+  return method;
 }
 
 }  // namespace qf::ckpt

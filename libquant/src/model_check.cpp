@@ -1,8 +1,8 @@
 #include "qf/quant/model_check.h"
 
 #include <atomic>
-#include <optional>
 #include <cstring>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -22,15 +22,21 @@ std::string describe(const ckpt::TensorInfo& t) {
   return std::string(ckpt::dtype_name(t.dtype)) + " " + ckpt::shape_to_string(t.shape);
 }
 
-uint64_t u(int64_t v) { return static_cast<uint64_t>(v); }
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+uint64_t u(int64_t v) {
+  return static_cast<uint64_t>(v);
+}
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 // Checks one tensor's dtype and shape; records it as explained.
 bool expect(const ckpt::Checkpoint& c, const std::string& name, std::initializer_list<DType> dtypes,
-            const Shape& shape, std::vector<Problem>& problems, std::vector<std::string>* consumed) {
+            const Shape& shape, std::vector<Problem>& problems,
+            std::vector<std::string>* consumed) {
   const ckpt::TensorRef* r = c.find(name);
   if (!r) {
-    problems.push_back({Errc::kModelTensorMissing, "", name, "expected " + ckpt::shape_to_string(shape)});
+    problems.push_back(
+        {Errc::kModelTensorMissing, "", name, "expected " + ckpt::shape_to_string(shape)});
     return false;
   }
   if (consumed) consumed->push_back(name);
@@ -38,8 +44,9 @@ bool expect(const ckpt::Checkpoint& c, const std::string& name, std::initializer
   if (!dtype_ok || r->info->shape != shape) {
     std::string want;
     for (DType d : dtypes) want += (want.empty() ? "" : "/") + std::string(ckpt::dtype_name(d));
-    problems.push_back({Errc::kModelTensorShape, c.file_name(*r->file), name,
-                        "is " + describe(*r->info) + ", expected " + want + " " + ckpt::shape_to_string(shape)});
+    problems.push_back(
+        {Errc::kModelTensorShape, c.file_name(*r->file), name,
+         "is " + describe(*r->info) + ", expected " + want + " " + ckpt::shape_to_string(shape)});
     return false;
   }
   return true;
@@ -90,16 +97,18 @@ std::string linear_format(const ckpt::Checkpoint& c, const std::string& m, int64
 }
 
 // What the quantization_config says about a module stored as `format`.
-void check_quant_config(const nlohmann::json& qcfg, const IncResolver* inc, const std::string& module,
-                        const std::string& format, std::vector<Problem>& problems) {
+void check_quant_config(const nlohmann::json& qcfg, const IncResolver* inc,
+                        const std::string& module, const std::string& format,
+                        std::vector<Problem>& problems) {
   if (format.empty()) return;
   // The MoE router is built unquantized by vLLM (quant_config=None) and transformers (a plain
   // parameter, not nn.Linear), whatever quantization_config says: it only has to be BF16.
   constexpr std::string_view kRouter = ".mlp.gate";
   if (module.size() > kRouter.size() && module.substr(module.size() - kRouter.size()) == kRouter) {
     if (format != "bf16") {
-      problems.push_back({Errc::kQuantConfigMismatch, "", module,
-                          "the MoE router is stored " + format + "; loaders build it unquantized (BF16)"});
+      problems.push_back(
+          {Errc::kQuantConfigMismatch, "", module,
+           "the MoE router is stored " + format + "; loaders build it unquantized (BF16)"});
     }
     return;
   }
@@ -109,21 +118,24 @@ void check_quant_config(const nlohmann::json& qcfg, const IncResolver* inc, cons
     const int stored = format == "int4" ? 4 : format == "int8" ? 8 : 16;
     if ((stored < 16) != (bits < 16) || (stored < 16 && bits != stored)) {
       problems.push_back({Errc::kQuantConfigMismatch, "", module,
-                          "stored " + format + " but quantization_config gives it " + std::to_string(bits) +
-                              " bits (INC would expect " +
+                          "stored " + format + " but quantization_config gives it " +
+                              std::to_string(bits) + " bits (INC would expect " +
                               (bits < 16 ? "qweight/qzeros/scales" : "a 16-bit weight") + ")"});
     }
   } else if (method == "fp8") {
     bool not_converted = module == "lm_head";  // transformers never converts lm_head
     for (const auto& key : qcfg.value("modules_to_not_convert", nlohmann::json::array())) {
-      if (key.is_string() && module.find(key.get<std::string>()) != std::string::npos) not_converted = true;
+      if (key.is_string() && module.find(key.get<std::string>()) != std::string::npos)
+        not_converted = true;
     }
     if (format == "fp8" && not_converted) {
-      problems.push_back({Errc::kQuantConfigMismatch, "", module, "stored FP8 but listed in modules_to_not_convert"});
+      problems.push_back({Errc::kQuantConfigMismatch, "", module,
+                          "stored FP8 but listed in modules_to_not_convert"});
     } else if (format != "fp8" && !not_converted) {
       problems.push_back({Errc::kQuantConfigMismatch, "", module,
-                          "stored " + format + " but the fp8 quantization_config expects FP8 (add it to "
-                          "modules_to_not_convert)"});
+                          "stored " + format +
+                              " but the fp8 quantization_config expects FP8 (add it to "
+                              "modules_to_not_convert)"});
     }
   } else if (format != "bf16") {
     problems.push_back({Errc::kQuantConfigMismatch, "", module,
@@ -148,9 +160,10 @@ void check_qzeros(const ckpt::Checkpoint& c, const std::string& module, const st
   if (bad) {
     char hex[16];
     std::snprintf(hex, sizeof hex, "0x%08X", want);
-    problems.push_back({Errc::kQZerosNotSymmetric, c.file_name(*c.find(module + ".qzeros")->file),
-                        module + ".qzeros",
-                        std::to_string(bad) + " words differ from " + hex + " (sym in quantization_config)"});
+    problems.push_back(
+        {Errc::kQZerosNotSymmetric, c.file_name(*c.find(module + ".qzeros")->file),
+         module + ".qzeros",
+         std::to_string(bad) + " words differ from " + hex + " (sym in quantization_config)"});
   }
 }
 
@@ -181,7 +194,8 @@ uint64_t count_non_finite(DType dtype, const std::byte* p, uint64_t n) {
     case DType::kF8E5M2:
       for (uint64_t i = 0; i < n; ++i) bad += (static_cast<uint8_t>(p[i]) & 0x7C) == 0x7C;
       return bad;
-    default: return 0;
+    default:
+      return 0;
   }
 }
 
@@ -213,7 +227,8 @@ void scan_values(const ckpt::Checkpoint& c, const ModelCheckOptions& o, ModelChe
       }
     }
   };
-  int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int threads = o.threads > 0 ? o.threads
+                              : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<std::thread> pool;
   for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
   worker();
@@ -225,8 +240,15 @@ void scan_values(const ckpt::Checkpoint& c, const ModelCheckOptions& o, ModelChe
 
 std::string check_linear_module(const ckpt::Checkpoint& c, const std::string& module, int64_t n,
                                 int64_t k, int64_t group, int64_t block,
-                                std::vector<Problem>& problems) {
-  return linear_format(c, module, n, k, group, block, problems, nullptr);
+                                std::vector<Problem>& problems,
+                                std::vector<std::string>* consumed) {
+  return linear_format(c, module, n, k, group, block, problems, consumed);
+}
+
+bool check_plain_tensor(const ckpt::Checkpoint& c, const std::string& name,
+                        std::initializer_list<DType> dtypes, const Shape& shape,
+                        std::vector<Problem>& problems, std::vector<std::string>* consumed) {
+  return expect(c, name, dtypes, shape, problems, consumed);
 }
 
 ModelCheckStats check_qwen35_model(const ckpt::Checkpoint& c, const ModelCheckOptions& o,
@@ -265,9 +287,12 @@ ModelCheckStats check_qwen35_model(const ckpt::Checkpoint& c, const ModelCheckOp
   if (qcfg.is_object() && qcfg.contains("group_size") && qcfg["group_size"].is_number_integer()) {
     group = qcfg["group_size"].get<int64_t>();
   }
-  if (qcfg.is_object() && qcfg.contains("weight_block_size")) block = qcfg["weight_block_size"][0].get<int64_t>();
+  if (qcfg.is_object() && qcfg.contains("weight_block_size"))
+    block = qcfg["weight_block_size"][0].get<int64_t>();
   if (doc.contains("qforge") && doc["qforge"].contains("hybrid")) {
-    block = doc["qforge"]["hybrid"].value("weight_block_size", nlohmann::json({128, 128}))[0].get<int64_t>();
+    block = doc["qforge"]["hybrid"]
+                .value("weight_block_size", nlohmann::json({128, 128}))[0]
+                .get<int64_t>();
   }
   const bool sym = !qcfg.is_object() || qcfg.value("sym", true);
 
@@ -287,7 +312,8 @@ ModelCheckStats check_qwen35_model(const ckpt::Checkpoint& c, const ModelCheckOp
   ckpt::SchemaOptions so;
   so.mtp = stats.has_mtp;
   so.vision = stats.has_vision;
-  const std::vector<ckpt::TensorDecl> decls = ckpt::qwen35_tensors(cfg, ckpt::Qwen35Layout::kBf16, so);
+  const std::vector<ckpt::TensorDecl> decls =
+      ckpt::qwen35_tensors(cfg, ckpt::Qwen35Layout::kBf16, so);
 
   std::vector<std::string> consumed;
   std::optional<IncResolver> inc;
@@ -300,8 +326,10 @@ ModelCheckStats check_qwen35_model(const ckpt::Checkpoint& c, const ModelCheckOp
     if (sym && (fmt == "int4" || fmt == "int8") && inc) check_qzeros(c, m, fmt, problems);
   };
   for (const ckpt::TensorDecl& d : decls) {
-    const bool fused_gate_up = d.name.size() > 21 && d.name.substr(d.name.size() - 21) == ".experts.gate_up_proj";
-    const bool fused_down = d.name.size() > 18 && d.name.substr(d.name.size() - 18) == ".experts.down_proj";
+    const bool fused_gate_up =
+        d.name.size() > 21 && d.name.substr(d.name.size() - 21) == ".experts.gate_up_proj";
+    const bool fused_down =
+        d.name.size() > 18 && d.name.substr(d.name.size() - 18) == ".experts.down_proj";
     if (fused_gate_up || fused_down) {
       if (c.find(d.name)) {
         expect(c, d.name, {DType::kBF16}, d.shape, problems, &consumed);
@@ -313,11 +341,13 @@ ModelCheckStats check_qwen35_model(const ckpt::Checkpoint& c, const ModelCheckOp
       for (int64_t e = 0; e < e_count; ++e) {
         const std::string em = prefix + std::to_string(e) + ".";
         if (fused_gate_up) {
-          const int64_t i = static_cast<int64_t>(d.shape[1] / 2), h = static_cast<int64_t>(d.shape[2]);
+          const int64_t i = static_cast<int64_t>(d.shape[1] / 2),
+                        h = static_cast<int64_t>(d.shape[2]);
           module(em + "gate_proj", i, h);
           module(em + "up_proj", i, h);
         } else {
-          module(em + "down_proj", static_cast<int64_t>(d.shape[1]), static_cast<int64_t>(d.shape[2]));
+          module(em + "down_proj", static_cast<int64_t>(d.shape[1]),
+                 static_cast<int64_t>(d.shape[2]));
         }
       }
       continue;
@@ -327,7 +357,8 @@ ModelCheckStats check_qwen35_model(const ckpt::Checkpoint& c, const ModelCheckOp
       continue;
     }
     // Plain tensors. A_log and the gated norm are FP32 in Qwen's releases, BF16 in Intel's.
-    if (d.role == ckpt::TensorRole::kALog || (d.role == ckpt::TensorRole::kNormPlain && d.name.find("linear_attn") != std::string::npos)) {
+    if (d.role == ckpt::TensorRole::kALog || (d.role == ckpt::TensorRole::kNormPlain &&
+                                              d.name.find("linear_attn") != std::string::npos)) {
       expect(c, d.name, {DType::kF32, DType::kBF16}, d.shape, problems, &consumed);
     } else {
       expect(c, d.name, {d.dtype}, d.shape, problems, &consumed);

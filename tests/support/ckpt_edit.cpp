@@ -24,13 +24,15 @@ void copy_checkpoint(const fs::path& in, const fs::path& out, const CheckpointEd
         continue;
       }
       const auto r = edit.retype.find(t.name);
-      specs.push_back(r != edit.retype.end() ? r->second : ckpt::TensorSpec{t.name, t.dtype, t.shape});
+      specs.push_back(r != edit.retype.end() ? r->second
+                                             : ckpt::TensorSpec{t.name, t.dtype, t.shape});
     }
     if (first) {
       for (const auto& [name, spec] : edit.add) specs.push_back(spec);
       first = false;
     }
-    ckpt::SafetensorsWriter w(out / fname, ckpt::plan_safetensors(specs, ckpt::Metadata{{"format", "pt"}}));
+    ckpt::SafetensorsWriter w(out / fname,
+                              ckpt::plan_safetensors(specs, ckpt::Metadata{{"format", "pt"}}));
     for (const ckpt::TensorInfo& t : w.plan().layout) {
       const ckpt::TensorInfo* src = f.find(t.name);
       if (src && !edit.retype.count(t.name)) {

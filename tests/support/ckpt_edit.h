@@ -13,11 +13,11 @@
 namespace qf::test {
 
 struct CheckpointEdit {
-  std::set<std::string> drop;                                  // tensors to leave out
-  std::map<std::string, ckpt::TensorSpec> add;                 // name -> spec (zero bytes)
-  std::map<std::string, ckpt::TensorSpec> retype;              // name -> new spec (zero bytes)
+  std::set<std::string> drop;                      // tensors to leave out
+  std::map<std::string, ckpt::TensorSpec> add;     // name -> spec (zero bytes)
+  std::map<std::string, ckpt::TensorSpec> retype;  // name -> new spec (zero bytes)
   std::function<void(const std::string& name, std::string& bytes)> patch;  // edit kept bytes
-  std::function<void(std::string& config_json)> config;       // edit config.json text
+  std::function<void(std::string& config_json)> config;                    // edit config.json text
   bool keep_index_entries = false;  // leave dropped names in the index (index problems)
 };
 

@@ -41,7 +41,8 @@ class ModelCheck : public ::testing::Test {
     return problems;
   }
   // Exactly the problems of `code`, at least one, each naming a tensor containing `needle`.
-  static void expect_only(const std::vector<ckpt::Problem>& ps, Errc code, const std::string& needle) {
+  static void expect_only(const std::vector<ckpt::Problem>& ps, Errc code,
+                          const std::string& needle) {
     ASSERT_FALSE(ps.empty());
     for (const ckpt::Problem& p : ps) {
       EXPECT_EQ(p.code, code) << ckpt::format_problem(p);
@@ -62,7 +63,8 @@ TEST_F(ModelCheck, EveryLayoutPasses) {
 }
 
 TEST_F(ModelCheck, MissingTensor) {
-  qf::test::copy_checkpoint(d("intel-int4"), d("missing"), {.drop = {kL0 + "post_attention_layernorm.weight"}});
+  qf::test::copy_checkpoint(d("intel-int4"), d("missing"),
+                            {.drop = {kL0 + "post_attention_layernorm.weight"}});
   expect_only(check(d("missing")), Errc::kModelTensorMissing, "post_attention_layernorm");
 }
 
@@ -92,41 +94,47 @@ TEST_F(ModelCheck, WrongDtypeOrShape) {
                             {.retype = {{kL0 + "input_layernorm.weight",
                                          {kL0 + "input_layernorm.weight", DType::kF16, {256}}}}});
   expect_only(check(d("dtype")), Errc::kModelTensorShape, "input_layernorm");
-  qf::test::copy_checkpoint(d("hybrid"), d("shape"),
-                            {.retype = {{kL0 + "mlp.shared_expert.up_proj.weight_scale_inv",
-                                         {kL0 + "mlp.shared_expert.up_proj.weight_scale_inv", DType::kBF16, {2, 1}}}}});
+  qf::test::copy_checkpoint(
+      d("hybrid"), d("shape"),
+      {.retype = {{kL0 + "mlp.shared_expert.up_proj.weight_scale_inv",
+                   {kL0 + "mlp.shared_expert.up_proj.weight_scale_inv", DType::kBF16, {2, 1}}}}});
   expect_only(check(d("shape")), Errc::kModelTensorShape, "weight_scale_inv");
 }
 
 TEST_F(ModelCheck, Int4TripletAgainstTheGroupSize) {
   // The config now claims groups of 64: every scales/qzeros shape is off.
   qf::test::copy_checkpoint(d("intel-int4"), d("group"), {.config = [](std::string& s) {
-    const size_t at = s.find("\"group_size\": 128");
-    ASSERT_NE(at, std::string::npos);
-    s.replace(at, 17, "\"group_size\": 64");
-  }});
+                              const size_t at = s.find("\"group_size\": 128");
+                              ASSERT_NE(at, std::string::npos);
+                              s.replace(at, 17, "\"group_size\": 64");
+                            }});
   const auto ps = check(d("group"));
   ASSERT_GT(ps.size(), 100u);
   for (const auto& p : ps) {
     EXPECT_EQ(p.code, Errc::kModelTensorShape) << ckpt::format_problem(p);
-    EXPECT_TRUE(p.tensor.find(".scales") != std::string::npos || p.tensor.find(".qzeros") != std::string::npos)
+    EXPECT_TRUE(p.tensor.find(".scales") != std::string::npos ||
+                p.tensor.find(".qzeros") != std::string::npos)
         << p.tensor;
   }
 }
 
 TEST_F(ModelCheck, QZerosMustBeSymmetric) {
   const std::string q = kL0 + "mlp.experts.3.down_proj.qzeros";
-  qf::test::copy_checkpoint(d("intel-int4"), d("zeros"), {.patch = [&](const std::string& name, std::string& b) {
-    if (name == q) b[5] = 0x78;
-  }});
+  qf::test::copy_checkpoint(d("intel-int4"), d("zeros"),
+                            {.patch = [&](const std::string& name, std::string& b) {
+                              if (name == q) b[5] = 0x78;
+                            }});
   expect_only(check(d("zeros")), Errc::kQZerosNotSymmetric, "experts.3.down_proj.qzeros");
 }
 
 TEST_F(ModelCheck, Fp8WeightWithoutScaleAndWeightBesideQweight) {
-  qf::test::copy_checkpoint(d("hybrid"), d("noscale"), {.drop = {kL0 + "mlp.shared_expert.down_proj.weight_scale_inv"}});
-  expect_only(check(d("noscale")), Errc::kModelTensorMissing, "shared_expert.down_proj.weight_scale_inv");
+  qf::test::copy_checkpoint(d("hybrid"), d("noscale"),
+                            {.drop = {kL0 + "mlp.shared_expert.down_proj.weight_scale_inv"}});
+  expect_only(check(d("noscale")), Errc::kModelTensorMissing,
+              "shared_expert.down_proj.weight_scale_inv");
   const std::string w = kL0 + "mlp.experts.1.up_proj.weight";
-  qf::test::copy_checkpoint(d("intel-int4"), d("both"), {.add = {{w, {w, DType::kBF16, {128, 256}}}}});
+  qf::test::copy_checkpoint(d("intel-int4"), d("both"),
+                            {.add = {{w, {w, DType::kBF16, {128, 256}}}}});
   const auto ps = check(d("both"));
   ASSERT_FALSE(ps.empty());
   EXPECT_EQ(ps[0].code, Errc::kModelTensorUnexpected);
@@ -135,18 +143,20 @@ TEST_F(ModelCheck, Fp8WeightWithoutScaleAndWeightBesideQweight) {
 
 TEST_F(ModelCheck, QuantizationConfigAgainstTensors) {
   // extra_config says an INT4-stored expert is 16-bit: INC would look for a BF16 weight.
-  qf::test::copy_checkpoint(d("intel-int4"), d("qcfg"), {.config = [](std::string& s) {
-    const size_t at = s.find("\"extra_config\": {");
-    ASSERT_NE(at, std::string::npos);
-    s.insert(at + 17, "\"model.language_model.layers.0.mlp.experts.2.gate_proj\": {\"bits\": 16}, ");
-  }});
+  qf::test::copy_checkpoint(
+      d("intel-int4"), d("qcfg"), {.config = [](std::string& s) {
+        const size_t at = s.find("\"extra_config\": {");
+        ASSERT_NE(at, std::string::npos);
+        s.insert(at + 17,
+                 "\"model.language_model.layers.0.mlp.experts.2.gate_proj\": {\"bits\": 16}, ");
+      }});
   expect_only(check(d("qcfg")), Errc::kQuantConfigMismatch, "experts.2.gate_proj");
   // An FP8 checkpoint whose config has no quantization_config at all.
   qf::test::copy_checkpoint(d("qwen-fp8"), d("noqcfg"), {.config = [](std::string& s) {
-    const size_t at = s.find("\"quantization_config\"");
-    ASSERT_NE(at, std::string::npos);
-    s.replace(at, 21, "\"unused_config\"");
-  }});
+                              const size_t at = s.find("\"quantization_config\"");
+                              ASSERT_NE(at, std::string::npos);
+                              s.replace(at, 21, "\"unused_config\"");
+                            }});
   const auto ps = check(d("noqcfg"));
   ASSERT_EQ(ps.size(), 152u);  // every FP8 module
   EXPECT_EQ(ps[0].code, Errc::kQuantConfigMismatch);
@@ -154,9 +164,11 @@ TEST_F(ModelCheck, QuantizationConfigAgainstTensors) {
 
 TEST_F(ModelCheck, ScanValuesFindsNaN) {
   const std::string t = kL0 + "mlp.shared_expert.gate_proj.weight";
-  qf::test::copy_checkpoint(d("bf16"), d("nan"), {.patch = [&](const std::string& name, std::string& b) {
-    if (name == t) b[101] = static_cast<char>(0x7F), b[100] = static_cast<char>(0xC0);
-  }});
+  qf::test::copy_checkpoint(d("bf16"), d("nan"),
+                            {.patch = [&](const std::string& name, std::string& b) {
+                              if (name == t)
+                                b[101] = static_cast<char>(0x7F), b[100] = static_cast<char>(0xC0);
+                            }});
   EXPECT_TRUE(check(d("nan"), false).empty());
   expect_only(check(d("nan"), true), Errc::kNonFiniteValues, "shared_expert.gate_proj");
 }

@@ -74,6 +74,15 @@ void write_all(int fd, const void* buf, size_t n, const std::filesystem::path& p
 void pread_all(int fd, void* buf, size_t n, uint64_t offset,
                const std::filesystem::path& path_for_errors);
 
+enum class CopyMethod { kReflink, kHardLink, kCopy };
+
+// Copies `src` to `dst` through "<dst>.tmp" + rename: a reflink where the filesystem shares
+// extents (btrfs, XFS), else a hard link when allowed and on the same filesystem, else a kernel
+// copy (copy_file_range, falling back to read/write). Refuses (Error(kExists)) an existing dst
+// unless overwrite. Returns what it did.
+CopyMethod copy_file_atomic(const std::filesystem::path& src, const std::filesystem::path& dst,
+                            bool allow_hardlink, bool overwrite);
+
 // fsync of a directory so that a rename inside it is durable.
 void fsync_dir(const std::filesystem::path& dir);
 

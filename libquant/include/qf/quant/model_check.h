@@ -32,7 +32,7 @@ struct ModelCheckOptions {
 };
 
 struct ModelCheckStats {
-  bool checked = false;       // false when config.json is absent or not a Qwen3.5-MoE config
+  bool checked = false;  // false when config.json is absent or not a Qwen3.5-MoE config
   std::string skipped_because;
   std::map<std::string, size_t> modules_by_format;  // "bf16", "int4", "int8", "fp8", "fused-bf16"
   bool has_mtp = false;
@@ -48,8 +48,16 @@ ModelCheckStats check_qwen35_model(const ckpt::Checkpoint& checkpoint,
 // The format of linear module `module` [n, k] as stored in `c` ("bf16", "int4", "int8", "fp8"),
 // or "" with a problem appended when it is absent or inconsistent. `group` is the INT4/INT8
 // group size and `block` the FP8 block edge to check shapes against.
+// `consumed`, when given, receives the names of the tensors that make up the module.
 std::string check_linear_module(const ckpt::Checkpoint& c, const std::string& module, int64_t n,
                                 int64_t k, int64_t group, int64_t block,
-                                std::vector<ckpt::Problem>& problems);
+                                std::vector<ckpt::Problem>& problems,
+                                std::vector<std::string>* consumed = nullptr);
+
+// The same for a plain (non-linear) tensor: present, of one of `dtypes`, of `shape`.
+bool check_plain_tensor(const ckpt::Checkpoint& c, const std::string& name,
+                        std::initializer_list<ckpt::DType> dtypes, const ckpt::Shape& shape,
+                        std::vector<ckpt::Problem>& problems,
+                        std::vector<std::string>* consumed = nullptr);
 
 }  // namespace qf::quant
