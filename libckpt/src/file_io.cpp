@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 
 #include "qf/error.h"
 
@@ -214,6 +215,38 @@ CopyMethod copy_file_atomic(const std::filesystem::path& src, const std::filesys
   }
   fsync_dir(dst.parent_path());
   return method;
+}
+
+bool is_sparse_file(const std::filesystem::path& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 &&
+         static_cast<uint64_t>(st.st_blocks) * 512 < static_cast<uint64_t>(st.st_size) * 9 / 10;
+}
+
+void publish_directory(const std::filesystem::path& stage, const std::filesystem::path& out,
+                       bool overwrite) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
+  if (!fs::exists(out, ec)) {
+    if (::rename(stage.c_str(), out.c_str()) != 0) throw_io("cannot rename", stage.string(), errno);
+    fsync_dir(parent);
+    return;
+  }
+  if (!overwrite)
+    throw Error(Errc::kExists, "'" + out.string() + "' exists (use --force to overwrite)");
+  if (::renameat2(AT_FDCWD, stage.c_str(), AT_FDCWD, out.c_str(), RENAME_EXCHANGE) == 0) {
+    fsync_dir(parent);
+    fs::remove_all(stage, ec);  // now the old directory
+    return;
+  }
+  fs::path old = out;
+  old += ".old";
+  fs::remove_all(old, ec);
+  if (::rename(out.c_str(), old.c_str()) != 0) throw_io("cannot rename", out.string(), errno);
+  if (::rename(stage.c_str(), out.c_str()) != 0) throw_io("cannot rename", stage.string(), errno);
+  fsync_dir(parent);
+  fs::remove_all(old, ec);
 }
 
 }  // namespace qf::ckpt

@@ -1,8 +1,8 @@
 #include "qf/quant/add_mtp.h"
 
 #include <map>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 
 #include "qf/ckpt/checkpoint.h"
@@ -19,7 +19,9 @@ namespace {
 namespace fs = std::filesystem;
 using ckpt::DType;
 
-bool is_mtp(const std::string& name) { return name.rfind("mtp.", 0) == 0; }
+bool is_mtp(const std::string& name) {
+  return name.rfind("mtp.", 0) == 0;
+}
 
 nlohmann::json read_config(const fs::path& dir) {
   const fs::path p = dir / "config.json";
@@ -37,7 +39,8 @@ nlohmann::json read_config(const fs::path& dir) {
 void check_against_config(const ckpt::Checkpoint& src, const std::set<std::string>& src_mtp,
                           const fs::path& target) {
   const nlohmann::json doc = read_config(target);
-  const ckpt::Qwen35Config cfg = ckpt::qwen35_config_from_json(doc.dump(), (target / "config.json").string());
+  const ckpt::Qwen35Config cfg =
+      ckpt::qwen35_config_from_json(doc.dump(), (target / "config.json").string());
   if (cfg.mtp_num_hidden_layers == 0) {
     throw Error(Errc::kUnsupported, (target / "config.json").string() + " declares no MTP head");
   }
@@ -58,13 +61,16 @@ void check_against_config(const ckpt::Checkpoint& src, const std::set<std::strin
   const std::set<std::string> expected(consumed.begin(), consumed.end());
   for (const std::string& n : src_mtp) {
     if (!expected.count(n)) {
-      problems.push_back({Errc::kModelTensorUnexpected, "", n, "not part of the MTP head the target's config describes"});
+      problems.push_back({Errc::kModelTensorUnexpected, "", n,
+                          "not part of the MTP head the target's config describes"});
     }
   }
   if (!problems.empty()) {
-    throw Error(problems[0].code, "the source's MTP head does not fit " + (target / "config.json").string() +
-                                      ": " + ckpt::format_problem(problems[0]) +
-                                      (problems.size() > 1 ? " (and " + std::to_string(problems.size() - 1) + " more)" : ""));
+    throw Error(
+        problems[0].code,
+        "the source's MTP head does not fit " + (target / "config.json").string() + ": " +
+            ckpt::format_problem(problems[0]) +
+            (problems.size() > 1 ? " (and " + std::to_string(problems.size() - 1) + " more)" : ""));
   }
 }
 
@@ -77,9 +83,12 @@ std::map<std::string, uint64_t> tensor_hashes(const fs::path& p) {
 
 std::string method_name(ckpt::CopyMethod m) {
   switch (m) {
-    case ckpt::CopyMethod::kReflink: return "reflink";
-    case ckpt::CopyMethod::kHardLink: return "hardlink";
-    case ckpt::CopyMethod::kCopy: return "copy";
+    case ckpt::CopyMethod::kReflink:
+      return "reflink";
+    case ckpt::CopyMethod::kHardLink:
+      return "hardlink";
+    case ckpt::CopyMethod::kCopy:
+      return "copy";
   }
   return "copy";
 }
@@ -104,7 +113,8 @@ AddMtpReport add_mtp(const fs::path& source, const fs::path& target, const AddMt
   }
   rep.found = src_mtp.size();
   if (src_mtp.empty()) {
-    throw Error(Errc::kTensorNotFound, "'" + source.string() + "' has no mtp.* tensors: nothing to add");
+    throw Error(Errc::kTensorNotFound,
+                "'" + source.string() + "' has no mtp.* tensors: nothing to add");
   }
   check_against_config(src, src_mtp, target);
 
@@ -153,12 +163,14 @@ AddMtpReport add_mtp(const fs::path& source, const fs::path& target, const AddMt
         continue;
       }
       if (!o.force) {
-        throw Error(Errc::kExists, "'" + dst.string() + "' exists and differs from the source's MTP tensors "
-                                                         "(--force replaces it)");
+        throw Error(Errc::kExists, "'" + dst.string() +
+                                       "' exists and differs from the source's MTP tensors "
+                                       "(--force replaces it)");
       }
     }
     if (o.dry_run) {
-      transfers.push_back(mixed ? "extract" : (o.link ? "hardlink, reflink or copy" : "reflink or copy"));
+      transfers.push_back(mixed ? "extract"
+                                : (o.link ? "hardlink, reflink or copy" : "reflink or copy"));
       continue;
     }
     if (!mixed) {
@@ -173,11 +185,12 @@ AddMtpReport add_mtp(const fs::path& source, const fs::path& target, const AddMt
     }
     ckpt::WriterOptions wo;
     wo.overwrite = true;
-    ckpt::SafetensorsWriter w(dst, ckpt::plan_safetensors(specs, ckpt::Metadata{{"format", "pt"}}), wo);
+    ckpt::SafetensorsWriter w(dst, ckpt::plan_safetensors(specs, ckpt::Metadata{{"format", "pt"}}),
+                              wo);
     for (const ckpt::TensorInfo& t : w.plan().layout) {
       const ckpt::TensorRef* r = src.find(t.name);
-      w.copy_from(r->file->map().fd(), r->file->header().data_offset() + r->info->begin, t.n_bytes(),
-                  r->file->path());
+      w.copy_from(r->file->map().fd(), r->file->header().data_offset() + r->info->begin,
+                  t.n_bytes(), r->file->path());
     }
     w.commit();
     transfers.push_back("extract");
@@ -227,8 +240,9 @@ AddMtpReport add_mtp(const fs::path& source, const fs::path& target, const AddMt
   // A checksum manifest must describe the new files.
   const fs::path manifest = target / ckpt::kManifestFileName;
   std::error_code ec;
-  const bool files_changed = std::any_of(transfers.begin(), transfers.end(),
-                                         [](const std::string& t) { return t != "already present"; });
+  const bool files_changed =
+      std::any_of(transfers.begin(), transfers.end(),
+                  [](const std::string& t) { return t != "already present"; });
   if (fs::exists(manifest, ec) && (index_changed || files_changed)) {
     ckpt::Manifest m = ckpt::parse_manifest(ckpt::read_text_file(manifest));
     std::set<std::string> redo(target_files);

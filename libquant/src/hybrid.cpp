@@ -1,7 +1,5 @@
 #include "qf/quant/hybrid.h"
 
-#include <sys/stat.h>
-
 #include <chrono>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -235,12 +233,6 @@ std::vector<HybridCategory> categorize(const ckpt::Checkpoint& int4, const Fp8So
   return out;
 }
 
-bool is_sparse(const fs::path& p) {
-  struct stat st {};
-  return ::stat(p.c_str(), &st) == 0 &&
-         static_cast<uint64_t>(st.st_blocks) * 512 < static_cast<uint64_t>(st.st_size) * 9 / 10;
-}
-
 double cosine(const Replacement& r) {
   const int64_t n = static_cast<int64_t>(r.weight->shape[0]),
                 k = static_cast<int64_t>(r.weight->shape[1]);
@@ -305,7 +297,7 @@ HybridReport build_hybrid(const fs::path& int4_dir, const fs::path& fp8_dir,
   for (const ckpt::SafetensorsFile& f : int4.tensor_files()) {
     HybridReport::File rf{int4.file_name(f), 0, 0};
     plan.files.push_back({rf.name, 0, 0});
-    sparse |= is_sparse(f.path());
+    sparse |= ckpt::is_sparse_file(f.path());
     auto add = [&](const ckpt::SafetensorsFile* file, const ckpt::TensorInfo* t) {
       ckpt::TensorDecl d;
       d.name = t->name;
@@ -326,7 +318,7 @@ HybridReport build_hybrid(const fs::path& int4_dir, const fs::path& fp8_dir,
       } else {
         add(it->second->fp8_file, it->second->weight);
         add(it->second->fp8_file, it->second->scale);
-        sparse |= is_sparse(it->second->fp8_file->path());
+        sparse |= ckpt::is_sparse_file(it->second->fp8_file->path());
       }
     }
     rep.files.push_back(rf);

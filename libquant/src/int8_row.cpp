@@ -10,6 +10,15 @@
 
 namespace qf::quant {
 
+void int8_codes(const float* __restrict x, int64_t n, float scale, int32_t* __restrict out) {
+  for (int64_t c = 0; c < n; ++c) {  // clamp, then round half to even; NaN -> 0
+    float d = x[c] / scale;
+    d = d != d ? 0.0f : d;
+    d = d < -127.0f ? -127.0f : (d > 127.0f ? 127.0f : d);
+    out[c] = static_cast<int32_t>(round_half_even_small(d));
+  }
+}
+
 void quantize_int8_rows_into(const MatrixView& w, int64_t row0, int64_t n_rows, ckpt::DType dtype,
                              int8_t* q, uint8_t* scales, float* scales_f32, int threads) {
   if (dtype != ckpt::DType::kF32 && dtype != ckpt::DType::kF16 && dtype != ckpt::DType::kBF16) {
@@ -30,20 +39,20 @@ void quantize_int8_rows_into(const MatrixView& w, int64_t row0, int64_t n_rows, 
       if (dtype == ckpt::DType::kF32) {
         std::memcpy(sp, &s, 4);
       } else {
-        const uint16_t h = dtype == ckpt::DType::kF16 ? f32_to_f16(s) : f32_to_bf16(s);
+        uint16_t h = dtype == ckpt::DType::kF16 ? f32_to_f16(s) : f32_to_bf16(s);
+        if ((h & 0x7FFFu) == 0) h = 1;  // a nonzero row never gets scale 0 (underflow)
         stored = dtype == ckpt::DType::kF16 ? f16_to_f32(h) : bf16_to_f32(h);
         std::memcpy(sp, &h, 2);
       }
+      if (!std::isfinite(stored)) {
+        throw Error(Errc::kUnsupported,
+                    "row " + std::to_string(row0 + r) + ": max |w| = " + std::to_string(amax) +
+                        " needs a scale beyond " + std::string(ckpt::dtype_name(dtype)));
+      }
       scales_f32[r] = stored;
       // Into int32 first: an int8_t* may alias the row, which would stop the vectorizer.
-      const float* x = row.data();
-      int32_t* qv = qi.data();
-      for (int64_t c = 0; c < k; ++c) {  // clamp, then round half to even; NaN -> 0
-        float d = x[c] / stored;
-        d = d != d ? 0.0f : d;
-        d = d < -127.0f ? -127.0f : (d > 127.0f ? 127.0f : d);
-        qv[c] = static_cast<int32_t>(round_half_even_small(d));
-      }
+      int8_codes(row.data(), k, stored, qi.data());
+      const int32_t* qv = qi.data();
       int8_t* __restrict out = q + r * k;
       for (int64_t c = 0; c < k; ++c) out[c] = static_cast<int8_t>(qv[c]);
     }

@@ -33,21 +33,21 @@ float MatrixView::at(int64_t r, int64_t c) const {
   }
 }
 
-void MatrixView::row(int64_t r, float* out) const {
-  const int64_t base = r * cols;
+void MatrixView::row_range(int64_t r, int64_t c0, int64_t n, float* out) const {
+  const int64_t base = r * cols + c0;
   switch (dtype) {
     case ckpt::DType::kBF16: {
       const uint16_t* p = static_cast<const uint16_t*>(data) + base;
-      for (int64_t c = 0; c < cols; ++c) out[c] = bf16_to_f32(p[c]);
+      for (int64_t c = 0; c < n; ++c) out[c] = bf16_to_f32(p[c]);
       return;
     }
     case ckpt::DType::kF16: {
       const uint16_t* p = static_cast<const uint16_t*>(data) + base;
-      for (int64_t c = 0; c < cols; ++c) out[c] = f16_to_f32(p[c]);
+      for (int64_t c = 0; c < n; ++c) out[c] = f16_to_f32(p[c]);
       return;
     }
     default:
-      std::memcpy(out, static_cast<const float*>(data) + base, static_cast<size_t>(cols) * 4);
+      std::memcpy(out, static_cast<const float*>(data) + base, static_cast<size_t>(n) * 4);
   }
 }
 

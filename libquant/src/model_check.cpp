@@ -319,7 +319,9 @@ ModelCheckStats check_qwen35_model(const ckpt::Checkpoint& c, const ModelCheckOp
   std::optional<IncResolver> inc;
   if (is_inc_config(qcfg)) inc.emplace(qcfg);
   auto module = [&](const std::string& m, int64_t n, int64_t k) {
-    const std::string fmt = linear_format(c, m, n, k, group, block, problems, &consumed);
+    int64_t g = inc ? inc->group_size(m) : group;
+    if (g <= 0) g = k;  // group_size -1: one group per row
+    const std::string fmt = linear_format(c, m, n, k, g, block, problems, &consumed);
     if (fmt.empty()) return;
     ++stats.modules_by_format[fmt];
     check_quant_config(qcfg, inc ? &*inc : nullptr, m, fmt, problems);

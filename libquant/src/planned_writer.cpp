@@ -40,23 +40,6 @@ ckpt::FileDigest write_file(const fs::path& path, const SynthPlan& plan, size_t 
   return o.hash ? w.digest() : ckpt::FileDigest{};
 }
 
-// Moves the finished staging directory to its final name.
-void publish(const fs::path& stage, const fs::path& out, bool overwrite) {
-  std::error_code ec;
-  if (fs::exists(out, ec)) {
-    if (!overwrite) throw Error(Errc::kExists, "'" + out.string() + "' appeared while writing");
-    fs::path old = out;
-    old += ".old";
-    fs::remove_all(old, ec);
-    fs::rename(out, old);
-    fs::rename(stage, out);
-    fs::remove_all(old, ec);
-  } else {
-    fs::rename(stage, out);
-  }
-  ckpt::fsync_dir(out.parent_path());
-}
-
 }  // namespace
 
 void write_planned_checkpoint(const SynthPlan& plan, const fs::path& out_dir, const PlannedWrite& o,
@@ -115,7 +98,7 @@ void write_planned_checkpoint(const SynthPlan& plan, const fs::path& out_dir, co
     fs::remove_all(stage, ec);
     throw;
   }
-  publish(stage, out_dir, o.overwrite);
+  ckpt::publish_directory(stage, out_dir, o.overwrite);
 }
 
 }  // namespace qf::quant::detail

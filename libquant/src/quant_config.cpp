@@ -7,9 +7,10 @@ bool has_regex_chars(const std::string& key) {
   return key.find_first_of("*+?^$()[]{}|\\") != std::string::npos;
 }
 
-int bits_of(const nlohmann::json& entry, int fallback) {
-  return entry.is_object() && entry.contains("bits") && entry["bits"].is_number_integer()
-             ? entry["bits"].get<int>()
+template <typename T>
+T int_of(const nlohmann::json& entry, const char* key, T fallback) {
+  return entry.is_object() && entry.contains(key) && entry[key].is_number_integer()
+             ? entry[key].get<T>()
              : fallback;
 }
 
@@ -47,14 +48,16 @@ std::vector<std::string> inc_blocks(const nlohmann::json& qcfg) {
 
 IncResolver::IncResolver(const nlohmann::json& qcfg) {
   global_ = qcfg.value("bits", 16);
+  global_group_ = int_of<int64_t>(qcfg, "group_size", 128);
   const auto extra = qcfg.find("extra_config");
   if (extra != qcfg.end() && extra->is_object()) {
-    for (const auto& [key, entry] : extra->items()) {
-      const int b = bits_of(entry, global_);
-      exact_.emplace(key, b);
+    for (const auto& [key, e] : extra->items()) {
+      const Scheme scheme{int_of<int>(e, "bits", global_),
+                          int_of<int64_t>(e, "group_size", global_group_)};
+      exact_.emplace(key, scheme);
       if (!has_regex_chars(key)) continue;
       try {
-        regex_.emplace_back(std::regex(key), b);
+        regex_.emplace_back(std::regex(key), scheme);
       } catch (const std::regex_error&) {
         // INC would fail on such a key too; treat it as matching nothing.
       }
@@ -63,15 +66,25 @@ IncResolver::IncResolver(const nlohmann::json& qcfg) {
   blocks_ = inc_blocks(qcfg);
 }
 
-int IncResolver::bits(const std::string& module) const {
-  if (const auto it = exact_.find(module); it != exact_.end()) return it->second;
-  for (const auto& [re, b] : regex_) {
-    if (std::regex_search(module, re)) return b;
+const IncResolver::Scheme* IncResolver::entry(const std::string& module) const {
+  if (const auto it = exact_.find(module); it != exact_.end()) return &it->second;
+  for (const auto& [re, scheme] : regex_) {
+    if (std::regex_search(module, re)) return &scheme;
   }
+  return nullptr;
+}
+
+int IncResolver::bits(const std::string& module) const {
+  if (const Scheme* s = entry(module)) return s->bits;
   for (const std::string& b : blocks_) {
     if (module == b || module.rfind(b + ".", 0) == 0) return global_;
   }
   return 16;
+}
+
+int64_t IncResolver::group_size(const std::string& module) const {
+  const Scheme* s = entry(module);
+  return s ? s->group : global_group_;
 }
 
 int inc_module_bits(const nlohmann::json& qcfg, const std::string& module) {

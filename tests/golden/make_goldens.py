@@ -19,6 +19,12 @@ Writes into OUTDIR (each part independent; failures are recorded, not fatal):
   int4_dequant.safetensors   the GPTQ-v1 dequantization of the regular route's tensors,
                              computed with torch ops from the format spec
                              (scale * (code - (stored zero + 1)))
+  int8_lm_head.safetensors   an LM head W BF16 [512, 256] with edge rows, its INT8 per-row codes
+                             and F16 scales computed with torch ops from the spec (s = amax/127
+                             rounded to F16 first, raised to 2^-24 if that gives 0 for a nonzero
+                             row; q = round(W / s) clamped to +-127), and the
+                             GPTQ 8-bit triplet AutoRound's own packer (qlinear_torch_zp, bits 8,
+                             group -1, zero 128 stored v1) writes for q * s
   provenance.json            versions, parameters, per-part status, quantization configs
 """
 import json
@@ -264,6 +270,39 @@ def int4_autoround():
             deq[m + ".weight"] = dequant_gptq_v1(tensors[m + ".qweight"], tensors[m + ".qzeros"],
                                                  tensors[m + ".scales"], 128)
     save_file(deq, os.path.join(OUT, "int4_dequant.safetensors"))
+
+
+@part("int8_lm_head")
+def int8_lm_head():
+    from auto_round_extension.torch.qlinear_torch_zp import QuantLinear
+
+    v, h = 512, 256
+    g = torch.Generator().manual_seed(5)
+    w = torch.randn(v, h, generator=g) * 0.03
+    w[0] = 0.0                                   # all-zero row: scale 1, codes 0
+    w[1] *= 1e-6                                 # tiny row (F16 subnormal scale)
+    w[2, 7] = 0.9                                # one positive extreme
+    w[3, 200] = -0.9                             # one negative extreme
+    w[4] = torch.linspace(-127, 127, h) / 64     # many exact halves once divided by the scale
+    w[5, :] = 2.0 ** -20                         # constant row
+    w = w.to(torch.bfloat16)
+    amax = w.float().abs().amax(dim=1)
+    s32 = torch.where(amax > 0, amax / 127, torch.ones_like(amax))
+    s16 = s32.to(torch.float16)
+    tiny = torch.tensor(2.0 ** -24, dtype=torch.float16)  # a nonzero row never gets scale 0
+    s16 = torch.where((s16 == 0) & (amax > 0), tiny, s16)
+    q = torch.round(w.float() / s16.float().unsqueeze(1)).clamp(-127, 127).to(torch.int8)
+    ql = QuantLinear(bits=8, group_size=-1, infeatures=h, outfeatures=v, bias=False)
+    lin = torch.nn.Linear(h, v, bias=False)
+    with torch.no_grad():  # q * s is exact in f32, so the packer's round(W / s + 128) is q + 128
+        lin.weight.copy_(q.float() * s16.float().unsqueeze(1))
+    ql.pack(lin, s16.float().unsqueeze(1), torch.full((v, 1), 128, dtype=torch.int32))
+    save_file({"lm_head.weight": w.contiguous(), "q": q.contiguous(), "scales_f16": s16.contiguous(),
+               "lm_head.qweight": ql.qweight.contiguous(), "lm_head.qzeros": ql.qzeros.contiguous(),
+               "lm_head.scales": ql.scales.contiguous()},
+              os.path.join(OUT, "int8_lm_head.safetensors"))
+    prov["int8_lm_head_shapes"] = {k: list(t.shape) for k, t in
+                                   (("qweight", ql.qweight), ("qzeros", ql.qzeros), ("scales", ql.scales))}
 
 
 def main():

@@ -80,7 +80,8 @@ TEST_F(AddMtp, HardLinkWhenAsked) {
   AddMtpOptions o;
   o.link = true;
   EXPECT_EQ(add_mtp(d("intel-int4"), t, o).transfer, "hardlink");
-  struct stat a {}, b {};
+  struct stat a {
+  }, b{};
   ASSERT_EQ(::stat((t / "model_extra_tensors.safetensors").c_str(), &a), 0);
   ASSERT_EQ(::stat((d("intel-int4") / "model_extra_tensors.safetensors").c_str(), &b), 0);
   EXPECT_EQ(a.st_ino, b.st_ino);
@@ -101,7 +102,8 @@ TEST_F(AddMtp, KeepsTheManifestTrue) {
   const fs::path t = broken("manifest");
   ckpt::ValidateOptions o;
   o.checksums = true;
-  ckpt::validate_checkpoint(t, o);  // the manifest of the broken checkpoint (it is valid, if poorer)
+  ckpt::validate_checkpoint(t,
+                            o);  // the manifest of the broken checkpoint (it is valid, if poorer)
   ASSERT_TRUE(fs::exists(t / ckpt::kManifestFileName));
   EXPECT_TRUE(add_mtp(d("intel-int4"), t, {}).manifest_updated);
   const ckpt::ValidateReport r = ckpt::validate_checkpoint(t, o);
@@ -131,7 +133,8 @@ TEST_F(AddMtp, Refusals) {
   EXPECT_EQ(code_of([&] { add_mtp(d("wide"), broken("r2"), {}); }), Errc::kModelTensorShape);
   // A different sidecar already in place.
   const fs::path t = broken("r3");
-  fs::copy_file(d("wide") / "model-00001-of-00001.safetensors", t / "model_extra_tensors.safetensors");
+  fs::copy_file(d("wide") / "model-00001-of-00001.safetensors",
+                t / "model_extra_tensors.safetensors");
   EXPECT_EQ(code_of([&] { add_mtp(d("intel-int4"), t, {}); }), Errc::kExists);
   AddMtpOptions force;
   force.force = true;

@@ -212,6 +212,26 @@ TEST(Int8Rows, StoredScaleReconstructsExactly) {
   }
 }
 
+TEST(Int8Rows, TinyRowKeepsANonzeroScaleAndHugeRowsAreRefused) {
+  std::vector<float> w(2 * 8, 0.0f);
+  for (int c = 0; c < 8; ++c) w[c] = 0.75e-6f * static_cast<float>(c - 4);  // amax 3e-6
+  for (DType dt : {DType::kF16, DType::kBF16}) {
+    const Int8RowTensors q = quantize_int8_rows(MatrixView(w.data(), DType::kF32, 2, 8), dt);
+    uint16_t h;
+    std::memcpy(&h, q.scales.data(), 2);
+    if (dt == DType::kF16) {  // 3e-6 / 127 is under half of 2^-24: F16 would round it to 0
+      EXPECT_EQ(h, 0x0001);
+      EXPECT_EQ(q.q[0], -50);  // round(-3e-6 / 2^-24) = round(-50.33)
+      EXPECT_EQ(q.q[7], 38);   // round(2.25e-6 / 2^-24) = round(37.75)
+    } else {
+      EXPECT_EQ(q.q[0], -127);  // BF16 holds the scale itself
+    }
+    EXPECT_EQ(q.scales_f32[1], 1.0f);  // the all-zero row
+  }
+  std::vector<float> huge = {1e7f, 0, 0, 0};
+  EXPECT_THROW(quantize_int8_rows(MatrixView(huge.data(), DType::kF32, 1, 4), DType::kF16), Error);
+}
+
 TEST(Metrics, KnownValues) {
   const float ref[4] = {1, 2, 3, 4};
   const ErrorStats same = error_stats(ref, ref, 4);

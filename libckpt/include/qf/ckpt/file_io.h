@@ -83,7 +83,18 @@ enum class CopyMethod { kReflink, kHardLink, kCopy };
 CopyMethod copy_file_atomic(const std::filesystem::path& src, const std::filesystem::path& dst,
                             bool allow_hardlink, bool overwrite);
 
+// True when less than 90% of the file's length is allocated on disk (it has holes, e.g. a
+// synthetic checkpoint of zeros): writers copying from it should keep the holes.
+bool is_sparse_file(const std::filesystem::path& path);
+
 // fsync of a directory so that a rename inside it is durable.
 void fsync_dir(const std::filesystem::path& dir);
+
+// Moves the finished directory `stage` to `out`. An existing `out` is refused (Error(kExists))
+// unless overwrite; then the two are swapped in one step (renameat2 RENAME_EXCHANGE) and the old
+// one removed, so `out` always names a complete directory. Where the filesystem cannot swap, out
+// is renamed to "<out>.old" first (a crash in between leaves "<out>.old" and the stage).
+void publish_directory(const std::filesystem::path& stage, const std::filesystem::path& out,
+                       bool overwrite);
 
 }  // namespace qf::ckpt

@@ -23,9 +23,9 @@ struct AddMtpOptions {
 };
 
 struct AddMtpReport {
-  size_t found = 0;    // mtp.* tensors in the source
-  size_t added = 0;    // index entries added to the target
-  size_t already = 0;  // already listed in the target's index
+  size_t found = 0;                // mtp.* tensors in the source
+  size_t added = 0;                // index entries added to the target
+  size_t already = 0;              // already listed in the target's index
   std::vector<std::string> files;  // sidecar files in the target
   std::string transfer;            // "reflink", "hardlink", "copy", "extract", "already present"
   uint64_t total_size_before = 0, total_size_after = 0;

@@ -208,6 +208,24 @@ QF_HD float int4_dequant(uint32_t code, uint32_t zero, uint16_t scale_f16) {
          static_cast<float>(static_cast<int32_t>(code) - static_cast<int32_t>(zero));
 }
 
+// ---- INT8, GPTQ 8-bit packing (the INT8 LM head, checkpoint-formats.md §4.5 option B) -----
+//   qweight I32 [K/4, N]      byte j of word [r][n] is the code of W[n][4r + j], lowest byte =
+//                             smallest k; code = q + 128 for q in [-127, 127].
+//   qzeros  I32 [ceil(K/G), N/4]  v1: zero 128 stored as 127 (0x7F7F7F7F words).
+//   scales  F16 [ceil(K/G), N]; W[n][k] = scale[k/G][n] * (code - 128), exact in f32.
+inline constexpr int kInt8PerWord = 4;
+inline constexpr uint32_t kInt8SymZeroWordV1 = 0x7F7F7F7Fu;
+
+QF_HD uint32_t int8_code(const uint32_t* qweight, int64_t n_out, int64_t k, int64_t n) {
+  return (qweight[(k / 4) * n_out + n] >> (8 * (k % 4))) & 0xFFu;
+}
+
+// Four signed codes q0..q3 (k ascending) as one word.
+QF_HD uint32_t int8_pack4(int32_t q0, int32_t q1, int32_t q2, int32_t q3) {
+  return static_cast<uint32_t>(q0 + 128) | static_cast<uint32_t>(q1 + 128) << 8 |
+         static_cast<uint32_t>(q2 + 128) << 16 | static_cast<uint32_t>(q3 + 128) << 24;
+}
+
 // ---- FP8 block scaling (Qwen / DeepSeek "weight_scale_inv") -------------------------------
 // W [N, K] as F8_E4M3 codes; scale_inv [ceil(N/bn), ceil(K/bk)] is a MULTIPLIER despite its
 // name: W[n][k] = e4m3(code) * scale_inv[n/bn][k/bk]. The last block row/column may be partial.

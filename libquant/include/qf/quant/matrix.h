@@ -20,7 +20,9 @@ struct MatrixView {
   MatrixView(const void* d, ckpt::DType t, int64_t r, int64_t c);
   float at(int64_t r, int64_t c) const;
   // out[0..cols) = row r, widened to f32.
-  void row(int64_t r, float* out) const;
+  void row(int64_t r, float* out) const { row_range(r, 0, cols, out); }
+  // out[0..n) = elements [c0, c0 + n) of row r, widened to f32.
+  void row_range(int64_t r, int64_t c0, int64_t n, float* out) const;
 };
 
 // max |x[i]| over n values, NaN ignored, in eight independent lanes so it vectorizes.

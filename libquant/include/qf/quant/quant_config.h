@@ -16,11 +16,22 @@ class IncResolver {
  public:
   explicit IncResolver(const nlohmann::json& qcfg);
   int bits(const std::string& module) const;
+  // The module's group size along K: its extra_config entry's group_size, else the global one;
+  // -1 (one group per row) is returned as is.
+  int64_t group_size(const std::string& module) const;
 
  private:
+  struct Scheme {
+    int bits;
+    int64_t group;
+  };
+  // The extra_config entry that applies, or null (then block membership decides the bits).
+  const Scheme* entry(const std::string& module) const;
+
   int global_ = 16;
-  std::map<std::string, int> exact_;
-  std::vector<std::pair<std::regex, int>> regex_;
+  int64_t global_group_ = 128;
+  std::map<std::string, Scheme> exact_;
+  std::vector<std::pair<std::regex, Scheme>> regex_;
   std::vector<std::string> blocks_;
 };
 
