@@ -1,4 +1,5 @@
 // qforge: build, check and run quantized Qwen3.5-MoE checkpoints.
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
@@ -8,6 +9,8 @@
 #include "qf/error.h"
 
 int main(int argc, char** argv) {
+  // Past a file-size limit (ulimit -f), fail the write with EFBIG and clean up instead of dying.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"qforge: build, validate and inspect quantized Qwen3.5-MoE checkpoints"};
   app.set_version_flag("--version", QF_VERSION);
   app.require_subcommand(1, 1);
@@ -17,9 +20,14 @@ int main(int argc, char** argv) {
       "Example:\n  qforge inspect /models/Qwen3.5-122B-A10B-int4-AutoRound");
 
   const std::vector<qf::tools::Command> commands = {
-      qf::tools::add_add_mtp(app), qf::tools::add_build_hybrid(app),
-      qf::tools::add_inspect(app), qf::tools::add_quantize_lm_head(app),
-      qf::tools::add_synth(app),   qf::tools::add_validate(app),
+      qf::tools::add_add_mtp(app),
+      qf::tools::add_build_hybrid(app),
+      qf::tools::add_dequantize(app),
+      qf::tools::add_inspect(app),
+      qf::tools::add_quantize_lm_head(app),
+      qf::tools::add_recipe(app),
+      qf::tools::add_synth(app),
+      qf::tools::add_validate(app),
   };
   try {
     app.parse(argc, argv);

@@ -129,6 +129,30 @@ AddMtpReport add_mtp(const fs::path& source, const fs::path& target, const AddMt
     if (!tolerated) throw Error(p.code, "target: " + ckpt::format_problem(p));
   }
 
+  // A complete head already listed (possibly in another format than the source's) is kept.
+  std::set<std::string> tgt_mtp;
+  for (const ckpt::SafetensorsFile& f : tgt.tensor_files()) {
+    for (const ckpt::TensorInfo& t : f.tensors()) {
+      if (is_mtp(t.name)) tgt_mtp.insert(t.name);
+    }
+  }
+  if (!tgt_mtp.empty() && !o.force) {
+    try {
+      check_against_config(tgt, tgt_mtp, target);
+    } catch (const Error& e) {
+      throw Error(e.code(), "the target lists an incomplete MTP head (" + std::string(e.what()) +
+                                "); --force replaces it with the source's");
+    }
+    std::set<std::string> files;
+    for (const std::string& n : tgt_mtp) files.insert(tgt.file_name(*tgt.find(n)->file));
+    rep.files.assign(files.begin(), files.end());
+    rep.already = tgt_mtp.size();
+    rep.transfer = "already present";
+    rep.total_size_before = rep.total_size_after =
+        tgt.index() ? tgt.index()->total_size.value_or(0) : 0;
+    return rep;
+  }
+
   // Where each MTP tensor will live in the target.
   std::map<std::string, std::string> file_of;  // tensor -> target file
   if (mixed) {

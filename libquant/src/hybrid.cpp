@@ -400,17 +400,7 @@ HybridReport build_hybrid(const fs::path& int4_dir, const fs::path& fp8_dir,
         fs::copy_file(int4.root() / f.name, stage / f.name, fs::copy_options::overwrite_existing);
       }
     }
-    if (!o.checksums) return;
-    ckpt::Manifest m;
-    m.files = digests;
-    for (const auto& e : fs::directory_iterator(stage)) {
-      const std::string name = e.path().filename().string();
-      if (e.path().extension() == ".safetensors" || name == ckpt::kManifestFileName) continue;
-      m.files.push_back(ckpt::digest_file({e.path(), name, nullptr}));
-    }
-    std::sort(m.files.begin(), m.files.end(),
-              [](const ckpt::FileDigest& a, const ckpt::FileDigest& b) { return a.name < b.name; });
-    ckpt::write_file_atomic(stage / ckpt::kManifestFileName, ckpt::serialize_manifest(m), true);
+    if (o.checksums) detail::write_stage_manifest(stage, digests);
   });
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return rep;

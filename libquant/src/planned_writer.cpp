@@ -7,6 +7,8 @@
 #include <mutex>
 #include <thread>
 
+#include "qf/ckpt/checkpoint.h"
+#include "qf/ckpt/checksum.h"
 #include "qf/ckpt/file_io.h"
 #include "qf/ckpt/index.h"
 
@@ -99,6 +101,19 @@ void write_planned_checkpoint(const SynthPlan& plan, const fs::path& out_dir, co
     throw;
   }
   ckpt::publish_directory(stage, out_dir, o.overwrite);
+}
+
+void write_stage_manifest(const fs::path& stage, std::vector<ckpt::FileDigest> digests) {
+  ckpt::Manifest m;
+  m.files = std::move(digests);
+  for (const auto& e : fs::directory_iterator(stage)) {
+    const std::string name = e.path().filename().string();
+    if (e.path().extension() == ".safetensors" || name == ckpt::kManifestFileName) continue;
+    m.files.push_back(ckpt::digest_file({e.path(), name, nullptr}));
+  }
+  std::sort(m.files.begin(), m.files.end(),
+            [](const ckpt::FileDigest& a, const ckpt::FileDigest& b) { return a.name < b.name; });
+  ckpt::write_file_atomic(stage / ckpt::kManifestFileName, ckpt::serialize_manifest(m), true);
 }
 
 }  // namespace qf::quant::detail

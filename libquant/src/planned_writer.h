@@ -32,4 +32,9 @@ void write_planned_checkpoint(const SynthPlan& plan, const std::filesystem::path
                               const PlannedWrite& options, const TensorProducer& produce,
                               const std::function<void(const std::filesystem::path&)>& finish);
 
+// Writes <stage>/qforge-manifest.json from the digests of the safetensors files (hashed while
+// written) and a fresh digest of every other file in `stage`.
+void write_stage_manifest(const std::filesystem::path& stage,
+                          std::vector<ckpt::FileDigest> safetensors_digests);
+
 }  // namespace qf::quant::detail

@@ -8,6 +8,7 @@
 #include "qf/ckpt/file_io.h"
 #include "qf/ckpt/validate.h"
 #include "qf/quant/add_mtp.h"
+#include "qf/quant/hybrid.h"
 #include "qf/quant/model_check.h"
 #include "qf/quant/synth.h"
 #include "test_support.h"
@@ -140,6 +141,25 @@ TEST_F(AddMtp, Refusals) {
   force.force = true;
   EXPECT_EQ(add_mtp(d("intel-int4"), t, force).added, 41u);
   EXPECT_TRUE(model_ok(t));
+}
+
+// build-hybrid keeps the MTP head listed, with its shared expert in FP8: a complete head of
+// another format than the source's. add-mtp leaves it alone; an incomplete one is refused.
+TEST_F(AddMtp, KeepsACompleteHeadTheTargetAlreadyLists) {
+  build_hybrid(d("intel-int4"), d("qwen-fp8"), d("hybrid"), {});
+  const std::string index = qf::test::read_file(d("hybrid") / ckpt::kIndexFileName);
+  const AddMtpReport r = add_mtp(d("intel-int4"), d("hybrid"), {});
+  EXPECT_EQ(r.added, 0u);
+  EXPECT_EQ(r.already, 44u);  // 41 + the 3 FP8 scales
+  EXPECT_EQ(r.transfer, "already present");
+  EXPECT_EQ(qf::test::read_file(d("hybrid") / ckpt::kIndexFileName), index);
+  EXPECT_TRUE(model_ok(d("hybrid")));
+
+  qf::test::CheckpointEdit e;
+  e.drop.insert("mtp.fc.weight");
+  qf::test::copy_checkpoint(d("hybrid"), d("hybrid-partial"), e);
+  EXPECT_EQ(code_of([&] { add_mtp(d("intel-int4"), d("hybrid-partial"), {}); }),
+            Errc::kModelTensorMissing);
 }
 
 }  // namespace

@@ -32,6 +32,8 @@ struct AddMtpReport {
   bool manifest_updated = false;
 };
 
+// A target whose index already lists a complete MTP head that fits its config (e.g. the FP8
+// shared expert build-hybrid put there) is left as is: already = its tensor count, added = 0.
 // Throws Error: kTensorNotFound (no MTP in the source), kModelTensorShape/Missing/Unexpected
 // (the MTP does not fit the target's config), kExists (a differing sidecar without force),
 // kConfigInvalid, kIo.
