@@ -25,7 +25,7 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 demo: build
-	bash tools/demo.sh $(BUILD)/bin/qforge $(BUILD)/demo
+	bash tools/demo.sh $(BUILD)/bin/qforge $(BUILD)/demo recipes
 
 asan:
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DQF_SANITIZE=address,undefined \

@@ -1,24 +1,36 @@
 #!/usr/bin/env bash
-# `make demo`: the main job on the embedded example model. For now (milestone M1): synthesize a
-# tiny Qwen3.5-MoE checkpoint in each released layout, sharded with an index (and the MTP
-# sidecar for intel-int4), then inspect and validate each, with checksums.
-# Usage: tools/demo.sh QFORGE_BINARY WORK_DIR
+# `make demo`: the main job on the embedded example model (the tiny preset). One BF16 model is
+# quantized into the two released sources (Intel's INT4, Qwen's FP8), which the 122B Spark
+# recipe turns into the deployable hybrid (FP8 shared experts, MTP listed, INT8 LM head,
+# validated with checksums); then the steps one by one, and the result back to BF16.
+# Usage: tools/demo.sh QFORGE_BINARY WORK_DIR [RECIPE_DIR]
 set -euo pipefail
-qforge=${1:?usage: demo.sh QFORGE_BINARY WORK_DIR}
-work=${2:?usage: demo.sh QFORGE_BINARY WORK_DIR}
+qforge=${1:?usage: demo.sh QFORGE_BINARY WORK_DIR [RECIPE_DIR]}
+work=${2:?usage: demo.sh QFORGE_BINARY WORK_DIR [RECIPE_DIR]}
+recipes=${3:-"$(dirname "$0")/../recipes"}
+rm -rf "$work"
 mkdir -p "$work"
-
-for layout in bf16 intel-int4 qwen-fp8; do
-  dir="$work/tiny-$layout"
-  echo "== qforge synth $dir --preset tiny --layout $layout --shards 2"
-  "$qforge" synth "$dir" --preset tiny --layout "$layout" --shards 2 --force
-  echo "== qforge inspect $dir"
-  "$qforge" inspect "$dir"
-  rm -f "$dir/qforge-manifest.json"
-  echo "== qforge validate $dir --checksums   (writes the manifest)"
-  "$qforge" validate "$dir" --checksums
-  echo "== qforge validate $dir --checksums   (verifies it)"
-  "$qforge" validate "$dir" --checksums
+run() {
+  echo "== qforge $*"
+  "$qforge" "$@"
   echo
-done
+}
+
+run synth "$work/bf16" --preset tiny --layout bf16
+run synth "$work/int4" --from "$work/bf16" --layout intel-int4 --shards 2
+run synth "$work/fp8" --from "$work/bf16" --layout qwen-fp8 --shards 2
+run inspect "$work/int4"
+
+run recipe run "$recipes/qwen3.5-122b-a10b-spark.json" --any-size \
+  --int4 "$work/int4" --fp8 "$work/fp8" --out "$work/hybrid"
+
+# The same, step by step.
+run build-hybrid --int4 "$work/int4" --fp8 "$work/fp8" --out "$work/steps"
+run add-mtp --source "$work/int4" --target "$work/steps"
+run quantize-lm-head "$work/steps" --in-place
+run validate "$work/steps" --checksums
+run inspect "$work/steps"
+
+run dequantize "$work/hybrid" --out "$work/hybrid-bf16"
+run validate "$work/hybrid-bf16" --checksums
 echo "demo: OK (checkpoints in $work)"

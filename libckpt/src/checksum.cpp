@@ -121,6 +121,7 @@ void prefault(const std::byte* p, uint64_t n) {
 uint64_t hash_range(const std::byte* p, uint64_t n, Progress* progress) {
   if (n <= kWindowBytes) {
     const uint64_t h = XXH3_64bits(p, n);
+    release(p, n);  // a file of many small tensors must not accumulate either
     if (progress) progress->done.fetch_add(n, std::memory_order_relaxed);
     return h;
   }
