@@ -162,24 +162,8 @@ void write_plain(const ckpt::TensorRef& r, DType dtype, ckpt::SafetensorsWriter&
                 r.info->n_bytes(), r.file->path());
   } else {
     const int64_t numel = static_cast<int64_t>(ckpt::shape_numel(r.info->shape));
-    const auto v = r.file->view(*r.info);
-    const MatrixView m(v.bytes.data(), r.info->dtype, 1, numel);
-    constexpr int64_t kChunk = 1 << 16;
-    std::vector<float> f(kChunk);
-    std::vector<std::byte> out(kChunk * 4);
-    for (int64_t i = 0; i < numel; i += kChunk) {
-      const int64_t take = std::min(kChunk, numel - i);
-      m.row_range(0, i, take, f.data());
-      for (int64_t j = 0; j < take; ++j) {
-        if (dtype == DType::kF32) {
-          std::memcpy(&out[j * 4], &f[j], 4);
-        } else {
-          const uint16_t h = dtype == DType::kBF16 ? f32_to_bf16(f[j]) : f32_to_f16(f[j]);
-          std::memcpy(&out[j * 2], &h, 2);
-        }
-      }
-      w.write(out.data(), static_cast<size_t>(take) * ckpt::dtype_size(dtype));
-    }
+    detail::write_converted(MatrixView(r.file->view(*r.info).bytes.data(), r.info->dtype, 1, numel),
+                            dtype, w);
   }
   r.file->release(r.info->begin, r.info->n_bytes());
 }

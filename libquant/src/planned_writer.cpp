@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <exception>
 #include <map>
 #include <mutex>
@@ -11,6 +12,7 @@
 #include "qf/ckpt/checksum.h"
 #include "qf/ckpt/file_io.h"
 #include "qf/ckpt/index.h"
+#include "qf/quant/formats.h"
 
 namespace qf::quant::detail {
 namespace {
@@ -101,6 +103,27 @@ void write_planned_checkpoint(const SynthPlan& plan, const fs::path& out_dir, co
     throw;
   }
   ckpt::publish_directory(stage, out_dir, o.overwrite);
+}
+
+void write_converted(const MatrixView& v, ckpt::DType dtype, ckpt::SafetensorsWriter& w) {
+  constexpr int64_t kChunk = 1 << 16;
+  std::vector<float> f(kChunk);
+  std::vector<std::byte> out(kChunk * 4);
+  for (int64_t r = 0; r < v.rows; ++r) {
+    for (int64_t i = 0; i < v.cols; i += kChunk) {
+      const int64_t take = std::min(kChunk, v.cols - i);
+      v.row_range(r, i, take, f.data());
+      for (int64_t j = 0; j < take; ++j) {
+        if (dtype == ckpt::DType::kF32) {
+          std::memcpy(&out[j * 4], &f[j], 4);
+        } else {
+          const uint16_t h = dtype == ckpt::DType::kBF16 ? f32_to_bf16(f[j]) : f32_to_f16(f[j]);
+          std::memcpy(&out[j * 2], &h, 2);
+        }
+      }
+      w.write(out.data(), static_cast<size_t>(take) * ckpt::dtype_size(dtype));
+    }
+  }
 }
 
 void write_stage_manifest(const fs::path& stage, std::vector<ckpt::FileDigest> digests) {

@@ -8,6 +8,7 @@
 
 #include "qf/ckpt/progress.h"
 #include "qf/ckpt/writer.h"
+#include "qf/quant/matrix.h"
 #include "qf/quant/synth.h"
 
 namespace qf::quant::detail {
@@ -31,6 +32,10 @@ using TensorProducer =
 void write_planned_checkpoint(const SynthPlan& plan, const std::filesystem::path& out_dir,
                               const PlannedWrite& options, const TensorProducer& produce,
                               const std::function<void(const std::filesystem::path&)>& finish);
+
+// Appends the float values of `v` (all rows) to `w` as `dtype` (F32, F16 or BF16; exact widening
+// or round to nearest even), a chunk at a time.
+void write_converted(const MatrixView& v, ckpt::DType dtype, ckpt::SafetensorsWriter& w);
 
 // Writes <stage>/qforge-manifest.json from the digests of the safetensors files (hashed while
 // written) and a fresh digest of every other file in `stage`.

@@ -114,27 +114,6 @@ Slab plain_source(const ckpt::Checkpoint& src, const TensorDecl& d) {
   return s;
 }
 
-// Writes a float slab converted to `dtype`, in chunks (exact or round-to-nearest-even).
-void write_converted(const Slab& s, DType dtype, ckpt::SafetensorsWriter& w) {
-  const MatrixView v = s.matrix();
-  constexpr int64_t kChunk = 1 << 16;
-  std::vector<float> f(kChunk);
-  std::vector<std::byte> out(kChunk * 4);
-  for (int64_t i = 0; i < v.cols; i += kChunk) {
-    const int64_t take = std::min(kChunk, v.cols - i);
-    for (int64_t j = 0; j < take; ++j) f[j] = v.at(0, i + j);
-    for (int64_t j = 0; j < take; ++j) {
-      if (dtype == DType::kF32) {
-        std::memcpy(&out[j * 4], &f[j], 4);
-      } else {
-        const uint16_t h = dtype == DType::kBF16 ? f32_to_bf16(f[j]) : f32_to_f16(f[j]);
-        std::memcpy(&out[j * 2], &h, 2);
-      }
-    }
-    w.write(out.data(), static_cast<size_t>(take) * ckpt::dtype_size(dtype));
-  }
-}
-
 template <class T>
 void write_vec(ckpt::SafetensorsWriter& w, const std::vector<T>& v) {
   w.write(v.data(), v.size() * sizeof(T));
@@ -217,7 +196,7 @@ SynthPlan synth_from_checkpoint(const fs::path& source_dir, const fs::path& out_
           w.copy_from(s.file->map().fd(), s.file->header().data_offset() + s.info->begin + s.offset,
                       s.bytes(), s.file->path());
         } else {
-          write_converted(s, d.dtype, w);
+          detail::write_converted(s.matrix(), d.dtype, w);
         }
     }
     s.release();

@@ -75,4 +75,13 @@ std::string pattern_bytes(size_t n, uint64_t seed) {
   return out;
 }
 
+std::optional<Errc> error_code(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.code();
+  }
+  return std::nullopt;
+}
+
 }  // namespace qf::test

@@ -3,10 +3,13 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "qf/error.h"
 
 namespace qf::test {
 
@@ -40,6 +43,9 @@ struct CommandResult {
 };
 // Runs `command` through /bin/sh, capturing stdout and stderr.
 CommandResult run_command(const std::string& command);
+
+// The code of the qf::Error `fn` throws, or nullopt when it throws none.
+std::optional<Errc> error_code(const std::function<void()>& fn);
 
 // Deterministic pseudo-random bytes (splitmix64 of seed and position).
 std::string pattern_bytes(size_t n, uint64_t seed);

@@ -11,6 +11,7 @@
 #include "qf/quant/hybrid.h"
 #include "qf/quant/model_check.h"
 #include "qf/quant/synth.h"
+#include "quant_fixture.h"
 #include "test_support.h"
 
 namespace qf::quant {
@@ -18,21 +19,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class AddMtp : public ::testing::Test {
+class AddMtp : public qf::test::TinySourcesTest {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new qf::test::TempDir();
-    synth_checkpoint(ckpt::qwen35_preset("tiny"), *dir_ / "bf16", {});
-    for (auto layout : {ckpt::Qwen35Layout::kIntelInt4, ckpt::Qwen35Layout::kQwenFp8}) {
-      SynthOptions o;
-      o.layout = layout;
-      o.shards = 2;
-      synth_from_checkpoint(*dir_ / "bf16", *dir_ / std::string(ckpt::layout_name(layout)), o);
-    }
-  }
-  static void TearDownTestSuite() { delete dir_; }
-  static fs::path d(const std::string& name) { return *dir_ / name; }
-
   // The INT4 checkpoint as the public builder leaves it: shards copied, index rebuilt from
   // them (no mtp.* entries), sidecar gone.
   static fs::path broken(const std::string& name) {
@@ -53,9 +41,7 @@ class AddMtp : public ::testing::Test {
     check_qwen35_model(ckpt::Checkpoint::open(p), {}, problems);
     return r.ok() && problems.empty();
   }
-  static qf::test::TempDir* dir_;
 };
-qf::test::TempDir* AddMtp::dir_ = nullptr;
 
 TEST_F(AddMtp, RestoresTheSidecarAndIndexThenDoesNothing) {
   const fs::path t = broken("t");
@@ -112,31 +98,24 @@ TEST_F(AddMtp, KeepsTheManifestTrue) {
   EXPECT_EQ(r.checksums, ckpt::ChecksumAction::kVerified);
 }
 
-Errc code_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.code();
-  }
-  return Errc::kUsage;
-}
-
 TEST_F(AddMtp, Refusals) {
   // A source without MTP.
   SynthOptions no_mtp;
   no_mtp.schema.mtp = false;
   synth_checkpoint(ckpt::qwen35_preset("tiny"), d("no-mtp"), no_mtp);
-  EXPECT_EQ(code_of([&] { add_mtp(d("no-mtp"), broken("r1"), {}); }), Errc::kTensorNotFound);
+  EXPECT_EQ(qf::test::error_code([&] { add_mtp(d("no-mtp"), broken("r1"), {}); }),
+            Errc::kTensorNotFound);
   // An MTP head of another shape.
   ckpt::Qwen35Config wide = ckpt::qwen35_preset("tiny");
   wide.moe_intermediate_size = 256;
   synth_checkpoint(wide, d("wide"), {});
-  EXPECT_EQ(code_of([&] { add_mtp(d("wide"), broken("r2"), {}); }), Errc::kModelTensorShape);
+  EXPECT_EQ(qf::test::error_code([&] { add_mtp(d("wide"), broken("r2"), {}); }),
+            Errc::kModelTensorShape);
   // A different sidecar already in place.
   const fs::path t = broken("r3");
   fs::copy_file(d("wide") / "model-00001-of-00001.safetensors",
                 t / "model_extra_tensors.safetensors");
-  EXPECT_EQ(code_of([&] { add_mtp(d("intel-int4"), t, {}); }), Errc::kExists);
+  EXPECT_EQ(qf::test::error_code([&] { add_mtp(d("intel-int4"), t, {}); }), Errc::kExists);
   AddMtpOptions force;
   force.force = true;
   EXPECT_EQ(add_mtp(d("intel-int4"), t, force).added, 41u);
@@ -158,7 +137,7 @@ TEST_F(AddMtp, KeepsACompleteHeadTheTargetAlreadyLists) {
   qf::test::CheckpointEdit e;
   e.drop.insert("mtp.fc.weight");
   qf::test::copy_checkpoint(d("hybrid"), d("hybrid-partial"), e);
-  EXPECT_EQ(code_of([&] { add_mtp(d("intel-int4"), d("hybrid-partial"), {}); }),
+  EXPECT_EQ(qf::test::error_code([&] { add_mtp(d("intel-int4"), d("hybrid-partial"), {}); }),
             Errc::kModelTensorMissing);
 }
 

@@ -16,6 +16,7 @@
 #include "qf/quant/int4.h"
 #include "qf/quant/model_check.h"
 #include "qf/quant/synth.h"
+#include "quant_fixture.h"
 #include "test_support.h"
 
 namespace qf::quant {
@@ -23,35 +24,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class Dequantize : public ::testing::Test {
+class Dequantize : public qf::test::TinySourcesTest {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new qf::test::TempDir();
-    synth_checkpoint(ckpt::qwen35_preset("tiny"), *dir_ / "bf16", {});
-    for (auto layout : {ckpt::Qwen35Layout::kIntelInt4, ckpt::Qwen35Layout::kQwenFp8}) {
-      SynthOptions o;
-      o.layout = layout;
-      o.shards = 2;
-      synth_from_checkpoint(*dir_ / "bf16", *dir_ / std::string(ckpt::layout_name(layout)), o);
-    }
-  }
-  static void TearDownTestSuite() { delete dir_; }
-  static fs::path d(const std::string& name) { return *dir_ / name; }
   static std::string bytes(const ckpt::Checkpoint& c, const std::string& name) {
     const auto v = c.view(name).bytes;
     return {reinterpret_cast<const char*>(v.data()), v.size()};
   }
-  static std::optional<Errc> code_of(const std::function<void()>& f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return e.code();
-    }
-    return std::nullopt;
-  }
-  static qf::test::TempDir* dir_;
 };
-qf::test::TempDir* Dequantize::dir_ = nullptr;
 
 std::string bf16_bytes(const std::vector<float>& f) {
   std::string out(f.size() * 2, '\0');
@@ -134,13 +113,13 @@ TEST_F(Dequantize, Int4AndFp8ModulesAsTheirDequantizers) {
 
 TEST_F(Dequantize, Refusals) {
   fs::create_directories(d("exists"));
-  EXPECT_EQ(code_of([&] { dequantize_checkpoint(d("intel-int4"), d("exists"), {}); }),
+  EXPECT_EQ(qf::test::error_code([&] { dequantize_checkpoint(d("intel-int4"), d("exists"), {}); }),
             Errc::kExists);
   // An input that fails the model checks: a missing scale.
   qf::test::CheckpointEdit e;
   e.drop.insert("model.language_model.layers.0.mlp.experts.0.up_proj.scales");
   qf::test::copy_checkpoint(d("intel-int4"), d("broken"), e);
-  EXPECT_EQ(code_of([&] { dequantize_checkpoint(d("broken"), d("broken-out"), {}); }),
+  EXPECT_EQ(qf::test::error_code([&] { dequantize_checkpoint(d("broken"), d("broken-out"), {}); }),
             Errc::kModelTensorMissing);
   // GPTQ v2 zeros (native auto_round packing) are not read.
   qf::test::CheckpointEdit v2;
@@ -150,7 +129,8 @@ TEST_F(Dequantize, Refusals) {
     text = j.dump();
   };
   qf::test::copy_checkpoint(d("intel-int4"), d("v2"), v2);
-  EXPECT_EQ(code_of([&] { dequantize_checkpoint(d("v2"), d("v2-out"), {}); }), Errc::kUnsupported);
+  EXPECT_EQ(qf::test::error_code([&] { dequantize_checkpoint(d("v2"), d("v2-out"), {}); }),
+            Errc::kUnsupported);
   // Not a Qwen3.5-MoE config.
   qf::test::CheckpointEdit other;
   other.config = [](std::string& text) {
@@ -159,7 +139,7 @@ TEST_F(Dequantize, Refusals) {
     text = j.dump();
   };
   qf::test::copy_checkpoint(d("bf16"), d("llama"), other);
-  EXPECT_EQ(code_of([&] { dequantize_checkpoint(d("llama"), d("llama-out"), {}); }),
+  EXPECT_EQ(qf::test::error_code([&] { dequantize_checkpoint(d("llama"), d("llama-out"), {}); }),
             Errc::kUnsupported);
   for (const char* out : {"broken-out", "v2-out", "llama-out"}) {
     EXPECT_FALSE(fs::exists(d(out))) << out;

@@ -108,38 +108,32 @@ TEST_F(Hybrid, DeterministicAndNoMtpOption) {
             ckpt::DType::kBF16);
 }
 
-Errc code_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.code();
-  }
-  return Errc::kUsage;  // not reached in a passing test
-}
-
 TEST_F(Hybrid, Refusals) {
   HybridOptions o;
   // The output exists.
   fs::create_directories(d("exists"));
-  EXPECT_EQ(code_of([&] { build_hybrid(d("int4"), d("fp8"), d("exists"), o); }), Errc::kExists);
+  EXPECT_EQ(qf::test::error_code([&] { build_hybrid(d("int4"), d("fp8"), d("exists"), o); }),
+            Errc::kExists);
   // Missing inputs.
-  EXPECT_EQ(code_of([&] { build_hybrid(d("nope"), d("fp8"), d("x"), o); }), Errc::kIo);
-  EXPECT_EQ(code_of([&] { build_hybrid(d("int4"), d("nope"), d("x"), o); }), Errc::kIo);
+  EXPECT_EQ(qf::test::error_code([&] { build_hybrid(d("nope"), d("fp8"), d("x"), o); }), Errc::kIo);
+  EXPECT_EQ(qf::test::error_code([&] { build_hybrid(d("int4"), d("nope"), d("x"), o); }),
+            Errc::kIo);
   // A hybrid is not an INT4 input.
   build_hybrid(d("int4"), d("fp8"), d("once"), o);
-  EXPECT_EQ(code_of([&] { build_hybrid(d("once"), d("fp8"), d("twice"), o); }), Errc::kUnsupported);
+  EXPECT_EQ(qf::test::error_code([&] { build_hybrid(d("once"), d("fp8"), d("twice"), o); }),
+            Errc::kUnsupported);
   // FP8 from another model: same names, other values.
   SynthOptions other;
   other.layout = ckpt::Qwen35Layout::kQwenFp8;
   other.seed = 99;
   synth_checkpoint(ckpt::qwen35_preset("tiny"), d("fp8-other"), other);
-  EXPECT_EQ(code_of([&] { build_hybrid(d("int4"), d("fp8-other"), d("x"), o); }),
+  EXPECT_EQ(qf::test::error_code([&] { build_hybrid(d("int4"), d("fp8-other"), d("x"), o); }),
             Errc::kUnsupported);
   // FP8 of another shape.
   ckpt::Qwen35Config wide = ckpt::qwen35_preset("tiny");
   wide.shared_expert_intermediate_size = 256;
   synth_checkpoint(wide, d("fp8-wide"), other);
-  EXPECT_EQ(code_of([&] { build_hybrid(d("int4"), d("fp8-wide"), d("x"), o); }),
+  EXPECT_EQ(qf::test::error_code([&] { build_hybrid(d("int4"), d("fp8-wide"), d("x"), o); }),
             Errc::kUnsupported);
   // FP8 missing a projection (dropped from its index).
   fs::create_directories(d("fp8-missing"));
@@ -152,7 +146,7 @@ TEST_F(Hybrid, Refusals) {
   });
   ckpt::write_file_atomic(d("fp8-missing") / ckpt::kIndexFileName, ckpt::serialize_index(idx),
                           true);
-  EXPECT_EQ(code_of([&] { build_hybrid(d("int4"), d("fp8-missing"), d("x"), o); }),
+  EXPECT_EQ(qf::test::error_code([&] { build_hybrid(d("int4"), d("fp8-missing"), d("x"), o); }),
             Errc::kTensorNotFound);
   EXPECT_FALSE(fs::exists(d("x")));
   EXPECT_FALSE(fs::exists(d("x.tmp")));
@@ -175,7 +169,7 @@ TEST_F(Hybrid, UnexpectedFp8TensorsNeedForce) {
   idx.sort();
   ckpt::write_file_atomic(d("fp8-extra") / ckpt::kIndexFileName, ckpt::serialize_index(idx), true);
   HybridOptions o;
-  EXPECT_EQ(code_of([&] { build_hybrid(d("int4"), d("fp8-extra"), d("y"), o); }),
+  EXPECT_EQ(qf::test::error_code([&] { build_hybrid(d("int4"), d("fp8-extra"), d("y"), o); }),
             Errc::kUnsupported);
   o.force = true;
   const HybridReport r = build_hybrid(d("int4"), d("fp8-extra"), d("y"), o);

@@ -13,6 +13,7 @@
 #include "qf/quant/lm_head.h"
 #include "qf/quant/model_check.h"
 #include "qf/quant/synth.h"
+#include "quant_fixture.h"
 #include "test_support.h"
 
 namespace qf::quant {
@@ -20,20 +21,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class LmHead : public ::testing::Test {
+class LmHead : public qf::test::TinySourcesTest {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new qf::test::TempDir();
-    synth_checkpoint(ckpt::qwen35_preset("tiny"), *dir_ / "bf16", {});
-    for (auto layout : {ckpt::Qwen35Layout::kIntelInt4, ckpt::Qwen35Layout::kQwenFp8}) {
-      SynthOptions o;
-      o.layout = layout;
-      o.shards = 2;
-      synth_from_checkpoint(*dir_ / "bf16", *dir_ / std::string(ckpt::layout_name(layout)), o);
-    }
-  }
-  static void TearDownTestSuite() { delete dir_; }
-  static fs::path d(const std::string& name) { return *dir_ / name; }
   static fs::path copy(const std::string& name) {
     qf::test::copy_checkpoint(d("intel-int4"), d(name), {});
     return d(name);
@@ -45,17 +34,7 @@ class LmHead : public ::testing::Test {
     check_qwen35_model(ckpt::Checkpoint::open(p), {}, r.problems);
     return r.problems;
   }
-  static std::optional<Errc> code_of(const std::function<void()>& f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return e.code();
-    }
-    return std::nullopt;
-  }
-  static qf::test::TempDir* dir_;
 };
-qf::test::TempDir* LmHead::dir_ = nullptr;
 
 ino_t inode(const fs::path& p) {
   struct stat st {};
@@ -79,7 +58,7 @@ TEST_F(LmHead, OutPassesTheModelChecks) {
   // Twice: the head is already INT8.
   LmHeadOptions again;
   again.out = d("out2");
-  EXPECT_EQ(code_of([&] { quantize_lm_head(d("out"), again); }), Errc::kUnsupported);
+  EXPECT_EQ(qf::test::error_code([&] { quantize_lm_head(d("out"), again); }), Errc::kUnsupported);
   EXPECT_FALSE(fs::exists(d("out2")));
 }
 
@@ -135,34 +114,34 @@ TEST_F(LmHead, Refusals) {
   LmHeadOptions o;
   o.out = d("refused");
   // Not an AutoRound checkpoint: no INC quantization_config to declare the head in.
-  EXPECT_EQ(code_of([&] { quantize_lm_head(d("qwen-fp8"), o); }), Errc::kUnsupported);
-  EXPECT_EQ(code_of([&] { quantize_lm_head(d("bf16"), o); }), Errc::kUnsupported);
+  EXPECT_EQ(qf::test::error_code([&] { quantize_lm_head(d("qwen-fp8"), o); }), Errc::kUnsupported);
+  EXPECT_EQ(qf::test::error_code([&] { quantize_lm_head(d("bf16"), o); }), Errc::kUnsupported);
   // No lm_head.weight.
   qf::test::CheckpointEdit e;
   e.drop.insert("lm_head.weight");
   qf::test::copy_checkpoint(d("intel-int4"), d("nohead"), e);
-  EXPECT_EQ(code_of([&] { quantize_lm_head(d("nohead"), o); }), Errc::kTensorNotFound);
+  EXPECT_EQ(qf::test::error_code([&] { quantize_lm_head(d("nohead"), o); }), Errc::kTensorNotFound);
   // A head whose vocabulary is not a multiple of 4.
   qf::test::CheckpointEdit odd;
   odd.retype["lm_head.weight"] = {"lm_head.weight", ckpt::DType::kBF16, {511, 256}};
   qf::test::copy_checkpoint(d("intel-int4"), d("odd"), odd);
-  EXPECT_EQ(code_of([&] { quantize_lm_head(d("odd"), o); }), Errc::kUnsupported);
+  EXPECT_EQ(qf::test::error_code([&] { quantize_lm_head(d("odd"), o); }), Errc::kUnsupported);
   // Missing input, both or neither destination, --out = input.
-  EXPECT_EQ(code_of([&] { quantize_lm_head(d("missing"), o); }), Errc::kIo);
+  EXPECT_EQ(qf::test::error_code([&] { quantize_lm_head(d("missing"), o); }), Errc::kIo);
   LmHeadOptions both = o;
   both.in_place = true;
-  EXPECT_EQ(code_of([&] { quantize_lm_head(d("intel-int4"), both); }), Errc::kUsage);
-  EXPECT_EQ(code_of([&] { quantize_lm_head(d("intel-int4"), {}); }), Errc::kUsage);
+  EXPECT_EQ(qf::test::error_code([&] { quantize_lm_head(d("intel-int4"), both); }), Errc::kUsage);
+  EXPECT_EQ(qf::test::error_code([&] { quantize_lm_head(d("intel-int4"), {}); }), Errc::kUsage);
   LmHeadOptions same;
   same.out = d("intel-int4") / ".";
-  EXPECT_EQ(code_of([&] { quantize_lm_head(d("intel-int4"), same); }), Errc::kUsage);
+  EXPECT_EQ(qf::test::error_code([&] { quantize_lm_head(d("intel-int4"), same); }), Errc::kUsage);
   EXPECT_FALSE(fs::exists(d("refused")));
   // An existing --out: refused, then replaced with --force.
   fs::create_directories(d("exists"));
   qf::test::write_file(d("exists") / "keep", "x");
   LmHeadOptions ex;
   ex.out = d("exists");
-  EXPECT_EQ(code_of([&] { quantize_lm_head(d("intel-int4"), ex); }), Errc::kExists);
+  EXPECT_EQ(qf::test::error_code([&] { quantize_lm_head(d("intel-int4"), ex); }), Errc::kExists);
   EXPECT_TRUE(fs::exists(d("exists") / "keep"));
   ex.force = true;
   quantize_lm_head(d("intel-int4"), ex);

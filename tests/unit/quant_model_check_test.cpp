@@ -7,6 +7,7 @@
 #include "qf/quant/hybrid.h"
 #include "qf/quant/model_check.h"
 #include "qf/quant/synth.h"
+#include "quant_fixture.h"
 #include "test_support.h"
 
 namespace qf::quant {
@@ -15,21 +16,12 @@ namespace {
 namespace fs = std::filesystem;
 using ckpt::DType;
 
-class ModelCheck : public ::testing::Test {
+class ModelCheck : public qf::test::TinySourcesTest {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new qf::test::TempDir();
-    synth_checkpoint(ckpt::qwen35_preset("tiny"), *dir_ / "bf16", {});
-    for (auto layout : {ckpt::Qwen35Layout::kIntelInt4, ckpt::Qwen35Layout::kQwenFp8}) {
-      SynthOptions o;
-      o.layout = layout;
-      o.shards = 2;
-      synth_from_checkpoint(*dir_ / "bf16", *dir_ / std::string(ckpt::layout_name(layout)), o);
-    }
-    build_hybrid(*dir_ / "intel-int4", *dir_ / "qwen-fp8", *dir_ / "hybrid", {});
+    TinySourcesTest::SetUpTestSuite();
+    build_hybrid(d("intel-int4"), d("qwen-fp8"), d("hybrid"), {});
   }
-  static void TearDownTestSuite() { delete dir_; }
-  static fs::path d(const std::string& name) { return *dir_ / name; }
 
   static std::vector<ckpt::Problem> check(const fs::path& p, bool scan = false) {
     std::vector<ckpt::Problem> problems;
@@ -49,9 +41,7 @@ class ModelCheck : public ::testing::Test {
       EXPECT_NE(p.tensor.find(needle), std::string::npos) << ckpt::format_problem(p);
     }
   }
-  static qf::test::TempDir* dir_;
 };
-qf::test::TempDir* ModelCheck::dir_ = nullptr;
 
 const std::string kL0 = "model.language_model.layers.0.";
 

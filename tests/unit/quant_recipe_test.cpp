@@ -19,15 +19,6 @@ namespace fs = std::filesystem;
 
 const fs::path kRecipes = QF_RECIPE_DIR;
 
-std::optional<Errc> code_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.code();
-  }
-  return std::nullopt;
-}
-
 struct Shipped {
   const char* file;
   const char* preset;
@@ -66,7 +57,7 @@ TEST(Recipe, RunsEndToEndOnScaledDownInputs) {
     f8.layout = ckpt::Qwen35Layout::kQwenFp8;
     synth_from_checkpoint(t / "bf16", t / "fp8", f8);
 
-    EXPECT_EQ(code_of([&] { run_recipe(r, t / "int4", t / "fp8", t / "out", {}); }),
+    EXPECT_EQ(qf::test::error_code([&] { run_recipe(r, t / "int4", t / "fp8", t / "out", {}); }),
               Errc::kUnsupported);  // a 4-layer model is not the recipe's
     RecipeRunOptions o;
     o.any_size = true;
@@ -101,11 +92,12 @@ TEST(Recipe, AFailingStepLeavesNothing) {
   r.steps[2].params["min_mean_row_cosine"] = 1.5;  // unreachable
   RecipeRunOptions o;
   o.any_size = true;
-  EXPECT_EQ(code_of([&] { run_recipe(r, t / "int4", t / "fp8", t / "out", o); }),
+  EXPECT_EQ(qf::test::error_code([&] { run_recipe(r, t / "int4", t / "fp8", t / "out", o); }),
             Errc::kUnsupported);
   EXPECT_FALSE(fs::exists(t / "out"));
   EXPECT_FALSE(fs::exists(t / "out.recipe.tmp"));
-  EXPECT_EQ(code_of([&] { run_recipe(r, t / "missing", t / "fp8", t / "out", o); }), Errc::kIo);
+  EXPECT_EQ(qf::test::error_code([&] { run_recipe(r, t / "missing", t / "fp8", t / "out", o); }),
+            Errc::kIo);
 }
 
 TEST(Recipe, StrictParsing) {
@@ -127,9 +119,10 @@ TEST(Recipe, StrictParsing) {
       R"({"recipe": "x", "steps": [{"step": "build-hybrid"}, {"step": "quantize-lm-head", "samples": -1}, {"step": "validate"}]})",
   };
   for (const char* text : bad) {
-    EXPECT_EQ(code_of([&] { parse_recipe(text, "bad.json"); }), Errc::kConfigInvalid) << text;
+    EXPECT_EQ(qf::test::error_code([&] { parse_recipe(text, "bad.json"); }), Errc::kConfigInvalid)
+        << text;
   }
-  EXPECT_EQ(code_of([&] { load_recipe("/nonexistent/recipe.json"); }), Errc::kIo);
+  EXPECT_EQ(qf::test::error_code([&] { load_recipe("/nonexistent/recipe.json"); }), Errc::kIo);
 }
 
 }  // namespace
