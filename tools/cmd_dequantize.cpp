@@ -12,7 +12,7 @@ namespace qf::tools {
 namespace {
 
 struct DequantizeArgs {
-  std::string input, out, shard_size = "5GiB";
+  std::string input, out, shard_size = "5GiB", dtype = "bf16";
   size_t shards = 0;
   bool force = false, dry_run = false, no_checksums = false, json = false;
   int threads = 0;
@@ -26,6 +26,7 @@ int run(const DequantizeArgs& a) {
   o.shard_bytes = parse_size(a.shard_size, "--shard-size");
   o.shards = a.shards;
   o.threads = a.threads;
+  o.dtype = a.dtype == "f32" ? ckpt::DType::kF32 : ckpt::DType::kBF16;
   ckpt::Progress progress;
   quant::DequantizeReport r;
   {
@@ -34,11 +35,17 @@ int run(const DequantizeArgs& a) {
     r = quant::dequantize_checkpoint(a.input, a.out, o, &progress);
   }
   if (a.json) {
-    const nlohmann::json j = {{"input", a.input},       {"out", a.out},
-                              {"dry_run", a.dry_run},   {"input_modules", r.modules_by_format},
-                              {"tensors", r.n_tensors}, {"tensor_bytes", r.tensor_bytes},
-                              {"files", r.files},       {"mtp", r.mtp},
-                              {"vision", r.vision},     {"seconds", r.seconds}};
+    const nlohmann::json j = {{"input", a.input},
+                              {"out", a.out},
+                              {"dtype", a.dtype},
+                              {"dry_run", a.dry_run},
+                              {"input_modules", r.modules_by_format},
+                              {"tensors", r.n_tensors},
+                              {"tensor_bytes", r.tensor_bytes},
+                              {"files", r.files},
+                              {"mtp", r.mtp},
+                              {"vision", r.vision},
+                              {"seconds", r.seconds}};
     std::printf("%s\n", j.dump(2).c_str());
     return kExitOk;
   }
@@ -48,9 +55,10 @@ int run(const DequantizeArgs& a) {
   }
   std::printf("%s%s: linear modules %s%s%s\n", a.dry_run ? "plan (dry run): " : "", a.input.c_str(),
               formats.c_str(), r.mtp ? "; MTP" : "", r.vision ? "; vision" : "");
-  std::printf("%s %s: BF16 (Qwen release layout), %s tensors, %s in %zu files\n",
-              a.dry_run ? "would write" : "wrote", a.out.c_str(), with_commas(r.n_tensors).c_str(),
-              human_bytes(r.tensor_bytes).c_str(), r.files.size());
+  std::printf("%s %s: %s (Qwen release layout), %s tensors, %s in %zu files\n",
+              a.dry_run ? "would write" : "wrote", a.out.c_str(), a.dtype == "f32" ? "F32" : "BF16",
+              with_commas(r.n_tensors).c_str(), human_bytes(r.tensor_bytes).c_str(),
+              r.files.size());
   if (!a.dry_run) std::printf("done in %.2f s\n", r.seconds);
   return kExitOk;
 }
@@ -68,6 +76,9 @@ Command add_dequantize(CLI::App& app) {
   sub->add_option("--shard-size", a->shard_size, "largest shard (HF-style split)")
       ->capture_default_str();
   sub->add_option("--shards", a->shards, "exactly N shards instead of --shard-size");
+  sub->add_option("--dtype", a->dtype, "bf16, or f32: the reconstructed values without rounding")
+      ->check(CLI::IsMember({"bf16", "f32"}))
+      ->capture_default_str();
   sub->add_flag("--no-checksums", a->no_checksums, "do not write qforge-manifest.json");
   sub->add_flag("--dry-run", a->dry_run, "check the input and print the plan; write nothing");
   sub->add_flag("--force", a->force, "replace an existing OUT");
@@ -75,7 +86,8 @@ Command add_dequantize(CLI::App& app) {
   sub->add_flag("--json", a->json, "machine-readable report on stdout");
   sub->footer(
       "Each weight is reconstructed exactly in f32 by its format (INT4/INT8 GPTQ, FP8 block)\n"
-      "and rounded to BF16 to nearest even; BF16 tensors are copied byte for byte. Routed\n"
+      "and rounded to BF16 to nearest even (--dtype f32 keeps it exact: references for\n"
+      "engines); tensors already in the output dtype are copied byte for byte. Routed\n"
       "experts are fused per layer (gate rows first), A_log and the gated norm are F32, and\n"
       "config.json loses quantization_config. The input must pass `qforge validate`.\n\n"
       "Example:\n  qforge dequantize /models/Qwen3.5-35B-A3B-hybrid --out /tmp/35b-bf16");

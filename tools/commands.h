@@ -15,10 +15,13 @@ struct Command {
 Command add_add_mtp(CLI::App& app);
 Command add_build_hybrid(CLI::App& app);
 Command add_dequantize(CLI::App& app);
+Command add_generate(CLI::App& app);
 Command add_inspect(CLI::App& app);
+Command add_logits(CLI::App& app);
 Command add_quantize_lm_head(CLI::App& app);
 Command add_recipe(CLI::App& app);
 Command add_synth(CLI::App& app);
+Command add_tokenize(CLI::App& app);
 Command add_validate(CLI::App& app);
 
 }  // namespace qf::tools

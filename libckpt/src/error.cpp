@@ -69,6 +69,8 @@ constexpr std::array<ErrcInfo, kNumErrc> kErrcTable = {{
     {Errc::kQZerosNotSymmetric, "qzeros-not-symmetric", kExitInvalid,
      "symmetric qzeros are not the symmetric constant"},
     {Errc::kNonFiniteValues, "non-finite-values", kExitInvalid, "NaN or Inf in a float tensor"},
+    {Errc::kTokenizerInvalid, "tokenizer-invalid", kExitInvalid,
+     "tokenizer.json unreadable, malformed or inconsistent"},
     {Errc::kIo, "io", kExitIo, "I/O error"},
     {Errc::kExists, "exists", kExitUsage, "output exists (use --force)"},
     {Errc::kUnsupported, "unsupported", kExitUnsupported, "not supported"},

@@ -138,15 +138,17 @@ Qwen35Config qwen35_config_from_json(std::string_view text, std::string_view sou
   c.rms_norm_eps = get_double(tc, "rms_norm_eps", c.rms_norm_eps, source);
   c.max_position_embeddings =
       get_int(tc, "max_position_embeddings", c.max_position_embeddings, source);
+  // rope_parameters wins over the legacy top-level keys, as in transformers (which also writes
+  // a stale top-level partial_rotary_factor of 0.25 beside it).
+  c.rope_theta = get_double(tc, "rope_theta", c.rope_theta, source);
+  c.partial_rotary_factor =
+      get_double(tc, "partial_rotary_factor", c.partial_rotary_factor, source);
   if (tc.contains("rope_parameters") && tc["rope_parameters"].is_object()) {
     const json& rp = tc["rope_parameters"];
     c.rope_theta = get_double(rp, "rope_theta", c.rope_theta, source);
     c.partial_rotary_factor =
         get_double(rp, "partial_rotary_factor", c.partial_rotary_factor, source);
   }
-  c.rope_theta = get_double(tc, "rope_theta", c.rope_theta, source);
-  c.partial_rotary_factor =
-      get_double(tc, "partial_rotary_factor", c.partial_rotary_factor, source);
   for (const auto& [key, v] :
        {std::pair{"hidden_size", c.hidden_size}, std::pair{"num_hidden_layers", n_layers},
         std::pair{"num_attention_heads", c.num_attention_heads},

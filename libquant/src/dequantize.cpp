@@ -16,6 +16,7 @@
 #include "qf/quant/matrix.h"
 #include "qf/quant/model_check.h"
 #include "qf/quant/quant_config.h"
+#include "qf/quant/stored_linear.h"
 #include "qf/quant/synth.h"
 
 namespace qf::quant {
@@ -33,123 +34,52 @@ bool ends_with(const std::string& s, std::string_view suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-template <class T>
-const T* typed(const ckpt::TensorRef& r) {
-  return r.file->view(*r.info).as<T>().data();
-}
-
-// One stored linear module [n, k], resolved to its format's tensors.
-struct Module {
-  enum class Kind { kFloat, kGptq, kFp8 } kind = Kind::kFloat;
-  int64_t n = 0, k = 0;
-  std::vector<const ckpt::TensorRef*> parts;  // released after use
-  std::optional<MatrixView> w;                // float weight
-  int bits = 0;                               // GPTQ: 4 or 8
-  int64_t group = 0;
-  const uint32_t* qweight = nullptr;
-  const uint32_t* qzeros = nullptr;
-  const uint16_t* scales = nullptr;
-  const uint8_t* codes = nullptr;  // FP8
-  std::optional<MatrixView> scale_inv;
-  int64_t bn = 128, bk = 128;
-
-  // Row r of the weight in f32, exactly as the format defines it.
-  void row(int64_t r, float* out) const {
-    switch (kind) {
-      case Kind::kFloat:
-        w->row(r, out);
-        return;
-      case Kind::kGptq: {
-        const int per = 32 / bits;
-        const uint32_t mask = (1u << bits) - 1;
-        for (int64_t g0 = 0, g = 0; g0 < k; g0 += group, ++g) {
-          const uint32_t zw = qzeros[g * (n / per) + r / per];
-          const int32_t zero = static_cast<int32_t>((zw >> (bits * (r % per))) & mask) + 1;  // v1
-          const float scale = f16_to_f32(scales[g * n + r]);
-          for (int64_t c = g0; c < std::min(k, g0 + group); ++c) {
-            const uint32_t code = (qweight[(c / per) * n + r] >> (bits * (c % per))) & mask;
-            out[c] = scale * static_cast<float>(static_cast<int32_t>(code) - zero);
-          }
-        }
-        return;
-      }
-      case Kind::kFp8:
-        for (int64_t c = 0; c < k; ++c) {
-          out[c] = e4m3fn_to_f32(codes[r * k + c]) * scale_inv->at(r / bn, c / bk);
-        }
-        return;
-    }
-  }
-  void release() const {
-    for (const ckpt::TensorRef* p : parts) p->file->release(p->info->begin, p->info->n_bytes());
-  }
-};
-
 struct Context {
   const ckpt::Checkpoint* c;
-  std::optional<IncResolver> inc;
-  int64_t group = 128, block = 128;
+  LinearLayout layout;
+  DType dtype = DType::kBF16;  // of every weight written
   int inner_threads = 1;
 };
 
-Module resolve(const Context& x, const std::string& m, int64_t n, int64_t k) {
-  const ckpt::Checkpoint& c = *x.c;
-  Module s;
-  s.n = n;
-  s.k = k;
-  if (const ckpt::TensorRef* qw = c.find(m + ".qweight")) {
-    s.kind = Module::Kind::kGptq;
-    s.bits = qw->info->shape[0] * 8 == static_cast<uint64_t>(k) ? 4 : 8;
-    s.group = x.inc ? x.inc->group_size(m) : x.group;
-    if (s.group <= 0) s.group = k;
-    const ckpt::TensorRef* qz = c.find(m + ".qzeros");
-    const ckpt::TensorRef* sc = c.find(m + ".scales");
-    s.qweight = typed<uint32_t>(*qw);
-    s.qzeros = typed<uint32_t>(*qz);
-    s.scales = typed<uint16_t>(*sc);
-    s.parts = {qw, qz, sc};
-    return s;
-  }
-  const ckpt::TensorRef* w = c.find(m + ".weight");
-  if (w->info->dtype == DType::kF8E4M3) {
-    const ckpt::TensorRef* si = c.find(m + ".weight_scale_inv");
-    s.kind = Module::Kind::kFp8;
-    s.codes = typed<uint8_t>(*w);
-    const auto sv = si->file->view(*si->info);
-    s.scale_inv.emplace(sv.bytes.data(), si->info->dtype, static_cast<int64_t>(si->info->shape[0]),
-                        static_cast<int64_t>(si->info->shape[1]));
-    s.bn = s.bk = x.block;
-    s.parts = {w, si};
-    return s;
-  }
-  const auto v = w->file->view(*w->info);
-  s.w.emplace(v.bytes.data(), w->info->dtype, n, k);
-  s.parts = {w};
-  return s;
+StoredLinear resolve(const Context& x, const std::string& m, int64_t n, int64_t k) {
+  return resolve_linear(*x.c, x.layout, m, n, k);
 }
 
-// Writes rows of `s` as BF16, a chunk at a time; a BF16 weight is copied byte for byte.
-void write_bf16(const Context& x, const Module& s, ckpt::SafetensorsWriter& w) {
-  if (s.kind == Module::Kind::kFloat && s.w->dtype == DType::kBF16) {
+// Writes rows of `s` in x.dtype (BF16 to nearest even, or F32), a chunk at a time; a weight
+// already stored in that dtype is copied byte for byte.
+void write_rows(const Context& x, const StoredLinear& s, ckpt::SafetensorsWriter& w) {
+  if (s.kind == StoredLinear::Kind::kFloat && s.w->dtype == x.dtype) {
     const ckpt::TensorRef* r = s.parts[0];
     w.copy_from(r->file->map().fd(), r->file->header().data_offset() + r->info->begin,
                 r->info->n_bytes(), r->file->path());
     s.release();
     return;
   }
-  const int64_t rows = std::max<int64_t>(1, kChunkBytes / (s.k * 2));
-  std::vector<uint16_t> out(static_cast<size_t>(std::min(rows, s.n) * s.k));
+  const bool f32 = x.dtype == DType::kF32;
+  const int64_t elem = f32 ? 4 : 2;
+  const int64_t rows = std::max<int64_t>(1, kChunkBytes / (s.k * elem));
+  std::vector<float> wide(f32 ? static_cast<size_t>(std::min(rows, s.n) * s.k) : 0);
+  std::vector<uint16_t> narrow(f32 ? 0 : static_cast<size_t>(std::min(rows, s.n) * s.k));
   for (int64_t r0 = 0; r0 < s.n; r0 += rows) {
     const int64_t r1 = std::min(s.n, r0 + rows);
     parallel_for(r1 - r0, x.inner_threads, 1, [&](int64_t a, int64_t b) {
       std::vector<float> f(static_cast<size_t>(s.k));
       for (int64_t i = a; i < b; ++i) {
+        if (f32) {
+          s.row(r0 + i, wide.data() + i * s.k);
+          continue;
+        }
         s.row(r0 + i, f.data());
-        uint16_t* o = out.data() + i * s.k;
+        uint16_t* o = narrow.data() + i * s.k;
         for (int64_t c = 0; c < s.k; ++c) o[c] = f32_to_bf16(f[c]);
       }
     });
-    w.write(out.data(), static_cast<size_t>((r1 - r0) * s.k) * 2);
+    const size_t n_bytes = static_cast<size_t>((r1 - r0) * s.k * elem);
+    if (f32) {
+      w.write(wide.data(), n_bytes);
+    } else {
+      w.write(narrow.data(), n_bytes);
+    }
   }
   s.release();
 }
@@ -171,7 +101,7 @@ void write_plain(const ckpt::TensorRef& r, DType dtype, ckpt::SafetensorsWriter&
 void produce(const Context& x, const TensorDecl& d, ckpt::SafetensorsWriter& w) {
   const ckpt::Checkpoint& c = *x.c;
   if (!d.module.empty() && d.shape.size() == 2) {
-    write_bf16(x, resolve(x, d.module, d.n, d.k), w);
+    write_rows(x, resolve(x, d.module, d.n, d.k), w);
     return;
   }
   if (const ckpt::TensorRef* same = c.find(d.name)) {  // shapes were checked against config.json
@@ -189,11 +119,24 @@ void produce(const Context& x, const TensorDecl& d, ckpt::SafetensorsWriter& w) 
   for (int64_t e = 0; e < e_count; ++e) {
     const std::string em = prefix + std::to_string(e) + ".";
     if (gate_up) {
-      write_bf16(x, resolve(x, em + "gate_proj", rows / 2, cols), w);
-      write_bf16(x, resolve(x, em + "up_proj", rows / 2, cols), w);
+      write_rows(x, resolve(x, em + "gate_proj", rows / 2, cols), w);
+      write_rows(x, resolve(x, em + "up_proj", rows / 2, cols), w);
     } else {
-      write_bf16(x, resolve(x, em + "down_proj", rows, cols), w);
+      write_rows(x, resolve(x, em + "down_proj", rows, cols), w);
     }
+  }
+}
+
+// Every BF16 tensor of the plan becomes F32 (same files, twice the bytes).
+void widen_to_f32(SynthPlan& plan) {
+  for (SynthFile& f : plan.files) f.tensor_bytes = 0;
+  plan.tensor_bytes = 0;
+  for (size_t i = 0; i < plan.tensors.size(); ++i) {
+    TensorDecl& d = plan.tensors[i];
+    if (d.dtype == DType::kBF16) d.dtype = DType::kF32;
+    const uint64_t b = ckpt::tensor_bytes({d.name, d.dtype, d.shape});
+    plan.files[plan.file_of[i]].tensor_bytes += b;
+    plan.tensor_bytes += b;
   }
 }
 
@@ -238,24 +181,11 @@ DequantizeReport dequantize_checkpoint(const fs::path& input, const fs::path& ou
   rep.mtp = stats.has_mtp;
   rep.vision = stats.has_vision;
 
+  const CheckpointLayout layout = checkpoint_layout(nlohmann::json(config), cfg_path.string());
   Context x;
   x.c = &c;
-  const nlohmann::json qcfg(config.value("quantization_config", ordered_json()));
-  if (is_inc_config(qcfg)) {
-    x.inc.emplace(qcfg);
-    const std::string packing = qcfg.value("packing_format", "auto_round:auto_gptq");
-    if (packing != "auto_round:auto_gptq") {
-      throw Error(Errc::kUnsupported, cfg_path.string() + ": packing_format \"" + packing +
-                                          "\" (only auto_round:auto_gptq, GPTQ v1 zeros, is read)");
-    }
-  }
-  if (qcfg.is_object() && qcfg.contains("group_size") && qcfg["group_size"].is_number_integer())
-    x.group = qcfg["group_size"].get<int64_t>();
-  if (qcfg.is_object() && qcfg.contains("weight_block_size"))
-    x.block = qcfg["weight_block_size"][0].get<int64_t>();
-  if (config.contains("qforge") && config["qforge"].contains("hybrid")) {
-    x.block = config["qforge"]["hybrid"]["weight_block_size"][0].get<int64_t>();
-  }
+  x.layout = layout.linear();
+  x.dtype = o.dtype;
 
   SynthOptions so;
   so.layout = ckpt::Qwen35Layout::kBf16;
@@ -264,7 +194,8 @@ DequantizeReport dequantize_checkpoint(const fs::path& input, const fs::path& ou
   so.shard_bytes = o.shard_bytes;
   so.shards = o.shards;
   const ckpt::Qwen35Config cfg = ckpt::qwen35_config_from_json(config.dump(), cfg_path.string());
-  const SynthPlan plan = plan_synth(cfg, so);
+  SynthPlan plan = plan_synth(cfg, so);
+  if (o.dtype == DType::kF32) widen_to_f32(plan);
   rep.n_tensors = plan.tensors.size();
   rep.tensor_bytes = plan.tensor_bytes;
   for (const SynthFile& f : plan.files) rep.files.push_back(f.name);

@@ -95,7 +95,11 @@ std::string linear_format(const ckpt::Checkpoint& c, const std::string& m, int64
                  {u(ceil_div(n, block)), u(ceil_div(k, block))}, problems, consumed);
     return ok ? "fp8" : "";
   }
-  return expect(c, m + ".weight", {DType::kBF16}, {u(n), u(k)}, problems, consumed) ? "bf16" : "";
+  // BF16 as released; F32 as `qforge dequantize --dtype f32` writes.
+  if (!expect(c, m + ".weight", {DType::kBF16, DType::kF32}, {u(n), u(k)}, problems, consumed)) {
+    return "";
+  }
+  return w->info->dtype == DType::kF32 ? "f32" : "bf16";
 }
 
 // What the quantization_config says about a module stored as `format`.
@@ -107,7 +111,7 @@ void check_quant_config(const nlohmann::json& qcfg, const IncResolver* inc,
   // parameter, not nn.Linear), whatever quantization_config says: it only has to be BF16.
   constexpr std::string_view kRouter = ".mlp.gate";
   if (module.size() > kRouter.size() && module.substr(module.size() - kRouter.size()) == kRouter) {
-    if (format != "bf16") {
+    if (format != "bf16" && format != "f32") {
       problems.push_back(
           {Errc::kQuantConfigMismatch, "", module,
            "the MoE router is stored " + format + "; loaders build it unquantized (BF16)"});
@@ -139,7 +143,7 @@ void check_quant_config(const nlohmann::json& qcfg, const IncResolver* inc,
                               " but the fp8 quantization_config expects FP8 (add it to "
                               "modules_to_not_convert)"});
     }
-  } else if (format != "bf16") {
+  } else if (format != "bf16" && format != "f32") {
     problems.push_back({Errc::kQuantConfigMismatch, "", module,
                         "stored " + format + " but config.json has no quantization_config for it"});
   }
@@ -337,8 +341,11 @@ ModelCheckStats check_qwen35_model(const ckpt::Checkpoint& c, const ModelCheckOp
         d.name.size() > 18 && d.name.substr(d.name.size() - 18) == ".experts.down_proj";
     if (fused_gate_up || fused_down) {
       if (c.find(d.name)) {
-        expect(c, d.name, {DType::kBF16}, d.shape, problems, &consumed);
-        if (fused_gate_up) ++stats.modules_by_format["fused-bf16"];
+        expect(c, d.name, {DType::kBF16, DType::kF32}, d.shape, problems, &consumed);
+        if (fused_gate_up) {
+          ++stats.modules_by_format[c.find(d.name)->info->dtype == DType::kF32 ? "fused-f32"
+                                                                               : "fused-bf16"];
+        }
         continue;
       }
       const std::string prefix = d.name.substr(0, d.name.rfind('.') + 1);  // "...experts."
@@ -365,6 +372,8 @@ ModelCheckStats check_qwen35_model(const ckpt::Checkpoint& c, const ModelCheckOp
     if (d.role == ckpt::TensorRole::kALog || (d.role == ckpt::TensorRole::kNormPlain &&
                                               d.name.find("linear_attn") != std::string::npos)) {
       expect(c, d.name, {DType::kF32, DType::kBF16}, d.shape, problems, &consumed);
+    } else if (d.dtype == DType::kBF16) {
+      expect(c, d.name, {DType::kBF16, DType::kF32}, d.shape, problems, &consumed);
     } else {
       expect(c, d.name, {d.dtype}, d.shape, problems, &consumed);
     }

@@ -61,6 +61,8 @@ enum class Errc : uint16_t {
   kQuantConfigMismatch,    // quantization_config disagrees with how a module is stored
   kQZerosNotSymmetric,     // symmetric GPTQ qzeros that are not the symmetric constant
   kNonFiniteValues,        // NaN or Inf in a float tensor (--scan-values)
+  // runtime inputs
+  kTokenizerInvalid,  // tokenizer.json unreadable, malformed or inconsistent
   // environment
   kIo,           // read/write/open failed (message carries strerror)
   kExists,       // output exists and --force was not given

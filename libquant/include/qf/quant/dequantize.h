@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "qf/ckpt/dtype.h"
 #include "qf/ckpt/progress.h"
 
 namespace qf::quant {
@@ -27,6 +28,9 @@ struct DequantizeOptions {
   uint64_t shard_bytes = 5ull << 30;
   size_t shards = 0;  // exactly this many shards when > 0
   int threads = 0;
+  // BF16 (Qwen's release layout) or F32: every weight exactly as reconstructed, no rounding
+  // (a reference for engines that compute with the stored values).
+  ckpt::DType dtype = ckpt::DType::kBF16;
 };
 
 struct DequantizeReport {

@@ -1,0 +1,38 @@
+// The generation loop over an engine: prefill the prompt, then sample until a stop token or the
+// token limit, reporting each new token as it is chosen (for streaming).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "qf/rt/cpu_engine.h"
+#include "qf/rt/sampler.h"
+
+namespace qf::rt {
+
+struct GenerateOptions {
+  int64_t max_tokens = 256;
+  SamplingOptions sampling;
+  // Generation ends when one is chosen (it is not reported). Every row of the LM head may be
+  // chosen, padding rows past the tokenizer's ids included, as transformers and vLLM do.
+  std::vector<int32_t> stop_ids;
+};
+
+struct GenerateResult {
+  std::vector<int32_t> ids;   // generated, stop token excluded
+  std::string finish_reason;  // "stop" or "length"
+  int64_t prompt_tokens = 0;
+  double prefill_seconds = 0, decode_seconds = 0;
+};
+
+// Starts from a fresh sequence state. on_token(id) runs for every generated id; throwing from it
+// stops generation (the exception propagates). Throws Error(kUsage) for an empty prompt or ids
+// outside the vocabulary.
+GenerateResult generate(CpuEngine& engine, std::span<const int32_t> prompt,
+                        const GenerateOptions& options,
+                        const std::function<void(int32_t)>& on_token);
+
+}  // namespace qf::rt

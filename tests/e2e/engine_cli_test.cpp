@@ -1,0 +1,182 @@
+// `qforge logits` and `qforge generate` on the tiny transformers fixtures, through the CLI:
+// results equal to the references, streaming text, and clear errors for broken models.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "ckpt_edit.h"
+#include "qf/ckpt/safetensors.h"
+#include "test_support.h"
+
+namespace qf::test {
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kDir = QF_MODEL_GOLDEN_DIR;
+const fs::path kModel = kDir / "r1-hd64-e4k2" / "model";
+const std::string kBin = QF_BIN;
+
+CommandResult qforge_split(const std::string& args) {
+  return run_command(kBin + " " + args);
+}
+// stdout and stderr together in .out
+CommandResult qforge(const std::string& args) {
+  CommandResult r = qforge_split(args);
+  r.out += r.err;
+  return r;
+}
+
+template <class T>
+std::vector<T> read(const fs::path& file, const std::string& name) {
+  const ckpt::SafetensorsFile f = ckpt::SafetensorsFile::open(file);
+  const auto v = f.view(name).as<T>();
+  return {v.begin(), v.end()};
+}
+
+std::string ids_csv(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (int32_t id : ids) s += (s.empty() ? "" : ",") + std::to_string(id);
+  return s;
+}
+
+std::string quoted(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// --text tokenizes with the model's tokenizer.json exactly as the fixture script's HF tokenizer.
+TEST(EngineCli, LogitsFromTextEqualTheReference) {
+  TempDir tmp;
+  const nlohmann::json prov = nlohmann::json::parse(read_file(kDir / "provenance.json"));
+  const CommandResult r = qforge("logits --model " + kModel.string() + " --text " +
+                                 quoted(prov["prompt"].get<std::string>()) + " --mtp --out " +
+                                 (tmp / "l.safetensors").string());
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const fs::path ref = kModel.parent_path() / "reference.safetensors";
+  EXPECT_EQ(read<int32_t>(tmp / "l.safetensors", "tokens"), read<int32_t>(ref, "prompt_ids"));
+  for (const char* name : {"logits", "mtp_logits"}) {
+    const std::vector<float> want = read<float>(ref, name),
+                             got = read<float>(tmp / "l.safetensors", name);
+    ASSERT_EQ(want.size(), got.size()) << name;
+    float diff = 0, top = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      diff = std::max(diff, std::fabs(want[i] - got[i]));
+      top = std::max(top, std::fabs(want[i]));
+    }
+    EXPECT_LE(diff, 1e-3f * top) << name;
+  }
+}
+
+TEST(EngineCli, GreedyGenerateEqualsTheReference) {
+  const fs::path ref = kModel.parent_path() / "reference.safetensors";
+  const CommandResult r = qforge_split("generate --model " + kModel.string() + " --tokens " +
+                                       ids_csv(read<int32_t>(ref, "prompt_ids")) +
+                                       " --temperature 0 --ignore-eos --max-tokens 24 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["ids"].get<std::vector<int32_t>>(), read<int32_t>(ref, "greedy_ids"));
+  EXPECT_EQ(j["finish_reason"], "length");
+}
+
+// Text goes to stdout as it is generated, statistics to stderr; a seed reproduces a sample.
+TEST(EngineCli, GenerateStreamsTextReproducibly) {
+  const std::string args = "generate --model " + kModel.string() +
+                           " --chat 'Hello, who are you?' --max-tokens 40 --temperature 0.8"
+                           " --top-p 0.95 --top-k 50 --seed 11";
+  const CommandResult a = qforge_split(args), b = qforge_split(args);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_FALSE(a.out.empty());
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_NE(a.err.find("generated at"), std::string::npos) << a.err;
+  EXPECT_NE(a.err.find("seed 11"), std::string::npos) << a.err;
+  const CommandResult json = qforge_split(args + " --json");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  EXPECT_EQ(nlohmann::json::parse(json.out)["text"].get<std::string>() + "\n", a.out);
+}
+
+TEST(EngineCli, StopsAtAnEosToken) {
+  // The greedy continuation's first token made a stop token: generation ends before it.
+  const fs::path ref = kModel.parent_path() / "reference.safetensors";
+  const std::vector<int32_t> greedy = read<int32_t>(ref, "greedy_ids");
+  TempDir tmp;
+  copy_checkpoint(kModel, tmp / "m", {});
+  write_file(tmp / "m" / "generation_config.json",
+             "{\"eos_token_id\": [" + std::to_string(greedy[3]) + "]}");
+  const CommandResult r = qforge_split("generate --model " + (tmp / "m").string() + " --tokens " +
+                                       ids_csv(read<int32_t>(ref, "prompt_ids")) +
+                                       " --temperature 0 --max-tokens 24 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["finish_reason"], "stop");
+  EXPECT_EQ(j["ids"].get<std::vector<int32_t>>(),
+            std::vector<int32_t>(greedy.begin(), greedy.begin() + 3));
+}
+
+struct BadCase {
+  std::string name;
+  std::function<void(const fs::path&)> breaks;
+  std::string args;  // after --model DIR
+  int exit_code;
+  std::string message;
+};
+
+TEST(EngineCli, BrokenModelsGiveClearErrors) {
+  const std::vector<BadCase> cases = {
+      {"missing directory", [](const fs::path& m) { fs::remove_all(m); }, "--tokens 1,2", 3,
+       "no such file or directory"},
+      {"no config.json", [](const fs::path& m) { fs::remove(m / "config.json"); }, "--tokens 1", 2,
+       "config.json: missing"},
+      {"no tokenizer.json", [](const fs::path& m) { fs::remove(m / "tokenizer.json"); },
+       "--text hi", 3, "tokenizer.json"},
+      {"corrupt tokenizer.json",
+       [](const fs::path& m) {
+         std::string t = read_file(m / "tokenizer.json");
+         write_file(m / "tokenizer.json", t.substr(0, t.size() / 2));
+       },
+       "--text hi", 2, "tokenizer.json"},
+      {"token outside the vocabulary", [](const fs::path&) {}, "--tokens 1,99999", 1,
+       "token id 99999 is outside the vocabulary [0, 1031)"},
+      {"bad token list", [](const fs::path&) {}, "--tokens 1,x", 1, "item 2 ('x')"},
+  };
+  for (const BadCase& c : cases) {
+    TempDir tmp;
+    copy_checkpoint(kModel, tmp / "m", {});
+    c.breaks(tmp / "m");
+    const CommandResult r = qforge("logits --model " + (tmp / "m").string() + " " + c.args +
+                                   " --out " + (tmp / "o.safetensors").string());
+    EXPECT_EQ(r.exit_code, c.exit_code) << c.name << ": " << r.out;
+    EXPECT_NE(r.out.find(c.message), std::string::npos) << c.name << ": " << r.out;
+    EXPECT_EQ(r.out.find("terminate"), std::string::npos) << c.name;
+    EXPECT_FALSE(fs::exists(tmp / "o.safetensors")) << c.name;
+  }
+}
+
+// A tensor of the wrong shape is reported by name, as qforge validate reports it.
+TEST(EngineCli, WrongShapeNamesTheTensor) {
+  TempDir tmp;
+  const std::string name = "model.language_model.layers.1.linear_attn.in_proj_z.weight";
+  CheckpointEdit edit;
+  edit.retype[name] = {name, ckpt::DType::kBF16, {64, 63}};
+  copy_checkpoint(kModel, tmp / "m", edit);
+  for (const std::string& cmd : {"logits --tokens 1 --out " + (tmp / "o").string(),
+                                 std::string("generate --tokens 1 --max-tokens 2")}) {
+    const CommandResult r = qforge(cmd.substr(0, cmd.find(' ')) + " --model " +
+                                   (tmp / "m").string() + cmd.substr(cmd.find(' ')));
+    EXPECT_EQ(r.exit_code, 2) << r.out;
+    EXPECT_NE(r.out.find(name), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("[64, 63]"), std::string::npos) << r.out;
+  }
+}
+
+TEST(EngineCli, RejectsUnknownDevice) {
+  const CommandResult r =
+      qforge("generate --model " + kModel.string() + " --prompt hi --device tpu");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("--device"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace qf::test

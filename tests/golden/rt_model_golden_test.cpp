@@ -1,0 +1,131 @@
+// The CPU reference engine against transformers (tests/golden/make_model_goldens.py): for each
+// tiny Qwen3.5-MoE fixture and its hybrid (INT4 + FP8 shared experts + INT8 LM head) build,
+// fp32 logits at every prompt position, the MTP head's logits and a greedy continuation.
+// Acceptance: argmax identical everywhere, max |diff| <= 1e-3 * max |logit|, greedy identical.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "qf/ckpt/safetensors.h"
+#include "qf/rt/cpu_engine.h"
+#include "qf/rt/generate.h"
+#include "test_support.h"
+
+namespace qf::rt {
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kDir = QF_MODEL_GOLDEN_DIR;
+
+struct Reference {
+  std::vector<int32_t> prompt, greedy;
+  std::vector<float> logits, mtp_logits;  // [T, V], [T-1, V]
+};
+
+template <class T>
+std::vector<T> read(const ckpt::SafetensorsFile& f, const std::string& name) {
+  const auto v = f.view(name).as<T>();
+  return {v.begin(), v.end()};
+}
+
+Reference load_reference(const fs::path& path) {
+  const ckpt::SafetensorsFile f = ckpt::SafetensorsFile::open(path);
+  Reference r;
+  r.prompt = read<int32_t>(f, "prompt_ids");
+  r.greedy = read<int32_t>(f, "greedy_ids");
+  r.logits = read<float>(f, "logits");
+  if (f.find("mtp_logits")) r.mtp_logits = read<float>(f, "mtp_logits");
+  return r;
+}
+
+// Argmax equality at every row and the largest |diff| relative to max |logit|.
+double compare(const std::vector<float>& want, const std::vector<float>& got, int64_t vocab,
+               const std::string& what) {
+  EXPECT_EQ(want.size(), got.size()) << what;
+  double max_diff = 0, max_abs = 0;
+  for (size_t i = 0; i < std::min(want.size(), got.size()); ++i) {
+    max_diff = std::max(max_diff, static_cast<double>(std::fabs(want[i] - got[i])));
+    max_abs = std::max(max_abs, static_cast<double>(std::fabs(want[i])));
+  }
+  for (size_t row = 0; row * vocab < want.size(); ++row) {
+    const auto w = want.begin() + static_cast<int64_t>(row) * vocab;
+    const auto g = got.begin() + static_cast<int64_t>(row) * vocab;
+    EXPECT_EQ(std::max_element(w, w + vocab) - w, std::max_element(g, g + vocab) - g)
+        << what << ": argmax differs at position " << row;
+  }
+  const double rel = max_diff / max_abs;
+  EXPECT_LE(rel, 1e-3) << what << ": max |diff| " << max_diff << ", max |logit| " << max_abs;
+  std::printf("%-40s max |diff| %.3g = %.3g x max |logit|\n", what.c_str(), max_diff, rel);
+  return rel;
+}
+
+void check_model(const fs::path& model_dir, const fs::path& reference, const std::string& name) {
+  const Reference ref = load_reference(reference);
+  const std::unique_ptr<Model> model = Model::load(model_dir);
+  const int64_t vocab = model->config().vocab_size, h = model->config().hidden_size;
+  const size_t t_len = ref.prompt.size();
+  ASSERT_GE(t_len, 40u);
+  CpuEngine engine(*model, 2);
+  std::vector<float> logits(t_len * vocab), hidden(t_len * h);
+  for (size_t t = 0; t < t_len; ++t) {
+    engine.step(ref.prompt[t], logits.data() + t * vocab);
+    std::copy(engine.hidden().begin(), engine.hidden().end(), hidden.begin() + t * h);
+  }
+  compare(ref.logits, logits, vocab, name + " logits");
+  if (!ref.mtp_logits.empty()) {
+    ASSERT_TRUE(model->mtp()) << name;
+    std::vector<float> mtp((t_len - 1) * vocab);
+    for (size_t t = 0; t + 1 < t_len; ++t) {
+      engine.mtp_step(ref.prompt[t + 1], hidden.data() + t * h, mtp.data() + t * vocab);
+    }
+    compare(ref.mtp_logits, mtp, vocab, name + " mtp_logits");
+  }
+  GenerateOptions o;
+  o.max_tokens = static_cast<int64_t>(ref.greedy.size());
+  const GenerateResult r = generate(engine, ref.prompt, o, [](int32_t) {});
+  EXPECT_EQ(r.ids, ref.greedy) << name << ": greedy continuation differs";
+}
+
+class ModelGolden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ModelGolden, Bf16ReleaseLayoutMatchesTransformers) {
+  check_model(kDir / GetParam() / "model", kDir / GetParam() / "reference.safetensors", GetParam());
+}
+
+// The Spark recipe's steps on the fixture, exactly as make_model_goldens.py ran them before
+// computing the reference on `qforge dequantize --dtype f32` of the result.
+TEST_P(ModelGolden, HybridMatchesTransformersOnItsDequantizedCopy) {
+  test::TempDir tmp;
+  const std::string bin = QF_BIN, src = (kDir / GetParam() / "model").string();
+  const std::string h = (tmp / "hybrid").string();
+  std::vector<std::string> steps = {
+      "synth " + (tmp / "int4").string() + " --from " + src + " --layout intel-int4 --no-vision",
+      "synth " + (tmp / "fp8").string() + " --from " + src + " --layout qwen-fp8 --no-vision",
+      "build-hybrid --int4 " + (tmp / "int4").string() + " --fp8 " + (tmp / "fp8").string() +
+          " --out " + h + " --no-check"};
+  const std::unique_ptr<Model> bf16 = Model::load(src);
+  if (bf16->config().vocab_size % 4 == 0) steps.push_back("quantize-lm-head " + h + " --in-place");
+  for (const std::string& s : steps) {
+    const test::CommandResult r = test::run_command(bin + " " + s + " 2>&1");
+    ASSERT_EQ(r.exit_code, 0) << s << "\n" << r.out;
+  }
+  const std::unique_ptr<Model> hybrid = Model::load(h);
+  EXPECT_EQ(hybrid->formats().count("fp8"), 1u);  // shared experts
+  EXPECT_GT(hybrid->formats().at("int4"), 0u);
+  EXPECT_EQ(hybrid->formats().count("int8"), bf16->config().vocab_size % 4 == 0 ? 1u : 0u);
+  check_model(h, kDir / GetParam() / "hybrid_reference.safetensors", GetParam() + " hybrid");
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, ModelGolden,
+                         ::testing::Values("r1-hd64-e4k2", "r2-hd256-e8k3", "r4-hd64-e16k4"),
+                         [](const auto& p) {
+                           std::string s = p.param;
+                           std::replace(s.begin(), s.end(), '-', '_');
+                           return s;
+                         });
+
+}  // namespace
+}  // namespace qf::rt

@@ -1,0 +1,144 @@
+// qforge generate --model DIR (--prompt T | --chat T): text from the reference engine, streamed
+// to stdout as it is generated.
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <random>
+
+#include "commands.h"
+#include "qf/error.h"
+#include "qf/rt/chat.h"
+#include "qf/rt/generate.h"
+#include "qf/rt/generation_config.h"
+#include "qf/rt/tokenizer.h"
+#include "token_args.h"
+
+namespace qf::tools {
+namespace {
+
+struct GenerateArgs {
+  std::string model, prompt, chat, system, tokens, device = "cpu";
+  int64_t max_tokens = 256;
+  std::optional<float> temperature, top_p;
+  std::optional<int> top_k;
+  std::optional<uint64_t> seed;
+  bool no_think = false, ignore_eos = false, json = false;
+  int threads = 0;
+};
+
+// Flags win; otherwise generation_config.json's sampling defaults when it samples; else greedy.
+rt::SamplingOptions sampling(const GenerateArgs& a, const rt::GenerationConfig& g) {
+  rt::SamplingOptions s;
+  const bool config_samples = g.do_sample.value_or(g.temperature.has_value());
+  if (config_samples) {
+    s.temperature = g.temperature.value_or(1.0f);
+    s.top_p = g.top_p.value_or(1.0f);
+    s.top_k = g.top_k.value_or(0);
+  }
+  if (a.temperature) s.temperature = *a.temperature;
+  if (a.top_p) s.top_p = *a.top_p;
+  if (a.top_k) s.top_k = *a.top_k;
+  s.seed = a.seed ? *a.seed : std::random_device{}();
+  return s;
+}
+
+int run(const GenerateArgs& a) {
+  if (static_cast<int>(!a.prompt.empty()) + static_cast<int>(!a.chat.empty()) +
+          static_cast<int>(!a.tokens.empty()) !=
+      1) {
+    throw Error(Errc::kUsage, "give exactly one of --prompt, --chat or --tokens");
+  }
+  if (a.max_tokens < 0) throw Error(Errc::kUsage, "--max-tokens must be >= 0");
+  const std::filesystem::path dir(a.model);
+  const std::unique_ptr<rt::Model> model = rt::Model::load(dir);
+  const rt::Tokenizer tok = rt::Tokenizer::load(dir / "tokenizer.json");
+  const rt::GenerationConfig gen = rt::load_generation_config(dir);
+
+  std::vector<int32_t> prompt;
+  if (!a.tokens.empty()) {
+    prompt = parse_token_ids(a.tokens, "--tokens");
+  } else if (!a.chat.empty()) {
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+    if (!a.system.empty()) messages.push_back({{"role", "system"}, {"content", a.system}});
+    messages.push_back({{"role", "user"}, {"content", a.chat}});
+    rt::ChatOptions co;
+    co.enable_thinking = !a.no_think;
+    prompt = tok.encode(rt::render_chat(messages, nlohmann::ordered_json::array(), co));
+  } else {
+    prompt = tok.encode(a.prompt);
+  }
+
+  rt::GenerateOptions o;
+  o.max_tokens = a.max_tokens;
+  o.sampling = sampling(a, gen);
+  if (!a.ignore_eos) {
+    o.stop_ids = gen.eos_token_ids;
+    o.stop_ids.push_back(static_cast<int32_t>(model->config().eos_token_id));
+  }
+  rt::CpuEngine engine(*model, a.threads);
+  rt::StreamDecoder stream(tok, /*skip_special=*/true);
+  const rt::GenerateResult r = rt::generate(engine, prompt, o, [&](int32_t id) {
+    if (a.json) return;
+    const std::string text = stream.push(id);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+  });
+  const double decode_rate = r.decode_seconds > 0 ? r.ids.size() / r.decode_seconds : 0;
+  const double prefill_rate = r.prefill_seconds > 0 ? r.prompt_tokens / r.prefill_seconds : 0;
+  if (a.json) {
+    const nlohmann::json j = {{"text", tok.decode(r.ids, true)},
+                              {"ids", r.ids},
+                              {"finish_reason", r.finish_reason},
+                              {"prompt_tokens", r.prompt_tokens},
+                              {"completion_tokens", r.ids.size()},
+                              {"seed", o.sampling.seed},
+                              {"temperature", o.sampling.temperature},
+                              {"top_p", o.sampling.top_p},
+                              {"top_k", o.sampling.top_k},
+                              {"prefill_tokens_per_s", prefill_rate},
+                              {"decode_tokens_per_s", decode_rate}};
+    std::printf("%s\n", j.dump(2).c_str());
+    return kExitOk;
+  }
+  const std::string tail = stream.finish();
+  std::fwrite(tail.data(), 1, tail.size(), stdout);
+  std::printf("\n");
+  std::fprintf(stderr,
+               "[%lld prompt tokens at %.1f tok/s, %zu generated at %.1f tok/s, finish: %s, "
+               "seed %llu]\n",
+               static_cast<long long>(r.prompt_tokens), prefill_rate, r.ids.size(), decode_rate,
+               r.finish_reason.c_str(), static_cast<unsigned long long>(o.sampling.seed));
+  return kExitOk;
+}
+
+}  // namespace
+
+Command add_generate(CLI::App& app) {
+  auto a = std::make_shared<GenerateArgs>();
+  CLI::App* sub = app.add_subcommand("generate", "Generate text with the CPU reference engine");
+  sub->add_option("--model", a->model, "model directory (any layout qforge reads)")->required();
+  sub->add_option("--prompt", a->prompt, "raw prompt text (no chat template)");
+  sub->add_option("--chat", a->chat, "a user message, rendered with the Qwen3.5 chat template");
+  sub->add_option("--tokens", a->tokens, "prompt as token ids: 1,2,3");
+  sub->add_option("--system", a->system, "--chat: a system message");
+  sub->add_flag("--no-think", a->no_think, "--chat: thinking off (an empty think block)");
+  sub->add_option("--max-tokens", a->max_tokens, "most tokens to generate")->capture_default_str();
+  sub->add_option("--temperature", a->temperature, "0: greedy (default: generation_config.json)");
+  sub->add_option("--top-p", a->top_p, "nucleus mass in (0, 1]");
+  sub->add_option("--top-k", a->top_k, "keep the k most likely tokens (0: all)");
+  sub->add_option("--seed", a->seed, "sampling seed (default: random, printed)");
+  sub->add_option("--device", a->device, "where to run")
+      ->check(CLI::IsMember({"cpu"}))
+      ->capture_default_str();
+  sub->add_option("--threads", a->threads, "worker threads (default: all cores)");
+  sub->add_flag("--ignore-eos", a->ignore_eos, "do not stop at generation_config's eos tokens");
+  sub->add_flag("--json", a->json, "print one JSON object at the end instead of streaming");
+  sub->footer(
+      "Stops at the eos tokens of generation_config.json (and config.json's eos_token_id) or\n"
+      "after --max-tokens. Text streams to stdout; a statistics line goes to stderr.\n\n"
+      "Example:\n  qforge generate --model /models/tiny --chat \"Hello\" --temperature 0");
+  return {sub, [a] { return run(*a); }};
+}
+
+}  // namespace qf::tools
