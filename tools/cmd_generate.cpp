@@ -104,6 +104,7 @@ int run(const GenerateArgs& a) {
   const std::string tail = stream.finish();
   std::fwrite(tail.data(), 1, tail.size(), stdout);
   std::printf("\n");
+  std::fflush(stdout);
   std::fprintf(stderr,
                "[%lld prompt tokens at %.1f tok/s, %zu generated at %.1f tok/s, finish: %s, "
                "seed %llu]\n",

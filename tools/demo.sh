@@ -8,6 +8,7 @@ set -euo pipefail
 qforge=${1:?usage: demo.sh QFORGE_BINARY WORK_DIR [RECIPE_DIR]}
 work=${2:?usage: demo.sh QFORGE_BINARY WORK_DIR [RECIPE_DIR]}
 recipes=${3:-"$(dirname "$0")/../recipes"}
+fixture="$(dirname "$0")/../tests/golden/data/models/r1-hd64-e4k2/model"
 rm -rf "$work"
 mkdir -p "$work"
 run() {
@@ -33,4 +34,10 @@ run inspect "$work/steps"
 
 run dequantize "$work/hybrid" --out "$work/hybrid-bf16"
 run validate "$work/hybrid-bf16" --checksums
+
+# The CPU reference engine reads the hybrid as it is (INT4, FP8 shared experts, INT8 head, MTP)...
+run logits --model "$work/hybrid" --tokens 1,2,3,4,5,6,7,8 --mtp --out "$work/logits.safetensors"
+# ...and generates with a tiny transformers-made fixture that has a tokenizer (random weights:
+# the text is gibberish, but every token went through the real forward pass and chat template).
+run generate --model "$fixture" --chat "What is a mixture of experts?" --max-tokens 32 --seed 1
 echo "demo: OK (checkpoints in $work)"

@@ -119,6 +119,41 @@ TEST_P(ModelGolden, HybridMatchesTransformersOnItsDequantizedCopy) {
   check_model(h, kDir / GetParam() / "hybrid_reference.safetensors", GetParam() + " hybrid");
 }
 
+// Intel's INT4 layout and Qwen's FP8 release layout (per-expert FP8 experts everywhere) built
+// from the fixture: the engine on each equals the engine on its exact F32 dequantization, which
+// the hybrid test above ties to transformers (same weights: only the summation order differs).
+TEST_P(ModelGolden, ReleaseLayoutsMatchTheirDequantizedCopies) {
+  test::TempDir tmp;
+  const std::string bin = QF_BIN, src = (kDir / GetParam() / "model").string();
+  const Reference ref = load_reference(kDir / GetParam() / "reference.safetensors");
+  for (const std::string layout : {"intel-int4", "qwen-fp8"}) {
+    const std::string q = (tmp / layout).string(), f = (tmp / (layout + "-f32")).string();
+    for (const std::string& s :
+         {"synth " + q + " --from " + src + " --layout " + layout + " --no-vision",
+          "dequantize " + q + " --out " + f + " --dtype f32"}) {
+      const test::CommandResult r = test::run_command(bin + " " + s + " 2>&1");
+      ASSERT_EQ(r.exit_code, 0) << s << "\n" << r.out;
+    }
+    std::vector<std::vector<float>> logits;
+    for (const std::string& dir : {q, f}) {
+      const std::unique_ptr<Model> model = Model::load(dir);
+      const int64_t vocab = model->config().vocab_size;
+      CpuEngine engine(*model, 2);
+      logits.emplace_back(ref.prompt.size() * vocab);
+      for (size_t t = 0; t < ref.prompt.size(); ++t) {
+        engine.step(ref.prompt[t], logits.back().data() + t * vocab);
+      }
+      if (dir == q) {
+        EXPECT_EQ(model->formats().count(layout == "qwen-fp8" ? "fp8" : "int4"), 1u);
+      }
+    }
+    const double rel =
+        compare(logits[1], logits[0], static_cast<int64_t>(logits[0].size() / ref.prompt.size()),
+                GetParam() + " " + layout + " vs its f32 copy");
+    EXPECT_LE(rel, 1e-4) << layout;  // FP8 is bitwise equal; INT4 sums in another order
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, ModelGolden,
                          ::testing::Values("r1-hd64-e4k2", "r2-hd256-e8k3", "r4-hd64-e16k4"),
                          [](const auto& p) {
