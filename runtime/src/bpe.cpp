@@ -1,6 +1,9 @@
-// Byte-pair encoding of one pre-token, and the merge table it probes.
+// Byte-pair encoding of one pre-token, the merge table it probes and the cache in front of it.
 #include <algorithm>
 #include <bit>
+#include <cstring>
+#include <functional>
+#include <span>
 
 #include "tokenizer_impl.h"
 
@@ -67,13 +70,68 @@ void initial_symbols(const Tokenizer::Impl& t, std::string_view word,
   }
 }
 
-}  // namespace
+// Pre-token -> ids for one thread and one tokenizer (switching tokenizers empties it), so that
+// encode stays lock-free and const. Open addressing over at most kSlots/2 entries; full, it
+// starts over, following the text's current vocabulary. Holds words of kMaxWordBytes or less.
+class BpeCache {
+ public:
+  static constexpr size_t kMaxWordBytes = 64;
 
-void bpe_encode(const Tokenizer::Impl& t, std::string_view word, BpeScratch& scratch,
-                std::vector<int32_t>& ids) {
-  if (word.empty()) return;
+  // Appends the cached ids of `word` and returns true, or returns false.
+  bool find(uint64_t owner, std::string_view word, uint64_t hash, std::vector<int32_t>& ids) {
+    if (owner != owner_) {
+      clear();
+      owner_ = owner;
+      return false;
+    }
+    for (size_t i = hash & kMask;; i = (i + 1) & kMask) {
+      const Entry& e = slots_[i];
+      if (e.n_key == 0) return false;
+      if (e.hash == hash && e.n_key == word.size() &&
+          std::memcmp(keys_.data() + e.key_at, word.data(), word.size()) == 0) {
+        ids.insert(ids.end(), ids_.begin() + e.ids_at, ids_.begin() + e.ids_at + e.n_ids);
+        return true;
+      }
+    }
+  }
+  // After a find that returned false for the same word.
+  void insert(std::string_view word, uint64_t hash, std::span<const int32_t> result) {
+    if ((size_ + 1) * 2 > kSlots) clear();
+    size_t i = hash & kMask;
+    while (slots_[i].n_key != 0) i = (i + 1) & kMask;
+    slots_[i] = {hash, static_cast<uint32_t>(keys_.size()), static_cast<uint32_t>(word.size()),
+                 static_cast<uint32_t>(ids_.size()), static_cast<uint32_t>(result.size())};
+    keys_.append(word);
+    ids_.insert(ids_.end(), result.begin(), result.end());
+    ++size_;
+  }
+
+ private:
+  static constexpr size_t kSlots = size_t{1} << 15;
+  static constexpr size_t kMask = kSlots - 1;
+  struct Entry {
+    uint64_t hash;
+    uint32_t key_at, n_key;  // n_key 0: a free slot (empty words are never cached)
+    uint32_t ids_at, n_ids;
+  };
+  void clear() {
+    slots_.assign(kSlots, Entry{});
+    keys_.clear();
+    ids_.clear();
+    size_ = 0;
+  }
+
+  uint64_t owner_ = 0;  // no tokenizer has uid 0
+  std::vector<Entry> slots_;
+  std::string keys_;
+  std::vector<int32_t> ids_;
+  size_t size_ = 0;
+};
+
+void bpe_uncached(const Tokenizer::Impl& t, std::string_view word, BpeScratch& scratch,
+                  std::vector<int32_t>& ids) {
   if (t.ignore_merges) {
-    if (const auto it = t.vocab.find(std::string(word)); it != t.vocab.end()) {
+    if (const auto it = t.vocab.find(word); it != t.vocab.end()) {
       ids.push_back(it->second);
       return;
     }
@@ -113,6 +171,20 @@ void bpe_encode(const Tokenizer::Impl& t, std::string_view word, BpeScratch& scr
     consider(c.pos);
   }
   for (int32_t i = 0; i >= 0; i = sym[i].next) ids.push_back(sym[i].id);
+}
+
+}  // namespace
+
+void bpe_encode(const Tokenizer::Impl& t, std::string_view word, BpeScratch& scratch,
+                std::vector<int32_t>& ids) {
+  if (word.empty()) return;
+  if (word.size() > BpeCache::kMaxWordBytes) return bpe_uncached(t, word, scratch, ids);
+  thread_local BpeCache cache;
+  const uint64_t hash = std::hash<std::string_view>{}(word);
+  if (cache.find(t.uid, word, hash, ids)) return;
+  const size_t first = ids.size();
+  bpe_uncached(t, word, scratch, ids);
+  cache.insert(word, hash, std::span<const int32_t>(ids).subspan(first));
 }
 
 }  // namespace qf::rt

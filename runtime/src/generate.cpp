@@ -7,35 +7,52 @@
 
 namespace qf::rt {
 
-GenerateResult generate(CpuEngine& engine, std::span<const int32_t> prompt,
-                        const GenerateOptions& o, const std::function<void(int32_t)>& on_token) {
+GenerateResult generate_with(const StepFn& step, int64_t vocab, std::span<const int32_t> prompt,
+                             const GenerateOptions& o,
+                             const std::function<void(int32_t)>& on_token) {
   if (prompt.empty()) throw Error(Errc::kUsage, "the prompt has no tokens");
   using clock = std::chrono::steady_clock;
-  const int64_t vocab = engine.model().config().vocab_size;
+  const bool greedy = o.sampling.temperature == 0.0f;
   Sampler sampler(o.sampling);
-  std::vector<float> logits(static_cast<size_t>(vocab));
+  std::vector<float> logits(greedy ? 0 : static_cast<size_t>(vocab));
+  float* out = greedy ? nullptr : logits.data();
   GenerateResult r;
   r.prompt_tokens = static_cast<int64_t>(prompt.size());
-  engine.reset();
   const auto t0 = clock::now();
+  int32_t top = 0;
   for (size_t i = 0; i < prompt.size(); ++i) {
-    engine.step(prompt[i], i + 1 == prompt.size() ? logits.data() : nullptr);
+    top = step(prompt[i], i + 1 == prompt.size() ? out : nullptr);
   }
   const auto t1 = clock::now();
   r.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
   r.finish_reason = "length";
   for (int64_t n = 0; n < o.max_tokens; ++n) {
-    const int32_t id = sampler.sample(logits);
+    const int32_t id = greedy ? top : sampler.sample(logits);
     if (std::find(o.stop_ids.begin(), o.stop_ids.end(), id) != o.stop_ids.end()) {
       r.finish_reason = "stop";
       break;
     }
     r.ids.push_back(id);
     on_token(id);
-    if (n + 1 < o.max_tokens) engine.step(id, logits.data());
+    if (n + 1 < o.max_tokens) top = step(id, out);
   }
   r.decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();
   return r;
+}
+
+GenerateResult generate(CpuEngine& engine, std::span<const int32_t> prompt,
+                        const GenerateOptions& o, const std::function<void(int32_t)>& on_token) {
+  const int64_t vocab = engine.model().config().vocab_size;
+  std::vector<float> logits(static_cast<size_t>(vocab));
+  engine.reset();
+  return generate_with(
+      [&](int32_t token, float* out) {
+        engine.step(token, logits.data());
+        if (out) std::copy(logits.begin(), logits.end(), out);
+        return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) -
+                                    logits.begin());
+      },
+      vocab, prompt, o, on_token);
 }
 
 }  // namespace qf::rt

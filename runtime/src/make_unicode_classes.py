@@ -4,9 +4,12 @@
 
 1. Regex classes: the code points \\p{L}, \\p{M}, \\p{N} and \\s match in its regex engine
    (Oniguruma, Unicode 16.0 in tokenizers 0.23, against 14.0 in PCRE2 10.42, whose \\s also takes
-   U+180E). The pre-tokenizer patterns are rewritten to these ranges (regex.cpp). Read with a
-   Split pre-tokenizer `\\p{L}+` (behavior "removed") over every code point: what it leaves is
-   exactly what the class does not match.
+   U+180E). Read with a Split pre-tokenizer `\\p{L}+` (behavior "removed") over every code
+   point: what it leaves is exactly what the class does not match. kLetterAdded etc. are what
+   Oniguruma's class has beyond the Unicode data of the Python running this (14.0 in 3.11, as in
+   PCRE2 10.42; the script checks that nothing is missing); the pre-tokenizer patterns are
+   rewritten to [\\p{L}<added>] (regex.cpp), which keeps PCRE2's fast property lookups, and
+   rt_tokenizer_test checks the result against the full class on every code point.
 2. NFC: its normalizer's data are Unicode 9.0 (unicode-normalization-alignments), against 15.0
    in utf8proc 2.8, which would reorder or compose marks that `tokenizers` leaves alone.
    kNfcUnstable: the code points its NFC may change in some context (a nonzero combining
@@ -18,6 +21,7 @@
     pip install tokenizers==0.23.3
     python3 runtime/src/make_unicode_classes.py runtime/src/unicode_classes.h
 """
+import os
 import subprocess
 import sys
 import unicodedata
@@ -25,12 +29,7 @@ import unicodedata
 import tokenizers
 from tokenizers import Regex, normalizers, pre_tokenizers
 
-CLASSES = [  # (C++ name, pattern, what it stands for)
-    ("kLetter", r"\p{L}+", r"\p{L} in the regex engine"),
-    ("kMark", r"\p{M}+", r"\p{M} in the regex engine"),
-    ("kNumber", r"\p{N}+", r"\p{N} in the regex engine"),
-    ("kWhiteSpace", r"\s+", r"\s in the regex engine"),
-]
+CATEGORIES = [("kLetter", "L"), ("kMark", "M"), ("kNumber", "N")]  # (C++ name, category)
 
 
 CODE_POINTS = [c for c in range(0x110000) if not 0xD800 <= c < 0xE000]
@@ -49,10 +48,18 @@ def to_ranges(members):
 def regex_class(pattern):
     text = "".join(map(chr, CODE_POINTS))
     member = [True] * len(CODE_POINTS)
-    for _, (b, e) in pre_tokenizers.Split(Regex(pattern), behavior="removed").pre_tokenize_str(text):
+    split = pre_tokenizers.Split(Regex(pattern), behavior="removed")
+    for _, (b, e) in split.pre_tokenize_str(text):
         for i in range(b, e):
             member[i] = False
-    return to_ranges(cp for cp, m in zip(CODE_POINTS, member) if m)
+    return {cp for cp, m in zip(CODE_POINTS, member) if m}
+
+
+def added_to_category(members, category):
+    """Code points of `members` outside Python's general category; none may be missing."""
+    python = {c for c in CODE_POINTS if unicodedata.category(chr(c)).startswith(category)}
+    assert python <= members, f"Oniguruma's \\p{{{category}}} lacks {sorted(python - members)[:10]}"
+    return members - python
 
 
 def hf_map(normalizer, strings):
@@ -111,7 +118,13 @@ def main():
         "};",
         "",
     ]
-    tables = [(name, what, regex_class(pattern)) for name, pattern, what in CLASSES]
+    tables = []
+    for name, category in CATEGORIES:
+        members = regex_class(rf"\p{{{category}}}+")
+        tables.append((name, rf"\p{{{category}}} in the regex engine", to_ranges(members)))
+        tables.append((name + "Added", f"of those, beyond Unicode {unicodedata.unidata_version}",
+                       to_ranges(added_to_category(members, category))))
+    tables.append(("kWhiteSpace", r"\s in the regex engine", to_ranges(regex_class(r"\s+"))))
     unstable, unknown = nfc_tables()
     tables.append(("kNfcUnstable", "what NFC may change in some context", unstable))
     tables.append(("kNfcUnknown", "plain starters to NFC although Python's data say otherwise",
@@ -125,7 +138,8 @@ def main():
     lines.append("}  // namespace qf::rt::unicode")
     text = "\n".join(lines) + "\n"
     try:  # the repository's .clang-format packs the arrays; the file stays byte-stable
-        text = subprocess.run(["clang-format", "--assume-filename=" + path], input=text,
+        here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "unicode_classes.h")
+        text = subprocess.run(["clang-format", "--assume-filename=" + here], input=text,
                               capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError) as e:
         print(f"warning: clang-format not run ({e})", file=sys.stderr)

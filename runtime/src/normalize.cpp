@@ -35,10 +35,9 @@ bool unstable(uint32_t cp) {
 void append_utf8proc_nfc(std::string_view s, std::string& out) {
   if (s.empty()) return;
   utf8proc_uint8_t* mapped = nullptr;
-  const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
-                                          static_cast<utf8proc_ssize_t>(s.size()), &mapped,
-                                          static_cast<utf8proc_option_t>(UTF8PROC_STABLE |
-                                                                         UTF8PROC_COMPOSE));
+  const utf8proc_ssize_t n = utf8proc_map(
+      reinterpret_cast<const utf8proc_uint8_t*>(s.data()), static_cast<utf8proc_ssize_t>(s.size()),
+      &mapped, static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
   const std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> owned(mapped, &std::free);
   if (n == UTF8PROC_ERROR_NOMEM) throw std::bad_alloc();
   QF_ASSERT(n >= 0, "utf8proc accepts the valid UTF-8 it is given");
@@ -63,8 +62,8 @@ void append_stretch(std::string_view s, std::string& out) {
 
 std::string_view nfc(std::string_view s, std::string& buffer) {
   constexpr size_t kNone = std::string_view::npos;
-  size_t copied = 0;         // s[0, copied) is in buffer
-  size_t stable = kNone;     // start of the last stable character
+  size_t copied = 0;      // s[0, copied) is in buffer
+  size_t stable = kNone;  // start of the last stable character
   bool changed = false;
   for (size_t i = 0; i < s.size();) {
     if (static_cast<uint8_t>(s[i]) < 0xCC) {  // lead bytes of U+0000..U+02FF

@@ -1,7 +1,8 @@
 // PCRE2 behind the pre-tokenizer's Split patterns. tokenizers uses Oniguruma; both are
 // backtracking engines with the same leftmost-first alternation, but their Unicode data
-// differ, so \p{L}, \p{M}, \p{N}, \s and their negations are replaced by the code point
-// ranges Oniguruma gives them (unicode_classes.h). Other properties keep PCRE2's meaning.
+// differ, so \p{L}, \p{M}, \p{N} get the characters Oniguruma has beyond PCRE2's older Unicode
+// data, and \s becomes Oniguruma's set (unicode_classes.h; rt_tokenizer_test checks every code
+// point). Other properties keep PCRE2's meaning.
 #include <algorithm>
 #include <new>
 #include <span>
@@ -19,17 +20,8 @@ namespace {
 constexpr size_t kJitStackStart = 32 << 10;
 constexpr size_t kJitStackMax = 64 << 20;
 
-// The table for a property name in \p{...}, if there is one.
-std::span<const unicode::Range> table_for(std::string_view name) {
-  if (name == "L" || name == "Letter") return unicode::kLetter;
-  if (name == "M" || name == "Mark") return unicode::kMark;
-  if (name == "N" || name == "Number") return unicode::kNumber;
-  return {};
-}
-
-// "\x{41}-\x{5A}\x{61}-\x{7A}...": the inside of a character class.
-std::string class_body(std::span<const unicode::Range> ranges) {
-  std::string out;
+// `out` followed by ranges for the inside of a character class: "\x{41}-\x{5A}\x{2B0}...".
+std::string class_body(std::string out, std::span<const unicode::Range> ranges) {
   char buf[32];
   for (const unicode::Range& r : ranges) {
     const int n = r.first == r.last
@@ -40,9 +32,17 @@ std::string class_body(std::span<const unicode::Range> ranges) {
   return out;
 }
 
-// `pattern` with \p{L} \p{M} \p{N} \s (and \P{..}, \p{^..}, \S) spelled as Oniguruma's
-// ranges: a class of its own outside brackets, spliced into an enclosing class inside them.
-// A negated one inside brackets cannot be spliced and keeps PCRE2's meaning.
+// The inside of a character class for \p{name} as Oniguruma has it (PCRE2's property, which
+// keeps its fast lookup, plus what Oniguruma adds), or "" for PCRE2's property as is.
+std::string class_for(std::string_view name) {
+  if (name == "L" || name == "Letter") return class_body("\\p{L}", unicode::kLetterAdded);
+  if (name == "M" || name == "Mark") return class_body("\\p{M}", unicode::kMarkAdded);
+  if (name == "N" || name == "Number") return class_body("\\p{N}", unicode::kNumberAdded);
+  return "";
+}
+
+}  // namespace
+
 std::string with_oniguruma_classes(const std::string& p) {
   std::string out;
   bool in_class = false;
@@ -51,13 +51,13 @@ std::string with_oniguruma_classes(const std::string& p) {
     if (c == '\\' && i + 1 < p.size()) {
       const char d = p[i + 1];
       size_t end = i + 2;  // one past the escape
-      std::span<const unicode::Range> table;
+      std::string body;    // the class contents replacing it, if any
       bool negated = false;
       if (d == 'Q') {  // literal text up to \E
         const size_t e = p.find("\\E", i + 2);
         end = e == std::string::npos ? p.size() : e + 2;
       } else if (d == 's' || d == 'S') {
-        table = unicode::kWhiteSpace;
+        body = class_body("", unicode::kWhiteSpace);
         negated = d == 'S';
       } else if ((d == 'p' || d == 'P') && i + 2 < p.size()) {
         std::string_view name(&p[i + 2], 1);
@@ -74,14 +74,14 @@ std::string with_oniguruma_classes(const std::string& p) {
           negated = !negated;
           name.remove_prefix(1);
         }
-        table = table_for(name);
+        body = class_for(name);
       }
-      if (table.empty() || (in_class && negated)) {
+      if (body.empty() || (in_class && negated)) {
         out.append(p, i, end - i);
       } else if (in_class) {
-        out += class_body(table);
+        out += body;
       } else {
-        out += (negated ? "[^" : "[") + class_body(table) + "]";
+        out += (negated ? "[^" : "[") + body + "]";
       }
       i = end;
     } else if (in_class) {
@@ -107,8 +107,6 @@ std::string with_oniguruma_classes(const std::string& p) {
   }
   return out;
 }
-
-}  // namespace
 
 Regex::Regex(const std::string& pattern, const std::string& where) {
   auto compile = [](const std::string& text, int& err, PCRE2_SIZE& offset) {
@@ -158,18 +156,18 @@ void Regex::find_all(std::string_view s, Scratch& scratch,
   const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(scratch.md_);
   size_t start = 0;
   while (start < s.size()) {
-    const int rc = jit_ ? pcre2_jit_match(code_, subject, s.size(), start, 0, scratch.md_,
-                                          scratch.ctx_)
-                        : pcre2_match(code_, subject, s.size(), start, PCRE2_NO_UTF_CHECK,
-                                      scratch.md_, scratch.ctx_);
+    const int rc =
+        jit_ ? pcre2_jit_match(code_, subject, s.size(), start, 0, scratch.md_, scratch.ctx_)
+             : pcre2_match(code_, subject, s.size(), start, PCRE2_NO_UTF_CHECK, scratch.md_,
+                           scratch.ctx_);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
       PCRE2_UCHAR msg[256];
       pcre2_get_error_message(rc, msg, sizeof msg);
       throw Error(Errc::kUnsupported, "pre-tokenizer regex gave up at byte " +
                                           std::to_string(start) + " of a " +
-                                          std::to_string(s.size()) + "-byte piece: " +
-                                          reinterpret_cast<const char*>(msg));
+                                          std::to_string(s.size()) +
+                                          "-byte piece: " + reinterpret_cast<const char*>(msg));
     }
     if (ov[1] > ov[0]) {
       out.emplace_back(ov[0], ov[1]);

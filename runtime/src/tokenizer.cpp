@@ -100,7 +100,8 @@ void split_added(std::string_view s, const Impl::AddedIndex& index, std::vector<
   if (text_start < s.size()) out.push_back({text_start, s.size(), -1});
 }
 
-// Buffers one encode call reuses.
+// Buffers encode reuses: one set per thread, kept between calls (PCRE2's JIT stack alone is an
+// mmap), trimmed after a large text so that a thread does not hold on to its size.
 struct EncodeState {
   std::vector<Segment> raw, normalized;
   std::string normalized_text;
@@ -109,6 +110,22 @@ struct EncodeState {
   std::vector<std::pair<size_t, size_t>> matches;
   Regex::Scratch regex;
   BpeScratch bpe;
+
+  void trim() {
+    constexpr size_t kKeep = 1 << 16;  // elements (or bytes) a thread may keep
+    auto release = [](auto& v) {
+      if (v.capacity() > kKeep) std::remove_reference_t<decltype(v)>().swap(v);
+    };
+    release(raw);
+    release(normalized);
+    release(normalized_text);
+    release(pieces);
+    release(next);
+    release(matches);
+    release(bpe.symbols);
+    release(bpe.heap);
+    prefixed.clear();
+  }
 };
 
 // One pre-tokenizer step over every piece (views into the text or into state.prefixed).
@@ -140,11 +157,12 @@ void pre_tokenize_step(const PreTokenizeStep& step, EncodeState& st) {
         case SplitBehavior::kMergedWithPrevious:
           st.next.push_back(p.substr(last, e - last));
           break;
-        case SplitBehavior::kMergedWithNext:
-          if (carry != std::string_view::npos) st.next.push_back(p.substr(carry, b - carry));
-          if (carry == std::string_view::npos) st.next.push_back(p.substr(last, b - last));
+        case SplitBehavior::kMergedWithNext: {  // the previous match joins the text after it
+          const size_t from = carry != std::string_view::npos ? carry : last;
+          st.next.push_back(p.substr(from, b - from));
           carry = b;
           break;
+        }
       }
       last = e;
     }
@@ -155,8 +173,7 @@ void pre_tokenize_step(const PreTokenizeStep& step, EncodeState& st) {
 }
 
 // Steps 2-4 for a stretch of text between raw-matched added tokens.
-void encode_text(const Impl& t, std::string_view text, EncodeState& st,
-                 std::vector<int32_t>& ids) {
+void encode_text(const Impl& t, std::string_view text, EncodeState& st, std::vector<int32_t>& ids) {
   const std::string_view s = t.nfc ? detail::nfc(text, st.normalized_text) : text;
   split_added(s, t.added_normalized, st.normalized);
   for (const Segment& g : st.normalized) {
@@ -197,7 +214,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
   check_utf8(text);
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3);
-  EncodeState st;
+  thread_local EncodeState st;  // encode never re-enters itself
   split_added(text, impl_->added_raw, st.raw);
   for (const Segment& g : st.raw) {
     if (g.added >= 0) {
@@ -206,6 +223,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
       encode_text(*impl_, text.substr(g.begin, g.end - g.begin), st, ids);
     }
   }
+  st.trim();
   return ids;
 }
 
@@ -229,7 +247,7 @@ const std::string& Tokenizer::token_content(int32_t id) const {
 }
 
 std::optional<int32_t> Tokenizer::token_id(std::string_view content) const {
-  const auto it = impl_->content_to_id.find(std::string(content));
+  const auto it = impl_->content_to_id.find(content);
   return it == impl_->content_to_id.end() ? std::nullopt : std::optional<int32_t>(it->second);
 }
 

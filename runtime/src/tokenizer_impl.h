@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -53,6 +54,11 @@ class Regex {
   pcre2_code* code_ = nullptr;
   bool jit_ = false;
 };
+
+// `pattern` with \p{L} \p{M} \p{N} \s (and \P{..}, \p{^..}, \S) as Oniguruma has them: a
+// class of their own outside brackets, spliced into an enclosing class inside them. A negated
+// one inside brackets cannot be spliced and keeps PCRE2's meaning. Regex compiles this.
+std::string with_oniguruma_classes(const std::string& pattern);
 
 enum class SplitBehavior { kIsolated, kRemoved, kMergedWithPrevious, kMergedWithNext };
 
@@ -104,8 +110,16 @@ class MergeTable {
   int shift_ = 64;
 };
 
+// Hash for string maps that are searched with string_views (no temporary std::string).
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+using StringIdMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
+
 struct Tokenizer::Impl {
   std::string source;  // file name for messages
+  uint64_t uid = 0;    // unique per parsed tokenizer: the owner of a thread's BPE cache
   // Decoding: the bytes each id stands for, its string as written in the JSON, and whether it
   // is a special added token. Ids no token has hold "".
   std::vector<std::string> id_bytes;
@@ -113,15 +127,15 @@ struct Tokenizer::Impl {
   std::vector<uint8_t> id_special;
   std::vector<AddedToken> added;
   // Encoding.
-  bool nfc = false;                       // the normalizer: NFC or none
-  std::vector<PreTokenizeStep> pre;       // at least the ByteLevel step, always last
+  bool nfc = false;                  // the normalizer: NFC or none
+  std::vector<PreTokenizeStep> pre;  // at least the ByteLevel step, always last
   bool ignore_merges = false;
   std::optional<int32_t> unk;  // id for bytes without a token; consecutive ones fused if fuse_unk
   bool fuse_unk = false;
-  std::array<int32_t, 256> byte_id{};                // the single-byte token of each byte, or -1
-  std::unordered_map<std::string, int32_t> vocab;    // raw bytes -> id (ignore_merges lookups)
+  std::array<int32_t, 256> byte_id{};  // the single-byte token of each byte, or -1
+  StringIdMap vocab;                   // raw bytes -> id (ignore_merges lookups)
   MergeTable merges;
-  std::unordered_map<std::string, int32_t> content_to_id;  // as written in the JSON
+  StringIdMap content_to_id;  // as written in the JSON
   // Added-token matching on the raw text (normalized=false) and on normalized text; the
   // pattern is the content, normalized for the second set.
   struct AddedPattern {
@@ -135,7 +149,7 @@ struct Tokenizer::Impl {
   AddedIndex added_raw, added_normalized;
 };
 
-// Buffers one encode call reuses for every pre-token.
+// Buffers reused for every pre-token.
 struct BpeScratch {
   struct Symbol {
     int32_t id;
@@ -151,7 +165,8 @@ struct BpeScratch {
 
 // Byte-pair encoding of one pre-token (raw bytes) as `tokenizers` does it: symbols are the
 // single-byte tokens, then the lowest-ranked adjacent pair is merged first, the leftmost among
-// equal ranks. Appends the resulting ids.
+// equal ranks. Appends the resulting ids. Results for short pre-tokens are remembered in a
+// per-thread cache (bpe.cpp), so repeated words cost one hash lookup.
 void bpe_encode(const Tokenizer::Impl& t, std::string_view word, BpeScratch& scratch,
                 std::vector<int32_t>& ids);
 

@@ -1,6 +1,7 @@
 // tokenizer.json -> Tokenizer::Impl. Only what byte-level BPE tokenizers (GPT-2, Qwen, Llama 3)
 // use is accepted; anything else is refused by name rather than approximated.
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -84,9 +85,11 @@ class DocLoader : public JsonFields {
 
   void decoder_and_post(const json& d, const json& p) const {
     const std::string dtype = d.is_null() ? "null" : type_of(d, "decoder");
-    if (dtype != "ByteLevel") unsupported("decoder \"" + dtype + "\" (byte-level BPE needs ByteLevel)");
-    if (!p.is_null() && type_of(p, "post_processor") != "ByteLevel") {
-      unsupported("post_processor \"" + type_of(p, "post_processor") + "\" (it adds tokens)");
+    if (dtype != "ByteLevel") {
+      unsupported("decoder \"" + dtype + "\" (byte-level BPE needs ByteLevel)");
+    }
+    if (!p.is_null() && !adds_nothing(p, "post_processor")) {
+      unsupported("post_processor \"" + type_of(p, "post_processor") + "\" adding tokens");
     }
   }
 
@@ -101,8 +104,7 @@ class DocLoader : public JsonFields {
       if (!content.is_string() || content.get_ref<const std::string&>().empty()) {
         invalid(where + ".content must be a non-empty string");
       }
-      a.content = content.get<std::string>();
-      if (detail::utf8_lossy(a.content) != a.content) invalid(where + ".content is not UTF-8");
+      a.content = content.get<std::string>();  // UTF-8: the JSON parser checks strings
       a.special = flag(e, "special", false, where);
       a.single_word = flag(e, "single_word", false, where);
       a.lstrip = flag(e, "lstrip", false, where);
@@ -113,12 +115,33 @@ class DocLoader : public JsonFields {
   }
 
  private:
+  // encode adds no token, which matches tokenizers only where the post-processor would not
+  // either: ByteLevel (offsets only), a template of the sequence alone, or a Sequence of those.
+  bool adds_nothing(const json& p, const std::string& where) const {
+    const std::string type = type_of(p, where);
+    if (type == "ByteLevel") return true;
+    if (type == "Sequence") {
+      const json& list = field(p, "processors", where);
+      return list.is_array() && std::all_of(list.begin(), list.end(), [&](const json& e) {
+               return adds_nothing(e, where + ".processors[]");
+             });
+    }
+    if (type == "TemplateProcessing") {
+      const json& single = field(p, "single", where);
+      return single.is_array() && std::all_of(single.begin(), single.end(), [](const json& e) {
+               return e.is_object() && e.size() == 1 && e.contains("Sequence");
+             });
+    }
+    return false;
+  }
+
   void split(const json& e, const std::string& where, PreTokenizeStep& step) const {
     const json& pat = field(e, "pattern", where);
     if (pat.is_object() && pat.contains("Regex") && pat["Regex"].is_string()) {
       step.regex.emplace(pat["Regex"].get<std::string>(), src_ + ": " + where + ".pattern");
     } else if (pat.is_object() && pat.contains("String") && pat["String"].is_string()) {
-      step.regex.emplace(escape_literal(pat["String"].get<std::string>()), src_ + ": " + where);
+      step.regex.emplace(escape_literal(pat["String"].get<std::string>()),
+                         src_ + ": " + where + ".pattern");
     } else {
       invalid(where + ".pattern must be {\"Regex\": ...} or {\"String\": ...}");
     }
@@ -131,30 +154,46 @@ class DocLoader : public JsonFields {
         {"MergedWithPrevious", SplitBehavior::kMergedWithPrevious},
         {"MergedWithNext", SplitBehavior::kMergedWithNext}};
     const auto it = kBehaviors.find(behavior);
-    if (it == kBehaviors.end()) unsupported(where + ".behavior " + behavior);
+    if (it == kBehaviors.end()) unsupported(where + ".behavior \"" + behavior + "\"");
     step.behavior = it->second;
   }
 };
+
+// Whether a vocabulary entry has this id (before added tokens are placed).
+bool is_vocab_id(const Tokenizer::Impl& t, int32_t id) {
+  if (static_cast<size_t>(id) >= t.id_content.size()) return false;
+  const auto it = t.content_to_id.find(t.id_content[id]);
+  return it != t.content_to_id.end() && it->second == id;
+}
 
 // Ids, special flags and matching sets of the added tokens. `tokenizers` ignores the ids in the
 // file: a token takes its vocabulary id when its content is a vocabulary entry, otherwise the
 // next id from the vocabulary size on, in file order. A file whose ids disagree would encode
 // differently here and there, so it is refused.
 void place_added_tokens(const JsonFields& f, Tokenizer::Impl& t, size_t vocab_size) {
-  std::map<std::string, size_t> seen;  // content -> index
+  std::map<std::string, size_t> by_content;
+  std::map<int32_t, size_t> by_id;
   auto next_id = static_cast<int64_t>(vocab_size);
+  auto name = [&](size_t i) {
+    return "added_tokens[" + std::to_string(i) + "] (\"" + t.added[i].content + "\")";
+  };
   for (size_t i = 0; i < t.added.size(); ++i) {
     const AddedToken& a = t.added[i];
-    const std::string where = "added_tokens[" + std::to_string(i) + "] (\"" + a.content + "\")";
-    if (const auto [it, fresh] = seen.emplace(a.content, i); !fresh) {
-      f.invalid(where + " repeats added_tokens[" + std::to_string(it->second) + "]");
+    const std::string id = "id " + std::to_string(a.id);
+    if (const auto [it, fresh] = by_content.emplace(a.content, i); !fresh) {
+      f.invalid(name(i) + " repeats added_tokens[" + std::to_string(it->second) + "]");
+    }
+    if (const auto [it, fresh] = by_id.emplace(a.id, i); !fresh) {
+      f.invalid(name(i) + ": " + id + " is also " + name(it->second));
     }
     const auto in_vocab = t.content_to_id.find(a.content);  // the vocabulary's entries so far
     const bool known = in_vocab != t.content_to_id.end();
+    if (!known && is_vocab_id(t, a.id)) {
+      f.invalid(name(i) + ": " + id + " is the vocabulary's \"" + t.id_content[a.id] + "\"");
+    }
     const int64_t expect = known ? in_vocab->second : next_id++;
     if (a.id != expect) {
-      f.invalid(where + ": id " + std::to_string(a.id) + ", but tokenizers gives it id " +
-                std::to_string(expect) +
+      f.invalid(name(i) + ": " + id + ", but tokenizers gives it id " + std::to_string(expect) +
                 (known ? " (its vocabulary id)" : " (the next id after the vocabulary)"));
     }
   }
@@ -164,24 +203,21 @@ void place_added_tokens(const JsonFields& f, Tokenizer::Impl& t, size_t vocab_si
       t.id_content.resize(a.id + 1);
       t.id_special.resize(a.id + 1);
     }
-    t.id_bytes[a.id] = token_bytes_of(a.content);
+    // A normalized token is matched, and decoded, in its normalized form.
+    std::string buffer;
+    const std::string form(a.normalized && t.nfc ? detail::nfc(a.content, buffer) : a.content);
+    t.id_bytes[a.id] = token_bytes_of(form);
     t.id_content[a.id] = a.content;
     t.id_special[a.id] = a.special;
     t.content_to_id[a.content] = a.id;
-  }
-  // Matching sets, built once the vector no longer moves.
-  for (const AddedToken& a : t.added) {
     Tokenizer::Impl::AddedIndex& index = a.normalized ? t.added_normalized : t.added_raw;
-    std::string buffer;
-    const std::string pattern(a.normalized && t.nfc ? detail::nfc(a.content, buffer) : a.content);
-    index.by_first_byte[static_cast<uint8_t>(pattern[0])].push_back({pattern, &a});
+    index.by_first_byte[static_cast<uint8_t>(form[0])].push_back({form, &a});  // a stays put
     index.empty = false;
   }
   for (auto* index : {&t.added_raw, &t.added_normalized}) {
     for (auto& v : index->by_first_byte) {
-      std::stable_sort(v.begin(), v.end(), [](const auto& x, const auto& y) {
-        return x.text.size() > y.text.size();
-      });
+      std::stable_sort(v.begin(), v.end(),
+                       [](const auto& x, const auto& y) { return x.text.size() > y.text.size(); });
     }
   }
 }
@@ -202,6 +238,8 @@ Tokenizer Tokenizer::parse(std::string_view text, const std::string& source) {
   }
   auto impl = std::make_unique<Impl>();
   impl->source = source;
+  static std::atomic<uint64_t> next_uid{1};
+  impl->uid = next_uid++;
   l.added_tokens(doc.value("added_tokens", json::array()), impl->added);
   l.normalizer(doc.value("normalizer", json()), *impl);
   l.pre_tokenizer(doc.value("pre_tokenizer", json()), *impl);

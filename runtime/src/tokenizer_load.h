@@ -42,10 +42,11 @@ class JsonFields {
     return it->get<bool>();
   }
   // A token id: an integer in [0, 2^31).
+  static bool is_id(const nlohmann::json& v) {
+    return v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= INT32_MAX;
+  }
   int32_t id_value(const nlohmann::json& v, const std::string& where) const {
-    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX) {
-      invalid(where + " must be an integer id in [0, 2^31), not " + v.dump());
-    }
+    if (!is_id(v)) invalid(where + " must be an integer id in [0, 2^31), not " + v.dump());
     return v.get<int32_t>();
   }
 

@@ -1,4 +1,5 @@
 // The BPE `model` of a tokenizer.json: vocabulary, merges and options.
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "tokenizer_load.h"
@@ -28,7 +29,8 @@ size_t load_vocab(const json& m, const JsonFields& f, Tokenizer::Impl& t) {
   if (!vocab.is_object()) f.invalid("model.vocab must be an object of token -> id");
   int32_t max_id = -1;
   for (const auto& [token, id] : vocab.items()) {
-    max_id = std::max(max_id, f.id_value(id, "model.vocab[\"" + token + "\"]"));
+    if (!JsonFields::is_id(id)) f.id_value(id, "model.vocab[\"" + token + "\"]");  // throws
+    max_id = std::max(max_id, id.get<int32_t>());
   }
   const auto n = static_cast<size_t>(max_id + 1);
   t.id_bytes.assign(n, std::string());
@@ -42,7 +44,6 @@ size_t load_vocab(const json& m, const JsonFields& f, Tokenizer::Impl& t) {
       f.invalid("model.vocab: id " + std::to_string(id) + " is given to both \"" +
                 t.id_content[id] + "\" and \"" + token + "\"");
     }
-    if (detail::utf8_lossy(token) != token) f.invalid("model.vocab has a key that is not UTF-8");
     taken[id] = 1;
     t.id_content[id] = token;
     t.id_bytes[id] = token_bytes_of(token);
@@ -57,8 +58,8 @@ size_t load_vocab(const json& m, const JsonFields& f, Tokenizer::Impl& t) {
     t.byte_id[b] = it != t.content_to_id.end() ? it->second : -1;
   }
   if (const json& u = m.value("unk_token", json()); !u.is_null()) {
-    const auto it = u.is_string() ? t.content_to_id.find(u.get<std::string>())
-                                  : t.content_to_id.end();
+    const auto it =
+        u.is_string() ? t.content_to_id.find(u.get<std::string>()) : t.content_to_id.end();
     if (it == t.content_to_id.end()) {
       f.invalid("model.unk_token " + u.dump() + " is not in model.vocab");
     }
@@ -71,32 +72,34 @@ void load_merges(const json& m, const JsonFields& f, Tokenizer::Impl& t) {
   const json& merges = f.field(m, "merges", "model");
   if (!merges.is_array()) f.invalid("model.merges must be an array");
   if (merges.size() > static_cast<size_t>(INT32_MAX)) f.unsupported("more than 2^31 merges");
-  auto id_of = [&](const std::string& token, size_t r) {
+  auto id_of = [&](std::string_view token, size_t r) {
     const auto it = t.content_to_id.find(token);
     if (it == t.content_to_id.end()) {
-      f.invalid("model.merges[" + std::to_string(r) + "] names \"" + token +
+      f.invalid("model.merges[" + std::to_string(r) + "] names \"" + std::string(token) +
                 "\", which is not in model.vocab");
     }
     return it->second;
   };
+  std::string ab;
   for (size_t r = 0; r < merges.size(); ++r) {
     const json& e = merges[r];
-    std::string a, b;
+    std::string_view a, b;
     if (e.is_string()) {  // the older "left right" form
       const std::string& s = e.get_ref<const std::string&>();
       const size_t sp = s.find(' ');
       if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos) {
         f.invalid("model.merges[" + std::to_string(r) + "] \"" + s + "\" is not \"left right\"");
       }
-      a = s.substr(0, sp);
-      b = s.substr(sp + 1);
+      a = std::string_view(s).substr(0, sp);
+      b = std::string_view(s).substr(sp + 1);
     } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
-      a = e[0].get<std::string>();
-      b = e[1].get<std::string>();
+      a = e[0].get_ref<const std::string&>();
+      b = e[1].get_ref<const std::string&>();
     } else {
       f.invalid("model.merges[" + std::to_string(r) + "] must be \"left right\" or [left, right]");
     }
-    const int32_t ia = id_of(a, r), ib = id_of(b, r), iab = id_of(a + b, r);
+    ab.assign(a).append(b);
+    const int32_t ia = id_of(a, r), ib = id_of(b, r), iab = id_of(ab, r);
     t.merges.insert_or_assign(ia, ib, BpeMerge{static_cast<int32_t>(r), iab});
   }
 }

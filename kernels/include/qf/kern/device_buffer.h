@@ -18,6 +18,14 @@ class DeviceBuffer {
   explicit DeviceBuffer(size_t n) : n_(n) {
     if (n > 0) QF_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p_), n * sizeof(T)));
   }
+  // Takes ownership of an allocation made elsewhere (e.g. a cudaMalloc whose failure the caller
+  // reports as an error instead of aborting).
+  static DeviceBuffer adopt(T* p, size_t n) {
+    DeviceBuffer b;
+    b.p_ = p;
+    b.n_ = n;
+    return b;
+  }
   DeviceBuffer(DeviceBuffer&& o) noexcept
       : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {

@@ -28,6 +28,16 @@ struct GenerateResult {
   double prefill_seconds = 0, decode_seconds = 0;
 };
 
+// One decode step of some engine: consume `token`, write the logits [vocab] when `logits` is not
+// null, return their argmax.
+using StepFn = std::function<int32_t(int32_t token, float* logits)>;
+
+// The loop over any engine (the engine's state must be fresh). Greedy sampling passes null
+// logits, so an engine that computes the argmax on its device copies nothing back.
+GenerateResult generate_with(const StepFn& step, int64_t vocab, std::span<const int32_t> prompt,
+                             const GenerateOptions& options,
+                             const std::function<void(int32_t)>& on_token);
+
 // Starts from a fresh sequence state. on_token(id) runs for every generated id; throwing from it
 // stops generation (the exception propagates). Throws Error(kUsage) for an empty prompt or ids
 // outside the vocabulary.

@@ -1,15 +1,22 @@
-// Byte-level BPE tokenizer read from a Hugging Face tokenizer.json, encoding exactly as the
-// `tokenizers` library does for the Qwen3.5 family (qwen35-architecture.md §6):
+// Byte-level BPE tokenizer read from a Hugging Face tokenizer.json, giving the ids the
+// `tokenizers` library (0.23) gives, for the Qwen3.5 family and other byte-level BPE models
+// (qwen35-architecture.md §6):
 //   1. added tokens (special or not) are split out first: those with normalized=false on the
-//      raw text, the others on the normalized text; leftmost, then longest match;
-//   2. each remaining piece is normalized (NFC/NFD/NFKC/NFKD or none);
-//   3. pre-tokenized: Split by the regex (PCRE2 with Unicode properties, \p{L}\p{M}\p{N}),
-//      then ByteLevel (bytes -> the GPT-2 alphabet), or a Sequence of those;
-//   4. BPE: the lowest-ranked merge first, leftmost among equals; ignore_merges honoured.
+//      raw text, the others on the normalized text; leftmost, then longest match, with
+//      single_word, lstrip and rstrip as tokenizers applies them;
+//   2. each remaining piece is normalized: NFC or nothing, with tokenizers' Unicode 9.0 data
+//      (characters added since are left alone, as it does);
+//   3. pre-tokenized: Split steps (PCRE2 regexes whose \p{L} \p{M} \p{N} \s are given the
+//      code points they have in tokenizers' Oniguruma), then ByteLevel (bytes -> the GPT-2
+//      alphabet, optionally with GPT-2's own split and a prefix space);
+//   4. BPE: the lowest-ranked merge first, leftmost among equals; ignore_merges and an
+//      unknown token (fused or not) honoured.
 // Decoding maps tokens back to bytes (the ByteLevel decoder's rule: a token whose characters
 // are all in the byte alphabet becomes those bytes, any other token its UTF-8) and converts
 // to text with U+FFFD for invalid sequences (from_utf8_lossy). StreamDecoder emits text as
 // soon as it is complete, so concatenating its output equals decode() of all ids.
+// A Tokenizer is immutable once loaded and may be used from several threads at once; each
+// thread keeps its own buffers and a cache of recent words (bounded, a few MB at most).
 #pragma once
 
 #include <cstdint>
@@ -36,8 +43,9 @@ struct AddedToken {
 class Tokenizer {
  public:
   // Throws Error: kIo (unreadable), kTokenizerInvalid (malformed JSON, merges naming unknown
-  // tokens, ids that collide), kUnsupported (a model, normalizer, pre-tokenizer or decoder type
-  // this implementation does not have), each naming the file and the field.
+  // tokens, ids that collide or that tokenizers would number differently), kUnsupported (a
+  // model, normalizer, pre-tokenizer, decoder or post-processor this implementation does not
+  // have), each naming the file and the field.
   static Tokenizer load(const std::filesystem::path& tokenizer_json);
   static Tokenizer parse(std::string_view json_text, const std::string& source);
 
@@ -46,7 +54,8 @@ class Tokenizer {
   ~Tokenizer();
 
   // `text` must be valid UTF-8 (Error kUsage naming the byte otherwise). Added tokens in the
-  // text are always recognized (as HF encode does).
+  // text are always recognized and no token is added around it (HF's encode with
+  // add_special_tokens=False: the chat template writes the special tokens itself).
   std::vector<int32_t> encode(std::string_view text) const;
   std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
 

@@ -1,0 +1,255 @@
+#include <cfloat>
+
+#include "qf/kern/ops.h"
+#include "qf/quant/formats.h"
+
+namespace qf::kern {
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ float block_sum(float v, float* shared) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  const int n_warps = blockDim.x / 32;
+  v = lane < n_warps ? shared[lane] : 0.0f;
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  __syncthreads();
+  return v;
+}
+
+__device__ float sigmoid(float x) {
+  return 1.0f / (1.0f + expf(-x));
+}
+
+__global__ void embed_kernel(FloatKind kind, const void* table, int h, const int* token,
+                             float* out) {
+  const size_t row = static_cast<size_t>(*token) * h;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < h; i += gridDim.x * blockDim.x) {
+    out[i] = kind == FloatKind::kF32
+                 ? static_cast<const float*>(table)[row + i]
+                 : quant::bf16_to_f32(static_cast<const uint16_t*>(table)[row + i]);
+  }
+}
+
+__global__ void rms_norm_kernel(const float* x, const float* w, int n, float eps, float* out) {
+  __shared__ float red[32];
+  const float* xr = x + static_cast<size_t>(blockIdx.x) * n;
+  float* o = out + static_cast<size_t>(blockIdx.x) * n;
+  float ss = 0;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) ss += xr[i] * xr[i];
+  ss = block_sum(ss, red);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) o[i] = xr[i] * inv * (1.0f + w[i]);
+}
+
+__global__ void swiglu_kernel(const float* gate, const float* up, int n, int rows, size_t stride,
+                              float* out) {
+  const int total = n * rows;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+    const size_t r = i / n, c = i % n;
+    const float g = gate[r * stride + c];
+    out[i] = g * sigmoid(g) * up[r * stride + c];
+  }
+}
+
+// One block: softmax over e logits, then k rounds of block-wide argmax.
+__global__ void router_kernel(const float* logits, int e, int k, int* ids, float* weights) {
+  __shared__ float p[1024];
+  __shared__ float red[32];
+  __shared__ float best_v[32];
+  __shared__ int best_i[32];
+  float top = -FLT_MAX;
+  for (int i = threadIdx.x; i < e; i += blockDim.x) top = fmaxf(top, logits[i]);
+  for (int o = 16; o > 0; o >>= 1) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, o));
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = top;
+  __syncthreads();
+  top = red[0];
+  for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) top = fmaxf(top, red[w]);
+  __syncthreads();
+  float sum = 0;
+  for (int i = threadIdx.x; i < e; i += blockDim.x) sum += p[i] = expf(logits[i] - top);
+  sum = block_sum(sum, red);
+  for (int i = threadIdx.x; i < e; i += blockDim.x) p[i] /= sum;
+  __syncthreads();
+  float picked = 0;
+  for (int j = 0; j < k; ++j) {
+    float v = -1.0f;
+    int idx = 0x7fffffff;
+    for (int i = threadIdx.x; i < e; i += blockDim.x) {
+      if (p[i] > v) {
+        v = p[i];
+        idx = i;
+      }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+      if (ov > v || (ov == v && oi < idx)) {
+        v = ov;
+        idx = oi;
+      }
+    }
+    if (threadIdx.x % 32 == 0) {
+      best_v[threadIdx.x / 32] = v;
+      best_i[threadIdx.x / 32] = idx;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) {
+        if (best_v[w] > best_v[0] || (best_v[w] == best_v[0] && best_i[w] < best_i[0])) {
+          best_v[0] = best_v[w];
+          best_i[0] = best_i[w];
+        }
+      }
+      ids[j] = best_i[0];
+      weights[j] = best_v[0];
+      picked += best_v[0];
+      p[best_i[0]] = -2.0f;  // taken
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    for (int j = 0; j < k; ++j) weights[j] /= picked;
+  }
+}
+
+__global__ void moe_combine_kernel(const float* y, const float* weights, int k, const float* shared,
+                                   const float* shared_gate, int h, float* x) {
+  const float sg = sigmoid(*shared_gate);
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < h; i += gridDim.x * blockDim.x) {
+    float acc = 0;
+    for (int j = 0; j < k; ++j) acc += weights[j] * y[static_cast<size_t>(j) * h + i];
+    x[i] += acc + sg * shared[i];
+  }
+}
+
+__global__ void add_kernel(float* x, const float* y, int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    x[i] += y[i];
+  }
+}
+
+// Pass 1: each block writes its (first) maximum's index; pass 2: one block reduces them.
+__global__ void argmax_kernel(const float* logits, const int* candidates, int n, int* out) {
+  __shared__ float best_v[32];
+  __shared__ int best_i[32];
+  float v = -FLT_MAX;
+  int idx = 0x7fffffff;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const int id = candidates ? candidates[i] : i;
+    if (id == 0x7fffffff) continue;  // a pass-1 block that saw no element
+    const float x = logits[id];
+    if (x > v || (x == v && id < idx)) {
+      v = x;
+      idx = id;
+    }
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+    if (ov > v || (ov == v && oi < idx)) {
+      v = ov;
+      idx = oi;
+    }
+  }
+  if (threadIdx.x % 32 == 0) {
+    best_v[threadIdx.x / 32] = v;
+    best_i[threadIdx.x / 32] = idx;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) {
+      if (best_v[w] > best_v[0] || (best_v[w] == best_v[0] && best_i[w] < best_i[0])) {
+        best_v[0] = best_v[w];
+        best_i[0] = best_i[w];
+      }
+    }
+    out[blockIdx.x] = best_i[0];
+  }
+}
+
+__global__ void advance_kernel(const int* src, int* dst, int* pos) {
+  *dst = *src;
+  *pos += 1;
+}
+
+__global__ void fill_kernel(uint32_t* words, size_t n, uint64_t seed, uint32_t mask,
+                            uint32_t bits) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    uint64_t z = seed + 0x9E3779B97F4A7C15ull * (i + 1);  // splitmix64
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    words[i] = (static_cast<uint32_t>(z ^ (z >> 31)) & mask) | bits;
+  }
+}
+
+int blocks_for(int n) {
+  return std::min(1024, (n + kThreads - 1) / kThreads);
+}
+constexpr int kArgmaxBlocks = 256;
+
+}  // namespace
+
+cudaError_t embed(FloatKind kind, const void* table, int h, const int* token, float* out,
+                  cudaStream_t stream) {
+  embed_kernel<<<blocks_for(h), kThreads, 0, stream>>>(kind, table, h, token, out);
+  return cudaGetLastError();
+}
+
+cudaError_t rms_norm_1p(const float* x, const float* w, int n, int rows, float eps, float* out,
+                        cudaStream_t stream) {
+  rms_norm_kernel<<<rows, kThreads, 0, stream>>>(x, w, n, eps, out);
+  return cudaGetLastError();
+}
+
+cudaError_t swiglu(const float* gate, const float* up, int n, int rows, size_t stride, float* out,
+                   cudaStream_t stream) {
+  swiglu_kernel<<<blocks_for(n * rows), kThreads, 0, stream>>>(gate, up, n, rows, stride, out);
+  return cudaGetLastError();
+}
+
+cudaError_t router_topk(const float* logits, int e, int k, int* ids, float* weights,
+                        cudaStream_t stream) {
+  if (e > 1024 || k > e) return cudaErrorInvalidValue;
+  router_kernel<<<1, kThreads, 0, stream>>>(logits, e, k, ids, weights);
+  return cudaGetLastError();
+}
+
+cudaError_t moe_combine(const float* y, const float* weights, int k, const float* shared,
+                        const float* shared_gate, int h, float* x, cudaStream_t stream) {
+  moe_combine_kernel<<<blocks_for(h), kThreads, 0, stream>>>(y, weights, k, shared, shared_gate, h,
+                                                             x);
+  return cudaGetLastError();
+}
+
+cudaError_t add(float* x, const float* y, int n, cudaStream_t stream) {
+  add_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, y, n);
+  return cudaGetLastError();
+}
+
+int argmax_scratch_ints(int) {
+  return kArgmaxBlocks;
+}
+
+cudaError_t argmax(const float* logits, int n, int* out, int* scratch, cudaStream_t stream) {
+  argmax_kernel<<<kArgmaxBlocks, kThreads, 0, stream>>>(logits, nullptr, n, scratch);
+  argmax_kernel<<<1, kThreads, 0, stream>>>(logits, scratch, kArgmaxBlocks, out);
+  return cudaGetLastError();
+}
+
+cudaError_t fill_random_words(uint32_t* words, size_t n, uint64_t seed, uint32_t mask,
+                              uint32_t bits, cudaStream_t stream) {
+  fill_kernel<<<1024, kThreads, 0, stream>>>(words, n, seed, mask, bits);
+  return cudaGetLastError();
+}
+
+cudaError_t advance(const int* src, int* dst, int* pos, cudaStream_t stream) {
+  advance_kernel<<<1, 1, 0, stream>>>(src, dst, pos);
+  return cudaGetLastError();
+}
+
+}  // namespace qf::kern
