@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "qf/error.h"
 #include "qf/rt/chat.h"
+#include "qf/rt/cuda_engine.h"
 #include "qf/rt/generate.h"
 #include "qf/rt/generation_config.h"
 #include "qf/rt/tokenizer.h"
@@ -76,14 +77,24 @@ int run(const GenerateArgs& a) {
     o.stop_ids = gen.eos_token_ids;
     o.stop_ids.push_back(static_cast<int32_t>(model->config().eos_token_id));
   }
-  rt::CpuEngine engine(*model, a.threads);
   rt::StreamDecoder stream(tok, /*skip_special=*/true);
-  const rt::GenerateResult r = rt::generate(engine, prompt, o, [&](int32_t id) {
+  const auto print = [&](int32_t id) {
     if (a.json) return;
     const std::string text = stream.push(id);
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
-  });
+  };
+  rt::GenerateResult r;
+  if (a.device == "cuda") {
+    rt::CudaOptions co;
+    co.max_context = static_cast<int64_t>(prompt.size()) + std::max<int64_t>(a.max_tokens, 1);
+    rt::CudaEngine engine(*model, co);
+    r = rt::generate_with([&](int32_t token, float* logits) { return engine.step(token, logits); },
+                          model->config().vocab_size, prompt, o, print);
+  } else {
+    rt::CpuEngine engine(*model, a.threads);
+    r = rt::generate(engine, prompt, o, print);
+  }
   const double decode_rate = r.decode_seconds > 0 ? r.ids.size() / r.decode_seconds : 0;
   const double prefill_rate = r.prefill_seconds > 0 ? r.prompt_tokens / r.prefill_seconds : 0;
   if (a.json) {
@@ -129,8 +140,8 @@ Command add_generate(CLI::App& app) {
   sub->add_option("--top-p", a->top_p, "nucleus mass in (0, 1]");
   sub->add_option("--top-k", a->top_k, "keep the k most likely tokens (0: all)");
   sub->add_option("--seed", a->seed, "sampling seed (default: random, printed)");
-  sub->add_option("--device", a->device, "where to run")
-      ->check(CLI::IsMember({"cpu"}))
+  sub->add_option("--device", a->device, "cpu (the reference engine) or cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   sub->add_option("--threads", a->threads, "worker threads (default: all cores)");
   sub->add_flag("--ignore-eos", a->ignore_eos, "do not stop at generation_config's eos tokens");

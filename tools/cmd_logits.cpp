@@ -9,6 +9,7 @@
 #include "qf/ckpt/writer.h"
 #include "qf/error.h"
 #include "qf/rt/cpu_engine.h"
+#include "qf/rt/cuda_engine.h"
 #include "qf/rt/tokenizer.h"
 #include "token_args.h"
 
@@ -16,13 +17,43 @@ namespace qf::tools {
 namespace {
 
 struct LogitsArgs {
-  std::string model, tokens, text, out;
+  std::string model, tokens, text, out, device = "cpu";
   bool mtp = false, force = false, json = false;
   int threads = 0;
 };
 
 std::span<const std::byte> bytes_of(const std::vector<float>& v) {
   return std::as_bytes(std::span<const float>(v));
+}
+
+// Logits at every position, and with `mtp` the MTP head's at t + 2 from the hidden state at t
+// and the token at t + 1.
+void cpu_logits(const rt::Model& model, const std::vector<int32_t>& ids, bool mtp_too, int threads,
+                std::vector<float>& logits, std::vector<float>& mtp) {
+  const int64_t vocab = model.config().vocab_size, t_len = static_cast<int64_t>(ids.size());
+  const size_t h = static_cast<size_t>(model.config().hidden_size);
+  rt::CpuEngine engine(model, threads);
+  std::vector<float> hidden(static_cast<size_t>(t_len) * h);
+  for (int64_t t = 0; t < t_len; ++t) {
+    engine.step(ids[static_cast<size_t>(t)], logits.data() + t * vocab);
+    std::copy(engine.hidden().begin(), engine.hidden().end(), hidden.begin() + t * h);
+  }
+  if (!mtp_too) return;
+  mtp.resize(static_cast<size_t>((t_len - 1) * vocab));
+  for (int64_t t = 0; t + 1 < t_len; ++t) {
+    engine.mtp_step(ids[static_cast<size_t>(t + 1)], hidden.data() + t * h, mtp.data() + t * vocab);
+  }
+}
+
+void cuda_logits(const rt::Model& model, const std::vector<int32_t>& ids,
+                 std::vector<float>& logits) {
+  const int64_t vocab = model.config().vocab_size, t_len = static_cast<int64_t>(ids.size());
+  rt::CudaOptions o;
+  o.max_context = std::max<int64_t>(t_len, 16);
+  rt::CudaEngine engine(model, o);
+  for (int64_t t = 0; t < t_len; ++t) {
+    engine.step(ids[static_cast<size_t>(t)], logits.data() + t * vocab);
+  }
 }
 
 int run(const LogitsArgs& a) {
@@ -33,21 +64,12 @@ int run(const LogitsArgs& a) {
   if (a.mtp && !model->mtp()) {
     throw Error(Errc::kUnsupported, a.model + " has no MTP head (mtp.* tensors); drop --mtp");
   }
-  rt::CpuEngine engine(*model, a.threads);
-  std::vector<float> logits(static_cast<size_t>(t_len * vocab));
-  std::vector<float> hidden(static_cast<size_t>(t_len * model->config().hidden_size));
-  const size_t h = static_cast<size_t>(model->config().hidden_size);
-  for (int64_t t = 0; t < t_len; ++t) {
-    engine.step(ids[static_cast<size_t>(t)], logits.data() + t * vocab);
-    std::copy(engine.hidden().begin(), engine.hidden().end(), hidden.begin() + t * h);
-  }
-  std::vector<float> mtp;
-  if (a.mtp) {  // position t + 2 from the hidden state at t and the token at t + 1
-    mtp.resize(static_cast<size_t>((t_len - 1) * vocab));
-    for (int64_t t = 0; t + 1 < t_len; ++t) {
-      engine.mtp_step(ids[static_cast<size_t>(t + 1)], hidden.data() + t * h,
-                      mtp.data() + t * vocab);
-    }
+  std::vector<float> logits(static_cast<size_t>(t_len * vocab)), mtp;
+  if (a.device == "cuda") {
+    if (a.mtp) throw Error(Errc::kUnsupported, "--mtp runs on --device cpu only (for now)");
+    cuda_logits(*model, ids, logits);
+  } else {
+    cpu_logits(*model, ids, a.mtp, a.threads, logits, mtp);
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -101,6 +123,9 @@ Command add_logits(CLI::App& app) {
       ->required();
   sub->add_flag("--mtp", a->mtp, "also mtp_logits F32 [T-1, V]: the MTP head at t+2 for t < T-1");
   sub->add_flag("--force", a->force, "replace an existing OUT");
+  sub->add_option("--device", a->device, "cpu (the reference engine) or cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   sub->add_option("--threads", a->threads, "worker threads (default: all cores)");
   sub->add_flag("--json", a->json, "machine-readable report on stdout");
   sub->footer(

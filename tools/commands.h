@@ -13,6 +13,7 @@ struct Command {
 };
 
 Command add_add_mtp(CLI::App& app);
+Command add_bench(CLI::App& app);
 Command add_build_hybrid(CLI::App& app);
 Command add_dequantize(CLI::App& app);
 Command add_generate(CLI::App& app);

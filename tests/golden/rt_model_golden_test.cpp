@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "model_fixtures.h"
 #include "qf/ckpt/safetensors.h"
 #include "qf/rt/cpu_engine.h"
 #include "qf/rt/generate.h"
@@ -99,19 +100,10 @@ TEST_P(ModelGolden, Bf16ReleaseLayoutMatchesTransformers) {
 // computing the reference on `qforge dequantize --dtype f32` of the result.
 TEST_P(ModelGolden, HybridMatchesTransformersOnItsDequantizedCopy) {
   test::TempDir tmp;
-  const std::string bin = QF_BIN, src = (kDir / GetParam() / "model").string();
-  const std::string h = (tmp / "hybrid").string();
-  std::vector<std::string> steps = {
-      "synth " + (tmp / "int4").string() + " --from " + src + " --layout intel-int4 --no-vision",
-      "synth " + (tmp / "fp8").string() + " --from " + src + " --layout qwen-fp8 --no-vision",
-      "build-hybrid --int4 " + (tmp / "int4").string() + " --fp8 " + (tmp / "fp8").string() +
-          " --out " + h + " --no-check"};
+  const fs::path src = kDir / GetParam() / "model";
   const std::unique_ptr<Model> bf16 = Model::load(src);
-  if (bf16->config().vocab_size % 4 == 0) steps.push_back("quantize-lm-head " + h + " --in-place");
-  for (const std::string& s : steps) {
-    const test::CommandResult r = test::run_command(bin + " " + s + " 2>&1");
-    ASSERT_EQ(r.exit_code, 0) << s << "\n" << r.out;
-  }
+  ASSERT_NO_FATAL_FAILURE(test::build_hybrid(QF_BIN, src, tmp.path(), bf16->config().vocab_size));
+  const std::string h = (tmp / "hybrid").string();
   const std::unique_ptr<Model> hybrid = Model::load(h);
   EXPECT_EQ(hybrid->formats().count("fp8"), 1u);  // shared experts
   EXPECT_GT(hybrid->formats().at("int4"), 0u);
@@ -154,8 +146,7 @@ TEST_P(ModelGolden, ReleaseLayoutsMatchTheirDequantizedCopies) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, ModelGolden,
-                         ::testing::Values("r1-hd64-e4k2", "r2-hd256-e8k3", "r4-hd64-e16k4"),
+INSTANTIATE_TEST_SUITE_P(Fixtures, ModelGolden, ::testing::ValuesIn(test::model_fixtures()),
                          [](const auto& p) {
                            std::string s = p.param;
                            std::replace(s.begin(), s.end(), '-', '_');

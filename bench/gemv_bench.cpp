@@ -1,0 +1,330 @@
+// GEMV throughput at Qwen3.5-122B-A10B decode shapes, next to a device-to-device cudaMemcpy
+// measured in the same run (prints figures; asserts nothing).
+//
+//   int4 moe gate+up  8 of 256 experts [2048 x 3072] (gate and up rows stacked), one launch
+//   int4 moe gate     8 of 256 experts [1024 x 3072] (the gate half alone)
+//   int4 moe down     8 of 256 experts [3072 x 1024], each slot its own input
+//   int4 q_proj       [16384 x 3072], 8 copies in rotation
+//   int8 lm head      [248320 x 3072], one scale per row
+//   fp8 shared up     [1024 x 3072], 128 x 128 blocks, 64 copies in rotation
+//   bf16 router       [256 x 3072], 64 copies in rotation
+//
+// Every launch reads other matrices than the last ones (ids rotate over 64 random expert sets;
+// copies rotate through ids too), so L2 (50-60 MB) does not serve the weights. GB/s counts
+// weight_bytes() per product (codes + scales + zeros) over the time of one launch, measured with
+// CUDA events over back-to-back launches on a stream and over replays of a captured graph of the
+// same launches. Copy GB/s counts bytes read plus bytes written (1 GiB copied).
+//
+// Usage: qforge-bench-gemv [--iters N]   (launches per timing, default 200; 5 timings, median)
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "qf/kern/cuda_check.h"
+#include "qf/kern/device_buffer.h"
+#include "qf/kern/gemv.h"
+#include "qf/quant/formats.h"
+
+namespace {
+
+using qf::kern::DeviceBuffer;
+using qf::kern::DeviceLinear;
+using qf::kern::GemvBatch;
+using qf::kern::WeightKind;
+
+constexpr int kSets = 64;  // rotating id sets / copies
+
+struct Rng {
+  uint64_t s;
+  uint64_t next() {
+    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+};
+
+// Fills a device buffer with random bytes (a 64 MiB host pattern, repeated).
+void fill_random(void* d, size_t bytes, uint64_t seed) {
+  static std::vector<uint64_t> pattern;
+  if (pattern.empty()) {
+    Rng rng{seed};
+    pattern.resize(size_t{8} << 20);
+    for (uint64_t& v : pattern) v = rng.next();
+  }
+  const size_t chunk = pattern.size() * 8;
+  for (size_t off = 0; off < bytes; off += chunk) {
+    QF_CUDA_CHECK(cudaMemcpy(static_cast<char*>(d) + off, pattern.data(),
+                             std::min(chunk, bytes - off), cudaMemcpyHostToDevice));
+  }
+}
+
+template <class T>
+void fill_value(DeviceBuffer<T>& d, T v) {
+  std::vector<T> h(d.size(), v);
+  QF_CUDA_CHECK(cudaMemcpy(d.data(), h.data(), d.bytes(), cudaMemcpyHostToDevice));
+}
+
+DeviceBuffer<uint16_t> random_scales(size_t n, uint64_t seed) {
+  Rng rng{seed};
+  std::vector<uint16_t> h(n);
+  for (uint16_t& s : h) {
+    const float f = (1e-3f + static_cast<float>(rng.next() >> 40) * 0x1p-24f * 1e-2f);
+    s = qf::quant::f32_to_f16(rng.next() & 1 ? f : -f);
+  }
+  DeviceBuffer<uint16_t> d(n);
+  QF_CUDA_CHECK(cudaMemcpy(d.data(), h.data(), d.bytes(), cudaMemcpyHostToDevice));
+  return d;
+}
+
+// A stack of n_experts matrices of one kind with random codes and plausible scales.
+struct Stack {
+  DeviceLinear lin;
+  DeviceBuffer<uint8_t> w, zeros;
+  DeviceBuffer<uint16_t> scales;
+  DeviceBuffer<float> block_scale;
+};
+
+Stack make_stack(WeightKind kind, int n, int k, int n_experts, int group, uint64_t seed) {
+  Stack s;
+  DeviceLinear& l = s.lin;
+  l.kind = kind;
+  l.n = n;
+  l.k = k;
+  l.group = group;
+  l.block = 128;
+  const size_t nk = static_cast<size_t>(n) * k, ne = static_cast<size_t>(n_experts);
+  size_t w_bytes = 0;
+  switch (kind) {
+    case WeightKind::kBf16:
+      w_bytes = nk * 2;
+      l.w_stride = nk;
+      break;
+    case WeightKind::kF32:
+      w_bytes = nk * 4;
+      l.w_stride = nk;
+      break;
+    case WeightKind::kInt4:
+      w_bytes = nk / 2;
+      l.w_stride = nk / 8;
+      break;
+    case WeightKind::kInt8:
+      w_bytes = nk;
+      l.w_stride = nk / 4;
+      break;
+    case WeightKind::kFp8:
+      w_bytes = nk;
+      l.w_stride = nk;
+      break;
+  }
+  s.w = DeviceBuffer<uint8_t>(w_bytes * ne);
+  fill_random(s.w.data(), s.w.bytes(), seed);
+  l.w = s.w.data();
+  if (kind == WeightKind::kBf16) {  // random bits would hold NaNs: small normal values instead
+    std::vector<uint16_t> h(nk);
+    Rng rng{seed};
+    for (uint16_t& v : h) v = static_cast<uint16_t>(0x3C00 | (rng.next() & 0x83FF));
+    for (size_t e = 0; e < ne; ++e) {
+      QF_CUDA_CHECK(
+          cudaMemcpy(s.w.data() + e * w_bytes, h.data(), w_bytes, cudaMemcpyHostToDevice));
+    }
+  }
+  if (kind == WeightKind::kInt4 || kind == WeightKind::kInt8) {
+    const size_t per = static_cast<size_t>(n) * ((k + group - 1) / group);
+    s.scales = random_scales(per * ne, seed + 1);
+    s.zeros = DeviceBuffer<uint8_t>(per * ne);
+    fill_value<uint8_t>(s.zeros, kind == WeightKind::kInt4 ? 8 : 128);
+    l.scales = reinterpret_cast<const __half*>(s.scales.data());
+    l.zeros = s.zeros.data();
+    l.scale_stride = l.zero_stride = per;
+  }
+  if (kind == WeightKind::kFp8) {
+    const size_t per = static_cast<size_t>((n + 127) / 128) * ((k + 127) / 128);
+    s.block_scale = DeviceBuffer<float>(per * ne);
+    fill_value<float>(s.block_scale, 0.01f);
+    l.block_scale = s.block_scale.data();
+    l.block_scale_stride = per;
+  }
+  return s;
+}
+
+struct Timing {
+  double stream_us, graph_us;
+};
+
+// Median time of one launch of `launch(i)` (i = 0 .. iters-1 selects the rotating inputs).
+template <class Launch>
+Timing time_launches(Launch launch, int iters, cudaStream_t stream) {
+  cudaEvent_t t0, t1;
+  QF_CUDA_CHECK(cudaEventCreate(&t0));
+  QF_CUDA_CHECK(cudaEventCreate(&t1));
+  for (int i = 0; i < 20; ++i) QF_CUDA_CHECK(launch(i, stream));
+  std::vector<double> stream_us, graph_us;
+  for (int rep = 0; rep < 5; ++rep) {
+    QF_CUDA_CHECK(cudaEventRecord(t0, stream));
+    for (int i = 0; i < iters; ++i) QF_CUDA_CHECK(launch(i, stream));
+    QF_CUDA_CHECK(cudaEventRecord(t1, stream));
+    QF_CUDA_CHECK(cudaEventSynchronize(t1));
+    float ms = 0;
+    QF_CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
+    stream_us.push_back(1e3 * ms / iters);
+  }
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  QF_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < iters; ++i) QF_CUDA_CHECK(launch(i, stream));
+  QF_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  QF_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  QF_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  for (int rep = 0; rep < 5; ++rep) {
+    QF_CUDA_CHECK(cudaEventRecord(t0, stream));
+    QF_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    QF_CUDA_CHECK(cudaEventRecord(t1, stream));
+    QF_CUDA_CHECK(cudaEventSynchronize(t1));
+    float ms = 0;
+    QF_CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
+    graph_us.push_back(1e3 * ms / iters);
+  }
+  QF_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  QF_CUDA_CHECK(cudaGraphDestroy(graph));
+  QF_CUDA_CHECK(cudaEventDestroy(t0));
+  QF_CUDA_CHECK(cudaEventDestroy(t1));
+  std::sort(stream_us.begin(), stream_us.end());
+  std::sort(graph_us.begin(), graph_us.end());
+  return {stream_us[2], graph_us[2]};
+}
+
+double copy_gbps(cudaStream_t stream) {
+  const size_t bytes = size_t{1} << 30;
+  DeviceBuffer<uint8_t> a(bytes), b(bytes);
+  QF_CUDA_CHECK(cudaMemset(a.data(), 1, bytes));
+  cudaEvent_t t0, t1;
+  QF_CUDA_CHECK(cudaEventCreate(&t0));
+  QF_CUDA_CHECK(cudaEventCreate(&t1));
+  std::vector<double> gbps;
+  for (int rep = 0; rep < 7; ++rep) {
+    QF_CUDA_CHECK(cudaEventRecord(t0, stream));
+    QF_CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, stream));
+    QF_CUDA_CHECK(cudaEventRecord(t1, stream));
+    QF_CUDA_CHECK(cudaEventSynchronize(t1));
+    float ms = 0;
+    QF_CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
+    if (rep > 0) gbps.push_back(2.0 * bytes / (ms * 1e6));
+  }
+  QF_CUDA_CHECK(cudaEventDestroy(t0));
+  QF_CUDA_CHECK(cudaEventDestroy(t1));
+  std::sort(gbps.begin(), gbps.end());
+  return gbps[gbps.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int iters = 200;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
+      iters = std::max(1, std::atoi(argv[++i]));
+    } else {
+      std::fprintf(stderr, "usage: qforge-bench-gemv [--iters N]\n");
+      return 1;
+    }
+  }
+  int dev = 0;
+  if (cudaGetDeviceCount(&dev) != cudaSuccess || dev == 0) {
+    std::fprintf(stderr, "qforge-bench-gemv: no CUDA device\n");
+    return 4;
+  }
+  cudaDeviceProp prop{};
+  QF_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device %s, %d SMs, L2 %.0f MB\n", prop.name, prop.multiProcessorCount,
+              prop.l2CacheSize / 1e6);
+  cudaStream_t stream;
+  QF_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const double copy = copy_gbps(stream);
+  std::printf("device-to-device copy: %.0f GB/s (read + write)\n\n", copy);
+
+  // Inputs: x [8 x 3072] (slots' own activations for down), y large enough for any case.
+  DeviceBuffer<float> x(8 * 3072), y(248320 * 2);
+  {
+    std::vector<float> h(x.size());
+    Rng rng{7};
+    for (float& v : h) v = static_cast<float>(rng.next() >> 40) * 0x1p-24f - 0.5f;
+    QF_CUDA_CHECK(cudaMemcpy(x.data(), h.data(), x.bytes(), cudaMemcpyHostToDevice));
+  }
+  // ids: kSets sets of 8 distinct experts out of 256 (for 8-slot MoE launches), and 0..kSets-1
+  // for single-matrix launches that rotate through copies (n_slots 1, ids = rot + i % kSets).
+  DeviceBuffer<int> moe_ids(kSets * 8), rot(kSets);
+  {
+    Rng rng{11};
+    std::vector<int> h;
+    for (int s = 0; s < kSets; ++s) {
+      std::vector<int> set;
+      while (set.size() < 8) {
+        const int e = static_cast<int>(rng.next() % 256);
+        if (std::find(set.begin(), set.end(), e) == set.end()) set.push_back(e);
+      }
+      h.insert(h.end(), set.begin(), set.end());
+    }
+    QF_CUDA_CHECK(cudaMemcpy(moe_ids.data(), h.data(), moe_ids.bytes(), cudaMemcpyHostToDevice));
+    std::vector<int> r(kSets);
+    for (int i = 0; i < kSets; ++i) r[i] = i;
+    QF_CUDA_CHECK(cudaMemcpy(rot.data(), r.data(), rot.bytes(), cudaMemcpyHostToDevice));
+  }
+
+  struct Case {
+    std::string name;
+    DeviceLinear lin;
+    int n_slots;
+    size_t x_stride, y_stride;
+    const int* ids;  // rotating base
+    int id_step;     // ids advance by this per launch (mod kSets sets)
+  };
+  std::vector<Case> cases;
+  Stack gate_up = make_stack(WeightKind::kInt4, 2048, 3072, 256, 128, 1);
+  Stack down = make_stack(WeightKind::kInt4, 3072, 1024, 256, 128, 2);
+  Stack q_proj = make_stack(WeightKind::kInt4, 16384, 3072, 8, 128, 3);
+  Stack lm_head = make_stack(WeightKind::kInt8, 248320, 3072, 1, 3072, 4);
+  Stack fp8 = make_stack(WeightKind::kFp8, 1024, 3072, kSets, 128, 5);
+  Stack router = make_stack(WeightKind::kBf16, 256, 3072, kSets, 128, 6);
+  DeviceLinear gate = gate_up.lin;  // the first 1024 rows of every [2048, 3072] expert
+  gate.n = 1024;
+  cases.push_back({"int4 moe gate+up 8x[2048x3072]", gate_up.lin, 8, 0, 2048, moe_ids.data(), 8});
+  cases.push_back({"int4 moe gate    8x[1024x3072]", gate, 8, 0, 1024, moe_ids.data(), 8});
+  cases.push_back({"int4 moe down    8x[3072x1024]", down.lin, 8, 1024, 3072, moe_ids.data(), 8});
+  cases.push_back({"int4 q_proj      [16384x3072] ", q_proj.lin, 1, 0, 0, rot.data(), 1});
+  cases.push_back({"int8 lm head     [248320x3072]", lm_head.lin, 1, 0, 0, nullptr, 0});
+  cases.push_back({"fp8 shared up    [1024x3072]  ", fp8.lin, 1, 0, 0, rot.data(), 1});
+  cases.push_back({"bf16 router      [256x3072]   ", router.lin, 1, 0, 0, rot.data(), 1});
+  DeviceLinear tiny = router.lin;  // launch floor: one warp's worth of work
+  tiny.n = 8;
+  tiny.k = 256;
+  cases.push_back({"bf16 floor       [8x256]      ", tiny, 1, 0, 0, rot.data(), 1});
+
+  std::printf("%-31s %7s | %-23s | %-23s\n", "", "", "stream launches", "graph replay");
+  std::printf("%-31s %7s | %7s %8s %6s | %7s %8s %6s\n", "kernel", "MB", "us", "GB/s", "%copy",
+              "us", "GB/s", "%copy");
+  for (const Case& c : cases) {
+    const size_t bytes = qf::kern::weight_bytes(c.lin) * c.n_slots;
+    const int n_rot = c.ids == rot.data() ? (c.lin.kind == WeightKind::kInt4 ? 8 : kSets) : kSets;
+    auto launch = [&](int i, cudaStream_t s) {
+      GemvBatch b;
+      b.n_slots = c.n_slots;
+      b.ids = c.ids ? c.ids + (i % n_rot) * c.id_step : nullptr;
+      b.x_stride = c.x_stride;
+      b.y_stride = c.y_stride;
+      return qf::kern::gemv(c.lin, x.data(), y.data(), b, s);
+    };
+    const Timing t = time_launches(launch, iters, stream);
+    const double gbps = bytes / (t.stream_us * 1e3), graph_gbps = bytes / (t.graph_us * 1e3);
+    std::printf("%-31s %7.1f | %7.2f %8.0f %5.0f%% | %7.2f %8.0f %5.0f%%\n", c.name.c_str(),
+                bytes / 1e6, t.stream_us, gbps, 100.0 * gbps / copy, t.graph_us, graph_gbps,
+                100.0 * graph_gbps / copy);
+  }
+  QF_CUDA_CHECK(cudaStreamDestroy(stream));
+  return 0;
+}

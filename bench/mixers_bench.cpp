@@ -1,0 +1,190 @@
+// Token-mixer decode kernels on the GPU: figures, not asserts.
+//   GDN decode at the 35B-A3B and 122B-A10B shapes, every layer with its own state (so the
+//   states do not sit in L2 between calls, as in a real decode step): time per layer and the
+//   recurrent-state bytes read + written per token / time, against device-to-device copy
+//   bandwidth (cudaMemcpy, counted as read + write).
+//   Attention decode (split + combine, after attn_prepare) at the 122B shape, 12 layers with
+//   their own caches, at several contexts: time per layer and KV bytes read / time.
+// All layers of one measurement are captured into one CUDA graph and replayed (launch gaps as in
+// the engine's captured decode step). Usage: qforge-bench-mixers [--quick]
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "qf/kern/attention.h"
+#include "qf/kern/cuda_check.h"
+#include "qf/kern/device_buffer.h"
+#include "qf/kern/gdn.h"
+
+namespace {
+
+using qf::kern::DeviceBuffer;
+
+template <class Body>
+double time_graph_us(cudaStream_t stream, int reps, Body body) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  QF_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  body();
+  QF_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  QF_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int i = 0; i < 3; ++i) QF_CUDA_CHECK(cudaGraphLaunch(exec, stream));  // warm-up
+  cudaEvent_t t0, t1;
+  QF_CUDA_CHECK(cudaEventCreate(&t0));
+  QF_CUDA_CHECK(cudaEventCreate(&t1));
+  QF_CUDA_CHECK(cudaEventRecord(t0, stream));
+  for (int i = 0; i < reps; ++i) QF_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  QF_CUDA_CHECK(cudaEventRecord(t1, stream));
+  QF_CUDA_CHECK(cudaEventSynchronize(t1));
+  float ms = 0;
+  QF_CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
+  QF_CUDA_CHECK(cudaEventDestroy(t0));
+  QF_CUDA_CHECK(cudaEventDestroy(t1));
+  QF_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  QF_CUDA_CHECK(cudaGraphDestroy(graph));
+  return 1e3 * ms / reps;
+}
+
+// Large buffers: every byte 0x3C, i.e. every float 0x3C3C3C3C (about 0.0115).
+DeviceBuffer<float> patterned(size_t n) {
+  DeviceBuffer<float> d(n);
+  QF_CUDA_CHECK(cudaMemset(d.data(), 0x3C, d.bytes()));
+  return d;
+}
+
+qf::kern::GdnShape gdn_shape(int nk, int nv) {
+  qf::kern::GdnShape s;
+  s.n_k_heads = nk;
+  s.n_v_heads = nv;
+  s.dk = s.dv = 128;
+  s.kc = 4;
+  return s;
+}
+
+DeviceBuffer<float> filled(size_t n, float value) {
+  DeviceBuffer<float> d(n);
+  std::vector<float> h(n, value);
+  QF_CUDA_CHECK(cudaMemcpy(d.data(), h.data(), d.bytes(), cudaMemcpyHostToDevice));
+  return d;
+}
+
+double copy_bandwidth_gbs(cudaStream_t stream) {
+  const size_t bytes = size_t{1} << 29;
+  DeviceBuffer<char> a(bytes), b(bytes);
+  QF_CUDA_CHECK(cudaMemset(a.data(), 1, bytes));
+  const double us = time_graph_us(stream, 10, [&] {
+    QF_CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, stream));
+  });
+  return 2.0 * bytes / (us * 1e3);
+}
+
+void bench_gdn(const char* name, qf::kern::GdnShape s, int n_layers, double copy_gbs,
+               cudaStream_t stream) {
+  const size_t conv_dim = static_cast<size_t>(s.conv_dim());
+  const size_t vd = static_cast<size_t>(s.n_v_heads) * s.dv;
+  const size_t state = static_cast<size_t>(s.n_v_heads) * s.dk * s.dv;
+  auto conv_w = filled(conv_dim * s.kc, 0.25f), dt = filled(s.n_v_heads, 0.5f),
+       a_log = filled(s.n_v_heads, 0.1f), norm_w = filled(s.dv, 1.0f);
+  auto qkv = filled(conv_dim, 0.3f), z = filled(vd, 0.2f), b = filled(s.n_v_heads, 0.1f),
+       a = filled(s.n_v_heads, -0.2f);
+  DeviceBuffer<float> out(vd), scratch(qf::kern::gdn_scratch_floats(s));
+  std::vector<DeviceBuffer<float>> convs, ssms;
+  for (int l = 0; l < n_layers; ++l) {
+    convs.push_back(filled(conv_dim * (s.kc - 1), 0.0f));
+    ssms.push_back(patterned(state));
+  }
+  const qf::kern::GdnParams p{conv_w.data(), dt.data(), a_log.data(), norm_w.data()};
+  const double us =
+      time_graph_us(stream, 20,
+                    [&] {
+                      for (int l = 0; l < n_layers; ++l) {
+                        QF_CUDA_CHECK(qf::kern::gdn_decode(
+                            s, p, qkv.data(), z.data(), b.data(), a.data(),
+                            {convs[l].data(), ssms[l].data()}, out.data(), scratch.data(), stream));
+                      }
+                    }) /
+      n_layers;
+  const double bytes = 2.0 * state * sizeof(float);
+  std::printf(
+      "gdn %-5s Nk %2d Nv %2d dk %3d dv %3d: %6.2f us/layer, state %4.1f MiB r+w, "
+      "%6.0f GB/s (%3.0f%% of copy)\n",
+      name, s.n_k_heads, s.n_v_heads, s.dk, s.dv, us, bytes / (1 << 20), bytes / (us * 1e3),
+      100.0 * bytes / (us * 1e3) / copy_gbs);
+}
+
+void bench_attention(const char* name, qf::kern::AttnShape s, int n_layers, int context,
+                     double copy_gbs, cudaStream_t stream) {
+  s.max_len = context;
+  const size_t hd = static_cast<size_t>(s.head_dim), nq = static_cast<size_t>(s.n_q_heads);
+  const size_t kv_row = static_cast<size_t>(s.n_kv_heads) * hd;
+  auto q_proj = filled(nq * 2 * hd, 0.5f), k_proj = filled(kv_row, 0.3f),
+       v_proj = filled(kv_row, 0.7f), qn = filled(hd, 0.0f), kn = filled(hd, 0.0f);
+  DeviceBuffer<float> q(nq * hd), out(nq * hd), scratch(qf::kern::attn_scratch_floats(s));
+  DeviceBuffer<int> pos(1);
+  const int last = context - 1;
+  QF_CUDA_CHECK(cudaMemcpy(pos.data(), &last, sizeof(int), cudaMemcpyHostToDevice));
+  std::vector<DeviceBuffer<float>> kc, vc;
+  for (int l = 0; l < n_layers; ++l) {
+    kc.push_back(patterned(static_cast<size_t>(context) * kv_row));
+    vc.push_back(patterned(static_cast<size_t>(context) * kv_row));
+  }
+  const double us_prep =
+      time_graph_us(stream, 20,
+                    [&] {
+                      for (int l = 0; l < n_layers; ++l) {
+                        QF_CUDA_CHECK(qf::kern::attn_prepare(
+                            s, q_proj.data(), k_proj.data(), v_proj.data(), qn.data(), kn.data(),
+                            pos.data(), q.data(), kc[l].data(), vc[l].data(), stream));
+                      }
+                    }) /
+      n_layers;
+  const double us = time_graph_us(stream, 20,
+                                  [&] {
+                                    for (int l = 0; l < n_layers; ++l) {
+                                      QF_CUDA_CHECK(qf::kern::attn_decode(
+                                          s, q.data(), q_proj.data(), kc[l].data(), vc[l].data(),
+                                          pos.data(), out.data(), scratch.data(), stream));
+                                    }
+                                  }) /
+                    n_layers;
+  const double bytes = 2.0 * context * kv_row * sizeof(float);
+  std::printf(
+      "attention %-5s Nq %2d Nkv %d hd %d ctx %6d: prepare %5.2f us, decode %7.2f "
+      "us/layer, KV %6.1f MiB, %6.0f GB/s (%3.0f%% of copy)\n",
+      name, s.n_q_heads, s.n_kv_heads, s.head_dim, context, us_prep, us, bytes / (1 << 20),
+      bytes / (us * 1e3), 100.0 * bytes / (us * 1e3) / copy_gbs);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  int n_dev = 0;
+  if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
+    std::fprintf(stderr, "qforge-bench-mixers: no CUDA device\n");
+    return 4;
+  }
+  cudaDeviceProp prop;
+  QF_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  cudaStream_t stream;
+  QF_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const double copy_gbs = copy_bandwidth_gbs(stream);
+  std::printf("device %s, %d SMs; device copy %.0f GB/s (read + write)\n", prop.name,
+              prop.multiProcessorCount, copy_gbs);
+
+  bench_gdn("35B", gdn_shape(16, 32), 30, copy_gbs, stream);
+  bench_gdn("122B", gdn_shape(16, 64), 36, copy_gbs, stream);
+  qf::kern::AttnShape a122;
+  a122.n_q_heads = 32;
+  a122.n_kv_heads = 2;
+  a122.head_dim = 256;
+  a122.rot_dim = 64;
+  for (int ctx : {1, 4096, 32768, 131072}) {
+    if (quick && ctx > 4096) break;
+    bench_attention("122B", a122, 12, ctx, copy_gbs, stream);
+  }
+  QF_CUDA_CHECK(cudaStreamDestroy(stream));
+  return 0;
+}

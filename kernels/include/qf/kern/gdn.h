@@ -1,0 +1,49 @@
+// Gated DeltaNet decode (one token, one layer), shared/docs/qwen35-architecture.md §3.3:
+// causal depthwise conv over the last Kc pre-conv inputs (state keeps Kc - 1 of them) + SiLU,
+// l2-normed q (x 1/sqrt(dk)) and k per key head, beta = sigmoid(b),
+// g = -exp(A_log) * softplus(a + dt_bias) (threshold 20), then per value head j (key head j / r):
+// S <- exp(g) S; delta = beta (v - S^T k); S <- S + k delta^T; o = S^T q; and the gated RMSNorm
+// o * rsqrt(mean(o^2) + eps) * norm_w * silu(z). fp32 throughout, state fp32.
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace qf::kern {
+
+struct GdnShape {
+  int n_k_heads = 0, n_v_heads = 0, dk = 0, dv = 0, kc = 4;
+  float eps = 1e-6f;
+  int conv_dim() const { return 2 * n_k_heads * dk + n_v_heads * dv; }
+};
+
+struct GdnParams {
+  const float* conv_w = nullptr;   // [conv_dim, kc]
+  const float* dt_bias = nullptr;  // [Nv]
+  const float* a_log = nullptr;    // [Nv]
+  const float* norm_w = nullptr;   // [dv], plain weight
+};
+
+struct GdnState {
+  float* conv = nullptr;  // [conv_dim, kc - 1], oldest first
+  float* ssm = nullptr;   // [Nv, dk, dv]  (S[j][d][e])
+};
+
+// qkv: [conv_dim] pre-conv projections (read only); z: [Nv * dv]; b, a: [Nv]; out: [Nv * dv];
+// scratch: at least gdn_scratch_floats(shape) floats, 8-byte aligned, contents need no
+// initialization. Device pointers; stream-ordered, allocates nothing, no host sync, so a
+// captured graph replays it. Two launches: a channel-parallel conv/SiLU/l2-norm pass into
+// scratch, then one block per (value head, column tile) for the recurrence; the last tile of a
+// head to finish applies the gated RMSNorm, so results do not depend on block scheduling.
+// Shapes: Nv a multiple of Nk; kc >= 1; dv <= 1024 and dk <= 16 * 1024 / tile, where tile is the
+// largest power of two <= 32 dividing dv (dk <= 512 at dv % 32 == 0); otherwise
+// cudaErrorInvalidValue. Sums of squares accumulate in double, as the CPU engine does.
+cudaError_t gdn_decode(const GdnShape& shape, const GdnParams& p, const float* qkv, const float* z,
+                       const float* b, const float* a, GdnState state, float* out, float* scratch,
+                       cudaStream_t stream);
+size_t gdn_scratch_floats(const GdnShape& shape);
+
+// Host twin on host pointers (the same arithmetic as the CPU engine).
+void gdn_decode_ref(const GdnShape& shape, const GdnParams& p, const float* qkv, const float* z,
+                    const float* b, const float* a, GdnState state, float* out);
+
+}  // namespace qf::kern

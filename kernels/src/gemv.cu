@@ -1,0 +1,675 @@
+// gemv: y = W x for batch-1 decode, every weight format of gemv.h, one launch per call
+// (all expert slots of a GemvBatch in the same launch, ids read on the device).
+//
+// Fast path (rows 16-byte aligned, K <= kMaxSmemK, groups/blocks a power-of-two number of
+// 16-byte chunks: 128 and 64 always, 32 except for INT4):
+//   * a block of 8 warps stages x (swizzled, conflict-free float4 reads) in shared memory once;
+//   * each warp owns kR (2 or 4) consecutive rows; lane l streams 16-byte chunks l, l+32, ... of
+//     each row with ld.global.nc.L1::no_allocate (a row is one contiguous stream, so a warp reads
+//     512 contiguous bytes per row per step) and reuses every x chunk for its kR rows;
+//   * dequantization in registers, then one fma per weight into two accumulators per row;
+//   * a transposed warp-shuffle reduction; one lane per row writes it.
+//   Large grids become persistent (grid-stride over row tiles) so x is staged once per block.
+// Generic path (any alignment, any group/block, any K): one warp per row, a 4-byte word (INT4/INT8)
+// or one element per lane step, x read through the read-only cache.
+//
+// Exactness (the weights are those of qf/quant/formats.h, bit for bit):
+//   INT4  w = scale * (code - zero) is formed as fma(f, scale * 2^-s, -(2^(23-s) + zero) * scale)
+//         with f = 2^23 + code * 2^s (the code OR-ed into the mantissa of 2^23 at bit s = 12 or
+//         16). For s >= 11 both operands' significands fit in 24 bits (f: 24 - s bits,
+//         (2^(23-s) + zero) * scale: 24 - s + 11 bits), the power-of-two scalings are exact, and
+//         (code - zero) * scale needs 16 bits, so the single rounding of the fma is exact:
+//         two instructions per weight plus one LOP3 (and a rotate per 2.7 weights).
+//   INT8  f = 2^23 + code by PRMT, w = (f - (2^23 + zero)) * scale: both steps exact.
+//   FP8   e4m3 -> f16 (cvt.rn.f16x2.e4m3x2, exact) -> f32 (exact), then w = e4m3 * block_scale,
+//         the rounded f32 product, as the CPU reference.
+//   BF16  the upper half of an f32; F32 as is.
+// Then acc = fma(w, x, acc). Scales that are inf/NaN (never produced by a quantizer) may give NaN
+// where the reference gives inf. Twin: gemv_ref.cpp. Test: tests/kernels/gemv_test.cpp.
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "qf/kern/gemv.h"
+#include "qf/quant/formats.h"
+
+namespace qf::kern {
+namespace {
+
+constexpr int kWarps = 8;  // warps per block (both paths)
+constexpr int kThreads = kWarps * 32;
+constexpr int kMaxSmemK = 10240;   // x in shared memory: 4.5 K bytes <= 48 KiB (no opt-in)
+constexpr int kPersistFactor = 4;  // go persistent beyond this many waves of tiles
+// Fast-path blocks per SM the register budget is cut for (ptxas must not spill): 4 x 256 threads
+// = 64 registers where a lane holds at most 4 chunks; INT4 (four f32 constants per row and
+// chunk) and 8 chunks in flight need 80 (3 blocks). sm_12x (GB10:
+// 1536 threads per SM, 273 GB/s over 48 SMs, so a few KiB in flight per SM suffice) gets 128
+// registers (2 blocks).
+template <WeightKind kKind, int kR, int kU>
+constexpr int min_blocks() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
+  return 2;
+#else
+  return kKind == WeightKind::kInt4 || kR * kU >= 8 ? 3 : 4;
+#endif
+}
+
+// One expert's arrays, resolved from ids on the device.
+struct Mat {
+  const char* w;
+  const __half* scales;
+  const uint8_t* zeros;
+  const float* block_scale;
+};
+
+// Bytes of one stored weight element of w.w (int4/int8: the u32 words).
+__host__ __device__ constexpr size_t w_elem_bytes(WeightKind k) {
+  return k == WeightKind::kBf16 ? 2 : k == WeightKind::kFp8 ? 1 : 4;
+}
+
+// Bytes of one row of codes.
+__host__ __device__ constexpr size_t row_bytes(WeightKind kind, int k) {
+  switch (kind) {
+    case WeightKind::kBf16:
+      return size_t{2} * k;
+    case WeightKind::kF32:
+      return size_t{4} * k;
+    case WeightKind::kInt4:
+      return size_t(k) / 2;
+    case WeightKind::kInt8:
+    case WeightKind::kFp8:
+      return size_t(k);
+  }
+  return 0;
+}
+
+__device__ __forceinline__ Mat expert(const DeviceLinear& w, const GemvBatch& b, int slot) {
+  const size_t e = b.ids ? static_cast<size_t>(__ldg(b.ids + slot)) : static_cast<size_t>(slot);
+  Mat m;
+  m.w = static_cast<const char*>(w.w) + e * w.w_stride * w_elem_bytes(w.kind);
+  m.scales = w.scales ? w.scales + e * w.scale_stride : nullptr;
+  m.zeros = w.zeros ? w.zeros + e * w.zero_stride : nullptr;
+  m.block_scale = w.block_scale ? w.block_scale + e * w.block_scale_stride : nullptr;
+  return m;
+}
+
+// Streaming 16-byte load: read once, keep it out of L1 so x and the scales stay there.
+__device__ __forceinline__ uint4 ld_stream(const uint4* p) {
+  uint4 r;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "l"(p));
+  return r;
+}
+
+__device__ __forceinline__ uint32_t word(const uint4& v, int q) {
+  return q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w;
+}
+
+__device__ __forceinline__ float f16_bits_to_f32(uint32_t h) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(h)));
+}
+
+// ---- fast path: per-format chunk decoders --------------------------------------------------
+
+// Index of row r's first scale: INT4/INT8 r * G (its group scales and zeros), FP8 its row of
+// block scales (32-bit: a matrix has fewer than 2^32 scales).
+template <WeightKind kKind>
+__device__ __forceinline__ uint32_t scale_row(const DeviceLinear& w, int r) {
+  if constexpr (kKind == WeightKind::kInt4 || kKind == WeightKind::kInt8) {
+    return static_cast<uint32_t>(r) * static_cast<uint32_t>((w.k + w.group - 1) / w.group);
+  } else if constexpr (kKind == WeightKind::kFp8) {
+    return static_cast<uint32_t>(r / w.block) *
+           static_cast<uint32_t>((w.k + w.block - 1) / w.block);
+  }
+  return 0;
+}
+
+// Run-time constants of the fast kernel. The group (INT4/INT8) or column block (FP8) of chunk v
+// is v >> gshift (2^gshift chunks per group: the fast path takes power-of-two multiples of a
+// chunk). `magic` is 0x4B000000 (the bits of 2^23): passed at run time so that it lives in a
+// register and (u & mask) | magic is one LOP3; as a literal the compiler splits it into two (a
+// LOP3 takes one immediate).
+struct FastArgs {
+  int gshift;
+  uint32_t magic;
+  __device__ __forceinline__ int group(int v) const { return v >> gshift; }
+};
+
+// Per format: kCols columns per 16-byte chunk; Raw, the chunk's scale data as loaded; Param,
+// the constants its decoder uses; dot(), the chunk of kR rows against x into the accumulators.
+// INT4/INT8 group scale (f16 bits, low half) and zero (bits 16..23) in one register, loaded with
+// the chunk and decoded when used.
+struct ScaleZero {
+  uint32_t bits;
+  __device__ __forceinline__ float scale() const { return f16_bits_to_f32(bits & 0xFFFFu); }
+  __device__ __forceinline__ float zero() const { return static_cast<float>(bits >> 16); }
+};
+
+__device__ __forceinline__ ScaleZero load_scale_zero(const Mat& m, uint32_t i) {
+  return {__half_as_ushort(__ldg(m.scales + i)) | static_cast<uint32_t>(__ldg(m.zeros + i)) << 16};
+}
+
+template <WeightKind kKind>
+struct Fmt;
+
+template <>
+struct Fmt<WeightKind::kInt4> {
+  static constexpr int kCols = 32;
+  using Raw = ScaleZero;
+  struct Param {
+    float sc12, sc16, k12, k16;
+  };
+  static __device__ __forceinline__ Raw load_raw(const Mat& m, uint32_t i) {
+    return load_scale_zero(m, i);
+  }
+  static __device__ __forceinline__ Param param(const Raw& raw) {
+    const float s = raw.scale(), z = raw.zero();
+    return {s * 0x1p-12f, s * 0x1p-16f, (2048.0f + z) * s, (128.0f + z) * s};
+  }
+  // The code at bits [12, 16) / [16, 20) of u, as (code - zero) * scale (exact; file comment).
+  static __device__ __forceinline__ float at12(uint32_t u, const Param& p, uint32_t magic) {
+    return fmaf(__uint_as_float((u & 0xF000u) | magic), p.sc12, -p.k12);
+  }
+  static __device__ __forceinline__ float at16(uint32_t u, const Param& p, uint32_t magic) {
+    return fmaf(__uint_as_float((u & 0xF0000u) | magic), p.sc16, -p.k16);
+  }
+  // Columns 8q .. 8q+7 of the chunk: nibble j of the word is column 8q + j.
+  static __device__ __forceinline__ void dot_word(uint32_t u, const Param& p, const float4& xa,
+                                                  const float4& xb, float& a0, float& a1,
+                                                  uint32_t m) {
+    const uint32_t r8 = __funnelshift_l(u, u, 8);    // nibble 1 at 12, nibble 2 at 16
+    const uint32_t r16 = __funnelshift_l(u, u, 16);  // nibble 7 at 12, nibble 0 at 16
+    const uint32_t r24 = __funnelshift_l(u, u, 24);  // nibble 5 at 12, nibble 6 at 16
+    a0 = fmaf(at16(r16, p, m), xa.x, a0);
+    a1 = fmaf(at12(r8, p, m), xa.y, a1);
+    a0 = fmaf(at16(r8, p, m), xa.z, a0);
+    a1 = fmaf(at12(u, p, m), xa.w, a1);
+    a0 = fmaf(at16(u, p, m), xb.x, a0);
+    a1 = fmaf(at12(r24, p, m), xb.y, a1);
+    a0 = fmaf(at16(r24, p, m), xb.z, a0);
+    a1 = fmaf(at12(r16, p, m), xb.w, a1);
+  }
+  template <int kR, class XAt>
+  static __device__ __forceinline__ void dot(const uint4 (&wv)[kR], const Param (&p)[kR], XAt x_at,
+                                             float (&acc)[kR][2], uint32_t magic) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const float4 xa = x_at(2 * q), xb = x_at(2 * q + 1);
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        dot_word(word(wv[r], q), p[r], xa, xb, acc[r][0], acc[r][1], magic);
+      }
+    }
+  }
+};
+
+template <>
+struct Fmt<WeightKind::kInt8> {
+  static constexpr int kCols = 16;
+  using Raw = ScaleZero;
+  struct Param {
+    float s, fz;  // scale, 2^23 + zero
+  };
+  static __device__ __forceinline__ Raw load_raw(const Mat& m, uint32_t i) {
+    return load_scale_zero(m, i);
+  }
+  static __device__ __forceinline__ Param param(const Raw& raw) {
+    return {raw.scale(), 8388608.0f + raw.zero()};
+  }
+  // Byte j of u as (code - zero) * scale: PRMT builds the bits of 2^23 + code.
+  template <int kJ>
+  static __device__ __forceinline__ float at(uint32_t u, const Param& p, uint32_t magic) {
+    return (__uint_as_float(__byte_perm(u, magic, 0x7440 | kJ)) - p.fz) * p.s;
+  }
+  template <int kR, class XAt>
+  static __device__ __forceinline__ void dot(const uint4 (&wv)[kR], const Param (&p)[kR], XAt x_at,
+                                             float (&acc)[kR][2], uint32_t magic) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const float4 xa = x_at(q);
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        const uint32_t u = word(wv[r], q);
+        acc[r][0] = fmaf(at<0>(u, p[r], magic), xa.x, acc[r][0]);
+        acc[r][1] = fmaf(at<1>(u, p[r], magic), xa.y, acc[r][1]);
+        acc[r][0] = fmaf(at<2>(u, p[r], magic), xa.z, acc[r][0]);
+        acc[r][1] = fmaf(at<3>(u, p[r], magic), xa.w, acc[r][1]);
+      }
+    }
+  }
+};
+
+template <>
+struct Fmt<WeightKind::kFp8> {
+  static constexpr int kCols = 16;
+  struct Param {
+    float s;
+  };
+  using Raw = Param;
+  static __device__ __forceinline__ Raw load_raw(const Mat& m, uint32_t i) {
+    return {__ldg(m.block_scale + i)};
+  }
+  static __device__ __forceinline__ Param param(const Raw& raw) { return raw; }
+  // Two E4M3 codes (low byte first) as exact f32 values.
+  static __device__ __forceinline__ float2 e4m3x2(uint32_t pair) {
+    uint32_t h2;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(static_cast<unsigned short>(pair)));
+    return make_float2(f16_bits_to_f32(h2 & 0xFFFFu), f16_bits_to_f32(h2 >> 16));
+  }
+  template <int kR, class XAt>
+  static __device__ __forceinline__ void dot(const uint4 (&wv)[kR], const Param (&p)[kR], XAt x_at,
+                                             float (&acc)[kR][2], uint32_t magic) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const float4 xa = x_at(q);
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        const uint32_t u = word(wv[r], q);
+        const float2 lo = e4m3x2(u & 0xFFFFu), hi = e4m3x2(u >> 16);
+        acc[r][0] = fmaf(lo.x * p[r].s, xa.x, acc[r][0]);
+        acc[r][1] = fmaf(lo.y * p[r].s, xa.y, acc[r][1]);
+        acc[r][0] = fmaf(hi.x * p[r].s, xa.z, acc[r][0]);
+        acc[r][1] = fmaf(hi.y * p[r].s, xa.w, acc[r][1]);
+      }
+    }
+  }
+};
+
+template <>
+struct Fmt<WeightKind::kBf16> {
+  static constexpr int kCols = 8;
+  struct Param {};
+  using Raw = Param;
+  static __device__ __forceinline__ Raw load_raw(const Mat&, uint32_t) { return {}; }
+  static __device__ __forceinline__ Param param(const Raw&) { return {}; }
+  template <int kR, class XAt>
+  static __device__ __forceinline__ void dot(const uint4 (&wv)[kR], const Param (&)[kR], XAt x_at,
+                                             float (&acc)[kR][2], uint32_t) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float4 xa = x_at(h);
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        const uint32_t u0 = word(wv[r], 2 * h), u1 = word(wv[r], 2 * h + 1);
+        acc[r][0] = fmaf(__uint_as_float(u0 << 16), xa.x, acc[r][0]);
+        acc[r][1] = fmaf(__uint_as_float(u0 & 0xFFFF0000u), xa.y, acc[r][1]);
+        acc[r][0] = fmaf(__uint_as_float(u1 << 16), xa.z, acc[r][0]);
+        acc[r][1] = fmaf(__uint_as_float(u1 & 0xFFFF0000u), xa.w, acc[r][1]);
+      }
+    }
+  }
+};
+
+template <>
+struct Fmt<WeightKind::kF32> {
+  static constexpr int kCols = 4;
+  struct Param {};
+  using Raw = Param;
+  static __device__ __forceinline__ Raw load_raw(const Mat&, uint32_t) { return {}; }
+  static __device__ __forceinline__ Param param(const Raw&) { return {}; }
+  template <int kR, class XAt>
+  static __device__ __forceinline__ void dot(const uint4 (&wv)[kR], const Param (&)[kR], XAt x_at,
+                                             float (&acc)[kR][2], uint32_t) {
+    const float4 xa = x_at(0);
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+      acc[r][0] = fmaf(__uint_as_float(wv[r].x), xa.x, acc[r][0]);
+      acc[r][1] = fmaf(__uint_as_float(wv[r].y), xa.y, acc[r][1]);
+      acc[r][0] = fmaf(__uint_as_float(wv[r].z), xa.z, acc[r][0]);
+      acc[r][1] = fmaf(__uint_as_float(wv[r].w), xa.w, acc[r][1]);
+    }
+  }
+};
+
+// x in shared memory as float4s with one float4 of padding after every 8 (128 bytes): float4 l
+// lives at l + l / 8. Lanes read consecutive chunks of P = 1, 2, 4 or 8 float4s; with the padding
+// the 8 lanes of a quarter-warp hit 8 different 16-byte bank groups (P = 8: 9v + i; P = 4:
+// 4v + v/2 + i; ...), a chunk never straddles a pad (P divides 8), so chunk v's float4 i is at
+// x_pos(v * P) + i, and chunk v + 32u at x_pos(v * P) + 36 u P: immediate offsets.
+__host__ __device__ constexpr int x_pos(int l) {
+  return l + (l >> 3);
+}
+constexpr size_t x_smem_bytes(int k) {
+  return sizeof(float4) * x_pos(k / 4);
+}
+
+// Sums of kR rows spread over the lanes -> lane l returns the whole sum of row l / (32 / kR).
+// Transposed: each offset-16, 8, ... step halves the rows a lane carries (log2 kR steps of kR/2,
+// kR/4, ... shuffles), then a plain butterfly finishes within groups of 32 / kR lanes.
+template <int kR>
+__device__ __forceinline__ float reduce_rows(float (&s)[kR], int lane) {
+#pragma unroll
+  for (int half = kR / 2, off = 16; half >= 1; half /= 2, off /= 2) {
+    const bool hi = lane & off;
+#pragma unroll
+    for (int i = 0; i < half; ++i) {
+      const float keep = hi ? s[i + half] : s[i], send = hi ? s[i] : s[i + half];
+      s[i] = keep + __shfl_xor_sync(0xFFFFFFFFu, send, off);
+    }
+  }
+#pragma unroll
+  for (int off = 16 / kR; off >= 1; off /= 2) s[0] += __shfl_xor_sync(0xFFFFFFFFu, s[0], off);
+  return s[0];
+}
+
+// A block of blockDim.x / 32 warps (1..kWarps); warp w of tile t owns rows (t * warps + w) * kR
+// .. + kR - 1 and loads kU chunks of each (lane, lane + 32, ...) at a time before using them.
+template <WeightKind kKind, int kR, int kU>
+__global__ void __launch_bounds__(kThreads, min_blocks<kKind, kR, kU>())
+    gemv_fast_kernel(const DeviceLinear w, const float* __restrict__ x, float* __restrict__ y,
+                     const GemvBatch b, const FastArgs args) {
+  using F = Fmt<kKind>;
+  constexpr int kP = F::kCols / 4;  // float4s of x per chunk
+  extern __shared__ float4 xs[];    // x, padded (x_pos)
+  const int slot = blockIdx.y;
+  const Mat m = expert(w, b, slot);
+  const int k = w.k, n = w.n;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+  const int n_vec = k / F::kCols;
+
+  const uint4* wr[kR];  // the warp's rows
+  uint32_t s_row[kR];   // their first scale (index)
+  auto set_rows = [&](int r0) {
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {  // rows past n re-read row n-1; their sums are dropped
+      const int row = min(r0 + r, n - 1);
+      wr[r] = reinterpret_cast<const uint4*>(m.w) + static_cast<size_t>(row) * n_vec;
+      s_row[r] = scale_row<kKind>(w, row);
+    }
+  };
+  uint4 wv[kU][kR];
+  typename F::Raw raw[kU][kR];
+  // Chunks v0 + 32u; lanes past the row's end load nothing. full: all kU are inside the row.
+  auto load = [&](int v0, auto full) {
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int v = v0 + 32 * u;
+      if (decltype(full)::value || v < n_vec) {
+        const uint32_t g = args.group(v);
+#pragma unroll
+        for (int r = 0; r < kR; ++r) {
+          wv[u][r] = ld_stream(wr[r] + v);
+          raw[u][r] = F::load_raw(m, s_row[r] + g);
+        }
+      }
+    }
+  };
+  // The first chunks' loads go out before x is staged, so the two latencies overlap.
+  const int r_first = (blockIdx.x * n_warps + warp) * kR;
+  set_rows(r_first);
+  if (r_first < n) load(lane, std::false_type{});
+
+  const float* xg = x + slot * b.x_stride;
+  const int n_x4 = k / 4;
+  if ((reinterpret_cast<uintptr_t>(xg) & 15) == 0) {
+    for (int l = threadIdx.x; l < n_x4; l += blockDim.x) {
+      xs[x_pos(l)] = __ldg(reinterpret_cast<const float4*>(xg) + l);
+    }
+  } else {
+    float* xf = reinterpret_cast<float*>(xs);
+    for (int c = threadIdx.x; c < k; c += blockDim.x) xf[4 * x_pos(c / 4) + c % 4] = __ldg(xg + c);
+  }
+  __syncthreads();
+
+  float* yg = y + slot * b.y_stride;
+  // One tile; pre: the first kU chunks are already loaded (peeled, so those registers are not
+  // kept alive across the tile loop).
+  auto run_tile = [&](int r0, auto pre) {
+    float acc[kR][2] = {};
+    auto compute = [&](int v0, auto full) {
+      const float4* xv = xs + x_pos(v0 * kP);
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        if (decltype(full)::value || v0 + 32 * u < n_vec) {
+          typename F::Param prm[kR];
+#pragma unroll
+          for (int r = 0; r < kR; ++r) prm[r] = F::param(raw[u][r]);
+          const float4* xu = xv + 36 * u * kP;
+          F::dot(
+              wv[u], prm, [&](int i) { return xu[i]; }, acc, args.magic);
+        }
+      }
+    };
+    int v0 = lane;
+    if constexpr (decltype(pre)::value) {
+      if (v0 + 32 * (kU - 1) < n_vec) {
+        compute(v0, std::true_type{});
+      } else {
+        compute(v0, std::false_type{});
+      }
+      v0 += 32 * kU;
+    }
+#pragma unroll 1
+    for (; v0 < n_vec; v0 += 32 * kU) {
+      if (v0 + 32 * (kU - 1) < n_vec) {  // the common case: no per-chunk guards
+        load(v0, std::true_type{});
+        compute(v0, std::true_type{});
+      } else {
+        load(v0, std::false_type{});
+        compute(v0, std::false_type{});
+      }
+    }
+    float sums[kR];
+#pragma unroll
+    for (int r = 0; r < kR; ++r) sums[r] = acc[r][0] + acc[r][1];
+    const float t = reduce_rows<kR>(sums, lane);
+    const int row = r0 + lane / (32 / kR);
+    if (lane % (32 / kR) == 0 && row < n) yg[row] = t;
+  };
+  if (r_first >= n) return;  // warp-uniform; no barrier follows
+  run_tile(r_first, std::true_type{});
+  const int tile_rows = n_warps * kR;
+  const int n_tiles = (n + tile_rows - 1) / tile_rows;
+  for (int tile = blockIdx.x + gridDim.x; tile < n_tiles; tile += gridDim.x) {
+    const int r0 = (tile * n_warps + warp) * kR;
+    if (r0 >= n) break;  // later tiles only start further down
+    set_rows(r0);
+    run_tile(r0, std::false_type{});
+  }
+}
+
+// ---- generic path ----------------------------------------------------------------------------
+
+// Columns per unit a lane handles at a time: a u32 word of INT4/INT8 codes, else one element.
+__host__ __device__ constexpr int unit_cols(WeightKind k) {
+  return k == WeightKind::kInt4 ? 8 : k == WeightKind::kInt8 ? 4 : 1;
+}
+
+template <WeightKind kKind>
+__device__ __forceinline__ float generic_unit(const Mat& m, const DeviceLinear& w, int n_groups,
+                                              int r, int u, const float* x, float acc) {
+  const int k = w.k;
+  if constexpr (kKind == WeightKind::kBf16) {
+    const auto* row = reinterpret_cast<const uint16_t*>(m.w) + static_cast<size_t>(r) * k;
+    return fmaf(quant::bf16_to_f32(__ldg(row + u)), __ldg(x + u), acc);
+  } else if constexpr (kKind == WeightKind::kF32) {
+    const auto* row = reinterpret_cast<const float*>(m.w) + static_cast<size_t>(r) * k;
+    return fmaf(__ldg(row + u), __ldg(x + u), acc);
+  } else if constexpr (kKind == WeightKind::kFp8) {
+    const auto* row = reinterpret_cast<const uint8_t*>(m.w) + static_cast<size_t>(r) * k;
+    const int n_col_blocks = (k + w.block - 1) / w.block;
+    const float s =
+        __ldg(m.block_scale + static_cast<size_t>(r / w.block) * n_col_blocks + u / w.block);
+    return fmaf(quant::e4m3fn_to_f32(__ldg(row + u)) * s, __ldg(x + u), acc);
+  } else {
+    constexpr int kBits = kKind == WeightKind::kInt4 ? 4 : 8;
+    constexpr int kPer = 32 / kBits;
+    const auto* row = reinterpret_cast<const uint32_t*>(m.w) + static_cast<size_t>(r) * (k / kPer);
+    const uint32_t wd = __ldg(row + u);
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int c = u * kPer + j;
+      const size_t gi = static_cast<size_t>(r) * n_groups + c / w.group;
+      const uint32_t code = (wd >> (kBits * j)) & ((1u << kBits) - 1u);
+      const float wf =
+          quant::int4_dequant(code, __ldg(m.zeros + gi), __half_as_ushort(__ldg(m.scales + gi)));
+      acc = fmaf(wf, __ldg(x + c), acc);
+    }
+    return acc;
+  }
+}
+
+template <WeightKind kKind>
+__global__ void __launch_bounds__(kThreads)
+    gemv_generic_kernel(const DeviceLinear w, const float* __restrict__ x, float* __restrict__ y,
+                        const GemvBatch b) {
+  const int slot = blockIdx.y;
+  const int r = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  if (r >= w.n) return;
+  const int lane = threadIdx.x & 31;
+  const Mat m = expert(w, b, slot);
+  const bool grouped = kKind == WeightKind::kInt4 || kKind == WeightKind::kInt8;
+  const int n_groups = grouped ? (w.k + w.group - 1) / w.group : 0;
+  const float* xg = x + slot * b.x_stride;
+  const int n_units = w.k / unit_cols(kKind);
+  float acc = 0.0f;
+  for (int u = lane; u < n_units; u += 32) acc = generic_unit<kKind>(m, w, n_groups, r, u, xg, acc);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xFFFFFFFFu, acc, o);
+  if (lane == 0) y[slot * b.y_stride + r] = acc;
+}
+
+// ---- launchers -------------------------------------------------------------------------------
+
+template <WeightKind kKind>
+bool fast_path_ok(const DeviceLinear& w, const GemvBatch& b) {
+  const size_t rb = row_bytes(kKind, w.k);
+  const bool stacked = b.ids != nullptr || b.n_slots > 1;
+  if (w.k > kMaxSmemK || rb % 16 != 0 || reinterpret_cast<uintptr_t>(w.w) % 16 != 0) return false;
+  if (stacked && (w.w_stride * w_elem_bytes(kKind)) % 16 != 0) return false;
+  // Groups / blocks of a power-of-two number of chunks (128, 64, 32, ...): a shift finds them.
+  auto pow2_chunks = [](int edge) {
+    const int c = edge / Fmt<kKind>::kCols;
+    return edge % Fmt<kKind>::kCols == 0 && (c & (c - 1)) == 0;
+  };
+  if constexpr (kKind == WeightKind::kInt4 || kKind == WeightKind::kInt8) {
+    return pow2_chunks(w.group);
+  } else if constexpr (kKind == WeightKind::kFp8) {
+    return pow2_chunks(w.block);
+  }
+  return true;
+}
+
+// Blocks of kThreads of the fast kernel resident per SM at this K.
+template <WeightKind kKind, int kR, int kU>
+cudaError_t resident_blocks(int k, int n_sm, long* resident) {
+  int per_sm = 0;
+  const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &per_sm, gemv_fast_kernel<kKind, kR, kU>, kThreads, x_smem_bytes(k));
+  *resident = static_cast<long>(n_sm) * per_sm;
+  return e;
+}
+
+// Launches gemv_fast_kernel<kKind, kR, kU> over all rows of all slots: blocks of 8 warps (fewer
+// where that leaves SMs idle), one tile per block, or a persistent grid of the resident blocks
+// (grid-stride over tiles, x staged once per block) when there are many waves of tiles.
+template <WeightKind kKind, int kR, int kU>
+cudaError_t launch_fast(const DeviceLinear& w, const float* x, float* y, const GemvBatch& b,
+                        int n_sm, cudaStream_t stream) {
+  FastArgs args{0, 0x4B000000u};
+  if constexpr (kKind == WeightKind::kInt4 || kKind == WeightKind::kInt8) {
+    args.gshift = __builtin_ctz(static_cast<unsigned>(w.group / Fmt<kKind>::kCols));
+  } else if constexpr (kKind == WeightKind::kFp8) {
+    args.gshift = __builtin_ctz(static_cast<unsigned>(w.block / Fmt<kKind>::kCols));
+  }
+  const long warps = (static_cast<long>(w.n) + kR - 1) / kR * b.n_slots;
+  const int n_warps = static_cast<int>(std::clamp(warps / n_sm, 1L, static_cast<long>(kWarps)));
+  const int tile_rows = n_warps * kR;
+  const long tiles = (w.n + tile_rows - 1) / tile_rows;
+  long grid_x = tiles;
+  if (n_warps == kWarps) {
+    long resident = 0;
+    const cudaError_t e = resident_blocks<kKind, kR, kU>(w.k, n_sm, &resident);
+    if (e != cudaSuccess) return e;
+    if (tiles * b.n_slots > kPersistFactor * resident) grid_x = std::max(1L, resident / b.n_slots);
+  }
+  gemv_fast_kernel<kKind, kR, kU>
+      <<<dim3(static_cast<unsigned>(grid_x), b.n_slots), n_warps * 32, x_smem_bytes(w.k), stream>>>(
+          w, x, y, b, args);
+  return cudaGetLastError();
+}
+
+// Shape of the fast path. Loads in flight per lane (kR rows x kU chunks) carry the bandwidth:
+// decode launches are a few microseconds long, so each warp should fetch its rows in one or two
+// round trips. Rows per warp divide the x reads from shared memory: INT4 reads 8 bytes of x per
+// weight byte, so it keeps 2 rows per warp (its 4 f32 constants per row and chunk make 4 rows
+// spill, and limit it to 6 chunks in flight); the other formats use 1 row per warp when that is
+// needed to give every SM warps, else 4 (x reuse, fewer reductions).
+template <WeightKind kKind>
+cudaError_t launch(const DeviceLinear& w, const float* x, float* y, const GemvBatch& b,
+                   cudaStream_t stream) {
+  if (!fast_path_ok<kKind>(w, b)) {
+    const dim3 grid((w.n + kWarps - 1) / kWarps, b.n_slots);
+    gemv_generic_kernel<kKind><<<grid, kThreads, 0, stream>>>(w, x, y, b);
+    return cudaGetLastError();
+  }
+  int device = 0, n_sm = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, device);
+  if (e != cudaSuccess) return e;
+  const int per_lane = (w.k / Fmt<kKind>::kCols + 31) / 32;  // chunks of a row per lane
+  if constexpr (kKind == WeightKind::kInt4) {
+    if (per_lane <= 1) return launch_fast<kKind, 2, 1>(w, x, y, b, n_sm, stream);
+    if (per_lane == 2) return launch_fast<kKind, 2, 2>(w, x, y, b, n_sm, stream);
+    return launch_fast<kKind, 2, 3>(w, x, y, b, n_sm, stream);
+  } else {
+    const long rows = static_cast<long>(w.n) * b.n_slots;
+    if (rows >= 4L * kWarps * n_sm) {  // 4 rows per warp still fills every SM with 8 warps
+      // INT8 / FP8 at 4 x 2 chunks would spill at 80 registers; 4 x 1 already keeps 64 KiB per
+      // SM in flight (the LM head: many tiles per block, persistent).
+      if constexpr (kKind == WeightKind::kInt8 || kKind == WeightKind::kFp8) {
+        return launch_fast<kKind, 4, 1>(w, x, y, b, n_sm, stream);
+      } else {
+        if (per_lane <= 1) return launch_fast<kKind, 4, 1>(w, x, y, b, n_sm, stream);
+        return launch_fast<kKind, 4, 2>(w, x, y, b, n_sm, stream);
+      }
+    }
+    if (per_lane <= 1) return launch_fast<kKind, 1, 1>(w, x, y, b, n_sm, stream);
+    if (per_lane <= 2) return launch_fast<kKind, 1, 2>(w, x, y, b, n_sm, stream);
+    if (per_lane <= 4) return launch_fast<kKind, 1, 4>(w, x, y, b, n_sm, stream);
+    return launch_fast<kKind, 1, 8>(w, x, y, b, n_sm, stream);
+  }
+}
+
+bool valid(const DeviceLinear& w, const float* x, const float* y, const GemvBatch& b) {
+  if (w.n < 0 || w.k < 0 || b.n_slots < 0 || b.n_slots > 65535) return false;
+  if (w.n == 0 || b.n_slots == 0) return true;
+  if (y == nullptr || (w.k > 0 && (x == nullptr || w.w == nullptr))) return false;
+  switch (w.kind) {
+    case WeightKind::kInt4:
+    case WeightKind::kInt8:
+      return w.k % unit_cols(w.kind) == 0 && w.group > 0 && w.scales && w.zeros;
+    case WeightKind::kFp8:
+      return w.block > 0 && w.block_scale;
+    case WeightKind::kBf16:
+    case WeightKind::kF32:
+      return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+cudaError_t gemv(const DeviceLinear& w, const float* x, float* y, const GemvBatch& batch,
+                 cudaStream_t stream) {
+  if (!valid(w, x, y, batch)) return cudaErrorInvalidValue;
+  if (w.n == 0 || batch.n_slots == 0) return cudaSuccess;
+  switch (w.kind) {
+    case WeightKind::kBf16:
+      return launch<WeightKind::kBf16>(w, x, y, batch, stream);
+    case WeightKind::kF32:
+      return launch<WeightKind::kF32>(w, x, y, batch, stream);
+    case WeightKind::kInt4:
+      return launch<WeightKind::kInt4>(w, x, y, batch, stream);
+    case WeightKind::kInt8:
+      return launch<WeightKind::kInt8>(w, x, y, batch, stream);
+    case WeightKind::kFp8:
+      return launch<WeightKind::kFp8>(w, x, y, batch, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace qf::kern

@@ -1,0 +1,109 @@
+// CPU twin of gemv.cu on host copies of the kernel layouts (gemv.h). Each weight is
+// reconstructed in f32 with the scalar decoders of qf/quant/formats.h, exactly as the kernel does
+// (INT4/INT8 scale * (code - zero), FP8 e4m3(code) * block_scale as a rounded f32 product), and
+// the products are summed in double: w * x of two floats is exact in double, so the reference is
+// the exact dot product rounded once (up to double rounding far below f32's), and a test's
+// tolerance only has to cover the kernel's own fp32 summation.
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "qf/kern/gemv.h"
+#include "qf/quant/formats.h"
+
+namespace qf::kern {
+namespace {
+
+uint16_t half_bits(const __half* p) {
+  uint16_t u;
+  std::memcpy(&u, p, sizeof u);
+  return u;
+}
+
+size_t w_elem_bytes(WeightKind k) {
+  return k == WeightKind::kBf16 ? 2 : k == WeightKind::kFp8 ? 1 : 4;
+}
+
+int64_t n_groups(const DeviceLinear& w) {
+  return (static_cast<int64_t>(w.k) + w.group - 1) / w.group;
+}
+
+// Row r of expert e in f32, exactly as the format defines it.
+void weight_row(const DeviceLinear& w, size_t e, int64_t r, float* out) {
+  const int64_t k = w.k;
+  const auto* base = static_cast<const uint8_t*>(w.w) + e * w.w_stride * w_elem_bytes(w.kind);
+  switch (w.kind) {
+    case WeightKind::kBf16: {
+      const auto* row = reinterpret_cast<const uint16_t*>(base) + r * k;
+      for (int64_t c = 0; c < k; ++c) out[c] = quant::bf16_to_f32(row[c]);
+      return;
+    }
+    case WeightKind::kF32: {
+      std::memcpy(out, reinterpret_cast<const float*>(base) + r * k, sizeof(float) * k);
+      return;
+    }
+    case WeightKind::kInt4:
+    case WeightKind::kInt8: {
+      const int bits = w.kind == WeightKind::kInt4 ? 4 : 8;
+      const int per = 32 / bits;
+      const uint32_t mask = (1u << bits) - 1u;
+      const auto* row = reinterpret_cast<const uint32_t*>(base) + r * (k / per);
+      const int64_t g_row = r * n_groups(w);
+      const __half* scales = w.scales + e * w.scale_stride + g_row;
+      const uint8_t* zeros = w.zeros + e * w.zero_stride + g_row;
+      for (int64_t c = 0; c < k; ++c) {
+        const uint32_t code = (row[c / per] >> (bits * (c % per))) & mask;
+        const int64_t g = c / w.group;
+        out[c] = quant::int4_dequant(code, zeros[g], half_bits(scales + g));  // any bit width
+      }
+      return;
+    }
+    case WeightKind::kFp8: {
+      const auto* row = base + r * k;
+      const int64_t n_col_blocks = (k + w.block - 1) / w.block;
+      const float* bs = w.block_scale + e * w.block_scale_stride + (r / w.block) * n_col_blocks;
+      for (int64_t c = 0; c < k; ++c) out[c] = quant::e4m3fn_to_f32(row[c]) * bs[c / w.block];
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+void gemv_ref(const DeviceLinear& w, const float* x, float* y, const GemvBatch& batch,
+              const int* host_ids) {
+  std::vector<float> row(static_cast<size_t>(w.k));
+  for (int s = 0; s < batch.n_slots; ++s) {
+    const size_t e = static_cast<size_t>(host_ids ? host_ids[s] : s);
+    const float* xs = x + s * batch.x_stride;
+    float* ys = y + s * batch.y_stride;
+    for (int64_t r = 0; r < w.n; ++r) {
+      weight_row(w, e, r, row.data());
+      double acc = 0.0;
+      for (int64_t c = 0; c < w.k; ++c) acc += static_cast<double>(row[c]) * xs[c];
+      ys[r] = static_cast<float>(acc);
+    }
+  }
+}
+
+size_t weight_bytes(const DeviceLinear& w) {
+  const size_t n = static_cast<size_t>(w.n), k = static_cast<size_t>(w.k);
+  switch (w.kind) {
+    case WeightKind::kBf16:
+      return n * k * 2;
+    case WeightKind::kF32:
+      return n * k * 4;
+    case WeightKind::kInt4:
+    case WeightKind::kInt8: {
+      const size_t codes = w.kind == WeightKind::kInt4 ? n * k / 2 : n * k;
+      return codes + n * static_cast<size_t>(n_groups(w)) * (sizeof(__half) + sizeof(uint8_t));
+    }
+    case WeightKind::kFp8: {
+      const size_t b = static_cast<size_t>(w.block);
+      return n * k + ((n + b - 1) / b) * ((k + b - 1) / b) * sizeof(float);
+    }
+  }
+  return 0;
+}
+
+}  // namespace qf::kern

@@ -1,0 +1,80 @@
+// The CUDA decode engine: the same forward pass as CpuEngine (qwen35-architecture.md §3-§5) on
+// the GPU, weights in the kernels' layouts, fp32 activations and state, the whole decode step
+// (all layers, LM head, argmax) captured in one CUDA graph that reads the token and position on
+// the device. No CUDA types here: tools include this header in builds without CUDA, where
+// available() says why it cannot run.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "qf/ckpt/qwen35_config.h"
+#include "qf/rt/model.h"
+
+namespace qf::rt {
+
+struct CudaOptions {
+  int device = 0;
+  int64_t max_context = 4096;  // KV cache rows per attention layer
+  bool graph = true;           // false: launch kernel by kernel (profiling)
+};
+
+// One line per kernel family of a profiled step.
+struct KernelShare {
+  std::string name;
+  double microseconds = 0;
+  uint64_t bytes = 0;  // weights and state it read or wrote
+};
+
+struct CudaLoadStats {
+  std::string device_name;
+  uint64_t device_bytes = 0;  // weights + state + scratch on the GPU
+  uint64_t weight_bytes = 0;  // read by one decode step (experts: top-k of each layer)
+  uint64_t host_bytes = 0;    // copied from the checkpoint
+  double load_seconds = 0;
+};
+
+class CudaEngine {
+ public:
+  // False (with the reason) when qforge was built without CUDA or no GPU is usable.
+  static bool available(std::string* why);
+
+  // Uploads `model` (repacked to the kernels' layouts). Throws Error(kUnsupported) when CUDA is
+  // not available, kIo when the GPU runs out of memory.
+  CudaEngine(const Model& model, const CudaOptions& options = {});
+  // Random weights of `config`'s shapes in the hybrid's formats, made on the GPU (benchmarks).
+  static std::unique_ptr<CudaEngine> synthetic(const ckpt::Qwen35Config& config, uint64_t seed,
+                                               const CudaOptions& options = {});
+  ~CudaEngine();
+
+  const ckpt::Qwen35Config& config() const;
+  const CudaLoadStats& load_stats() const;
+  void reset();
+  int64_t position() const;
+
+  // Consumes `token` at the next position; copies the logits [V] to `logits` when not null;
+  // returns the argmax of the logits (lowest id among equal maxima). Throws Error(kUsage) for a
+  // token outside the vocabulary or a full context.
+  int32_t step(int32_t token, float* logits);
+  // Feeds the previous step's argmax back in without leaving the device; returns the new argmax.
+  int32_t step_greedy();
+
+  // One step launched kernel by kernel with events between them: time and bytes per family.
+  std::vector<KernelShare> profile_step();
+  // Mean microseconds of `steps` graph-launched decode steps (greedy, position advancing).
+  double time_steps(int steps);
+
+  struct Impl;
+
+ private:
+  explicit CudaEngine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Device-to-device cudaMemcpy bandwidth of the current GPU in GB/s, counting bytes read plus
+// bytes written (what a copy moves), over `bytes` of buffer.
+double device_copy_bandwidth(uint64_t bytes);
+
+}  // namespace qf::rt

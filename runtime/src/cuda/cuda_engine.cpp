@@ -1,0 +1,405 @@
+#include "qf/rt/cuda_engine.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "device_model.h"
+#include "qf/error.h"
+#include "qf/kern/attention.h"
+#include "qf/kern/gdn.h"
+
+namespace qf::rt {
+namespace {
+
+void check(cudaError_t e, const std::string& what) {
+  if (e != cudaSuccess) {
+    throw Error(Errc::kIo, what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+  }
+}
+
+// Records an event after each kernel family when profiling; does nothing otherwise.
+struct Marks {
+  cudaStream_t stream = nullptr;
+  std::vector<cudaEvent_t> events;
+  std::vector<std::pair<std::string, uint64_t>> names;  // family and bytes, per interval
+  void mark(const char* name, uint64_t bytes) {
+    cudaEvent_t e;
+    check(cudaEventCreate(&e), "cudaEventCreate");
+    check(cudaEventRecord(e, stream), "cudaEventRecord");
+    events.push_back(e);
+    names.emplace_back(name, bytes);
+  }
+};
+
+}  // namespace
+
+struct CudaEngine::Impl {
+  std::unique_ptr<cuda::DeviceModel> m;
+  CudaOptions o;
+  CudaLoadStats stats;
+  cudaStream_t stream = nullptr;
+  cudaGraphExec_t graph = nullptr;
+  kern::GdnShape gdn;
+  kern::AttnShape attn;
+  std::vector<float*> conv, ssm, k_cache, v_cache;  // per layer
+  float *x, *u, *mix, *qkv, *z, *b, *a, *core, *qproj, *kp, *vp, *q, *att, *rlogits, *rweights, *eg,
+      *eu, *eh, *ey, *sg, *su, *sh, *sy, *sgl, *hidden, *logits, *gdn_scratch, *attn_scratch;
+  int *ids, *token, *next, *pos, *argmax_scratch;
+  int* pinned = nullptr;  // host: the token in, the argmax out
+  int64_t position = 0;
+  Marks* marks = nullptr;
+
+  explicit Impl(std::unique_ptr<cuda::DeviceModel> model, const CudaOptions& options)
+      : m(std::move(model)), o(options) {
+    const ckpt::Qwen35Config& c = m->config;
+    check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    check(cudaMallocHost(&pinned, 2 * sizeof(int)), "cudaMallocHost");
+    gdn = {static_cast<int>(c.linear_num_key_heads),   static_cast<int>(c.linear_num_value_heads),
+           static_cast<int>(c.linear_key_head_dim),    static_cast<int>(c.linear_value_head_dim),
+           static_cast<int>(c.linear_conv_kernel_dim), static_cast<float>(c.rms_norm_eps)};
+    attn.n_q_heads = static_cast<int>(c.num_attention_heads);
+    attn.n_kv_heads = static_cast<int>(c.num_key_value_heads);
+    attn.head_dim = static_cast<int>(c.head_dim);
+    attn.rot_dim = static_cast<int>(static_cast<double>(c.head_dim) * c.partial_rotary_factor);
+    attn.theta = static_cast<float>(c.rope_theta);
+    attn.eps = static_cast<float>(c.rms_norm_eps);
+    attn.max_len = static_cast<int>(o.max_context);
+    const auto f = [&](int64_t n) {
+      return static_cast<float*>(m->alloc(static_cast<size_t>(n) * 4));
+    };
+    const auto i = [&](int64_t n) {
+      return static_cast<int*>(m->alloc(static_cast<size_t>(n) * 4));
+    };
+    const int64_t h = c.hidden_size, k = c.num_experts_per_tok, im = c.moe_intermediate_size,
+                  is = c.shared_expert_intermediate_size;
+    for (int64_t l = 0; l < c.num_layers(); ++l) {
+      const bool full = c.full_attention[l];
+      conv.push_back(full ? nullptr : f(c.conv_dim() * (c.linear_conv_kernel_dim - 1)));
+      ssm.push_back(
+          full ? nullptr
+               : f(c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim));
+      k_cache.push_back(full ? f(o.max_context * c.kv_rows()) : nullptr);
+      v_cache.push_back(full ? f(o.max_context * c.kv_rows()) : nullptr);
+    }
+    x = f(h), u = f(h), mix = f(h), qkv = f(c.conv_dim()), z = f(c.value_dim());
+    b = f(c.linear_num_value_heads), a = f(c.linear_num_value_heads), core = f(c.value_dim());
+    qproj = f(c.q_proj_rows()), kp = f(c.kv_rows()), vp = f(c.kv_rows());
+    q = f(c.num_attention_heads * c.head_dim), att = f(c.num_attention_heads * c.head_dim);
+    rlogits = f(c.num_experts), rweights = f(k), eg = f(k * im), eu = f(k * im), eh = f(k * im);
+    ey = f(k * h), sg = f(is), su = f(is), sh = f(is), sy = f(h), sgl = f(1), hidden = f(h);
+    logits = f(c.vocab_size);
+    gdn_scratch = f(static_cast<int64_t>(kern::gdn_scratch_floats(gdn)) + 1);
+    attn_scratch = f(static_cast<int64_t>(kern::attn_scratch_floats(attn)) + 1);
+    ids = i(k), token = i(1), next = i(1), pos = i(1);
+    argmax_scratch = i(kern::argmax_scratch_ints(static_cast<int>(c.vocab_size)));
+    stats.device_bytes = m->device_bytes;
+    stats.host_bytes = m->host_bytes_read;
+    stats.load_seconds = m->load_seconds;
+    stats.weight_bytes = step_weight_bytes();
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, o.device), "cudaGetDeviceProperties");
+    stats.device_name = prop.name;
+    reset();
+  }
+
+  ~Impl() {
+    if (graph) cudaGraphExecDestroy(graph);
+    if (pinned) cudaFreeHost(pinned);
+    if (stream) cudaStreamDestroy(stream);
+  }
+
+  uint64_t step_weight_bytes() const {
+    const ckpt::Qwen35Config& c = m->config;
+    uint64_t total = kern::weight_bytes(m->lm_head) + static_cast<uint64_t>(c.hidden_size) * 2;
+    for (const cuda::DeviceLayer& l : m->layers) {
+      for (const kern::DeviceLinear* w :
+           {&l.in_qkv, &l.in_z, &l.in_b, &l.in_a, &l.out, &l.q, &l.k, &l.v, &l.o, &l.moe.router,
+            &l.moe.shared_gate, &l.moe.shared_up, &l.moe.shared_down, &l.moe.shared_expert_gate}) {
+        if (w->n > 0) total += kern::weight_bytes(*w);
+      }
+      total +=
+          c.num_experts_per_tok * (kern::weight_bytes(l.moe.gate) + kern::weight_bytes(l.moe.up) +
+                                   kern::weight_bytes(l.moe.down));
+    }
+    return total;
+  }
+
+  void mark(const char* name, uint64_t bytes) {
+    if (marks) marks->mark(name, bytes);
+  }
+
+  void gemv(const kern::DeviceLinear& w, const float* in, float* out, const kern::GemvBatch& batch,
+            const char* family) {
+    check(kern::gemv(w, in, out, batch, stream), std::string("gemv ") + family);
+    mark(family, kern::weight_bytes(w) * static_cast<uint64_t>(batch.n_slots));
+  }
+
+  void moe(const cuda::DeviceMoe& w) {
+    const ckpt::Qwen35Config& c = m->config;
+    const int h = static_cast<int>(c.hidden_size), k = static_cast<int>(c.num_experts_per_tok),
+              im = static_cast<int>(c.moe_intermediate_size),
+              is = static_cast<int>(c.shared_expert_intermediate_size);
+    gemv(w.router, u, rlogits, {}, "router");
+    check(kern::router_topk(rlogits, static_cast<int>(c.num_experts), k, ids, rweights, stream),
+          "router_topk");
+    mark("router", 0);
+    const kern::GemvBatch in_batch{k, ids, 0, static_cast<size_t>(im)};
+    gemv(w.gate, u, eg, in_batch, "experts (INT4 MoE)");
+    gemv(w.up, u, eu, in_batch, "experts (INT4 MoE)");
+    check(kern::swiglu(eg, eu, im, k, im, eh, stream), "swiglu");
+    gemv(w.down, eh, ey, {k, ids, static_cast<size_t>(im), static_cast<size_t>(h)},
+         "experts (INT4 MoE)");
+    gemv(w.shared_gate, u, sg, {}, "shared expert");
+    gemv(w.shared_up, u, su, {}, "shared expert");
+    check(kern::swiglu(sg, su, is, 1, is, sh, stream), "swiglu");
+    gemv(w.shared_down, sh, sy, {}, "shared expert");
+    gemv(w.shared_expert_gate, u, sgl, {}, "shared expert");
+    check(kern::moe_combine(ey, rweights, k, sy, sgl, h, x, stream), "moe_combine");
+    mark("norms and elementwise", 0);
+  }
+
+  void launch_step() {
+    const ckpt::Qwen35Config& c = m->config;
+    const int h = static_cast<int>(c.hidden_size);
+    const float eps = static_cast<float>(c.rms_norm_eps);
+    check(kern::embed(m->embed_kind, m->embed, h, token, x, stream), "embed");
+    mark("norms and elementwise", static_cast<uint64_t>(h) * 2);
+    for (size_t l = 0; l < m->layers.size(); ++l) {
+      const cuda::DeviceLayer& w = m->layers[l];
+      check(kern::rms_norm_1p(x, w.input_norm, h, 1, eps, u, stream), "rms_norm");
+      mark("norms and elementwise", 0);
+      if (w.full_attention) {
+        gemv(w.q, u, qproj, {}, "attention projections");
+        gemv(w.k, u, kp, {}, "attention projections");
+        gemv(w.v, u, vp, {}, "attention projections");
+        check(kern::attn_prepare(attn, qproj, kp, vp, w.q_norm, w.k_norm, pos, q, k_cache[l],
+                                 v_cache[l], stream),
+              "attn_prepare");
+        check(kern::attn_decode(attn, q, qproj, k_cache[l], v_cache[l], pos, att, attn_scratch,
+                                stream),
+              "attn_decode");
+        mark("attention", 2ull * (position + 1) * c.kv_rows() * 4);
+        gemv(w.o, att, mix, {}, "attention projections");
+      } else {
+        gemv(w.in_qkv, u, qkv, {}, "DeltaNet projections");
+        gemv(w.in_z, u, z, {}, "DeltaNet projections");
+        gemv(w.in_b, u, b, {}, "DeltaNet projections");
+        gemv(w.in_a, u, a, {}, "DeltaNet projections");
+        check(kern::gdn_decode(gdn, {w.conv, w.dt_bias, w.a_log, w.gdn_norm}, qkv, z, b, a,
+                               {conv[l], ssm[l]}, core, gdn_scratch, stream),
+              "gdn_decode");
+        mark("DeltaNet recurrence",
+             2ull * c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim * 4);
+        gemv(w.out, core, mix, {}, "DeltaNet projections");
+      }
+      check(kern::add(x, mix, h, stream), "add");
+      check(kern::rms_norm_1p(x, w.post_norm, h, 1, eps, u, stream), "rms_norm");
+      mark("norms and elementwise", 0);
+      moe(w.moe);
+    }
+    check(kern::rms_norm_1p(x, m->final_norm, h, 1, eps, hidden, stream), "rms_norm");
+    mark("norms and elementwise", 0);
+    gemv(m->lm_head, hidden, logits, {}, "LM head");
+    check(kern::argmax(logits, static_cast<int>(c.vocab_size), next, argmax_scratch, stream),
+          "argmax");
+    check(kern::advance(next, token, pos, stream), "advance");
+    mark("argmax", 0);
+  }
+
+  void run_step() {
+    if (!o.graph) {
+      launch_step();
+      return;
+    }
+    if (!graph) {
+      cudaGraph_t g;
+      check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
+      launch_step();
+      check(cudaStreamEndCapture(stream, &g), "end capture");
+      check(cudaGraphInstantiate(&graph, g, 0), "cudaGraphInstantiate");
+      cudaGraphDestroy(g);
+    }
+    check(cudaGraphLaunch(graph, stream), "cudaGraphLaunch");
+  }
+
+  void before_step() {
+    if (position >= o.max_context) {
+      throw Error(Errc::kUsage, "the context is full: " + std::to_string(o.max_context) +
+                                    " tokens (raise --max-context)");
+    }
+  }
+
+  void reset() {
+    const ckpt::Qwen35Config& c = m->config;
+    for (size_t l = 0; l < conv.size(); ++l) {
+      if (!conv[l]) continue;
+      check(cudaMemsetAsync(conv[l], 0, c.conv_dim() * (c.linear_conv_kernel_dim - 1) * 4, stream),
+            "memset");
+      check(cudaMemsetAsync(
+                ssm[l], 0,
+                c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim * 4,
+                stream),
+            "memset");
+    }
+    check(cudaMemsetAsync(pos, 0, sizeof(int), stream), "memset");
+    check(cudaStreamSynchronize(stream), "reset");
+    position = 0;
+  }
+};
+
+bool CudaEngine::available(std::string* why) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    if (why) {
+      *why = e != cudaSuccess ? std::string("no usable CUDA device (") + cudaGetErrorString(e) + ")"
+                              : "no CUDA device";
+    }
+    cudaGetLastError();
+    return false;
+  }
+  return true;
+}
+
+CudaEngine::CudaEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+CudaEngine::CudaEngine(const Model& model, const CudaOptions& options) {
+  std::string why;
+  if (!available(&why)) throw Error(Errc::kUnsupported, "--device cuda: " + why);
+  check(cudaSetDevice(options.device), "cudaSetDevice");
+  impl_ = std::make_unique<Impl>(cuda::upload_model(model), options);
+}
+
+std::unique_ptr<CudaEngine> CudaEngine::synthetic(const ckpt::Qwen35Config& config, uint64_t seed,
+                                                  const CudaOptions& options) {
+  std::string why;
+  if (!available(&why)) throw Error(Errc::kUnsupported, "--device cuda: " + why);
+  check(cudaSetDevice(options.device), "cudaSetDevice");
+  return std::unique_ptr<CudaEngine>(
+      new CudaEngine(std::make_unique<Impl>(cuda::synthetic_model(config, seed), options)));
+}
+
+CudaEngine::~CudaEngine() = default;
+
+const ckpt::Qwen35Config& CudaEngine::config() const {
+  return impl_->m->config;
+}
+const CudaLoadStats& CudaEngine::load_stats() const {
+  return impl_->stats;
+}
+void CudaEngine::reset() {
+  impl_->reset();
+}
+int64_t CudaEngine::position() const {
+  return impl_->position;
+}
+
+int32_t CudaEngine::step(int32_t token, float* logits) {
+  Impl& s = *impl_;
+  const int64_t vocab = s.m->config.vocab_size;
+  if (token < 0 || token >= vocab) {
+    throw Error(Errc::kUsage, "token id " + std::to_string(token) +
+                                  " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  }
+  s.before_step();
+  s.pinned[0] = token;
+  check(cudaMemcpyAsync(s.token, s.pinned, sizeof(int), cudaMemcpyHostToDevice, s.stream), "copy");
+  s.run_step();
+  check(cudaMemcpyAsync(s.pinned + 1, s.next, sizeof(int), cudaMemcpyDeviceToHost, s.stream),
+        "copy");
+  if (logits) {
+    check(cudaMemcpyAsync(logits, s.logits, static_cast<size_t>(vocab) * 4, cudaMemcpyDeviceToHost,
+                          s.stream),
+          "copy");
+  }
+  check(cudaStreamSynchronize(s.stream), "decode step");
+  ++s.position;
+  return s.pinned[1];
+}
+
+int32_t CudaEngine::step_greedy() {
+  Impl& s = *impl_;
+  s.before_step();
+  s.run_step();
+  check(cudaMemcpyAsync(s.pinned + 1, s.next, sizeof(int), cudaMemcpyDeviceToHost, s.stream),
+        "copy");
+  check(cudaStreamSynchronize(s.stream), "decode step");
+  ++s.position;
+  return s.pinned[1];
+}
+
+std::vector<KernelShare> CudaEngine::profile_step() {
+  Impl& s = *impl_;
+  s.before_step();
+  Marks marks;
+  marks.stream = s.stream;
+  marks.mark("start", 0);
+  s.marks = &marks;
+  s.launch_step();
+  s.marks = nullptr;
+  check(cudaStreamSynchronize(s.stream), "profiled step");
+  ++s.position;
+  std::vector<KernelShare> out;
+  for (size_t i = 1; i < marks.events.size(); ++i) {
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, marks.events[i - 1], marks.events[i]), "cudaEventElapsedTime");
+    const auto& [name, bytes] = marks.names[i];
+    auto it =
+        std::find_if(out.begin(), out.end(), [&](const KernelShare& k) { return k.name == name; });
+    if (it == out.end()) it = out.insert(out.end(), KernelShare{name, 0, 0});
+    it->microseconds += ms * 1000.0;
+    it->bytes += bytes;
+  }
+  for (cudaEvent_t e : marks.events) cudaEventDestroy(e);
+  return out;
+}
+
+double CudaEngine::time_steps(int steps) {
+  Impl& s = *impl_;
+  cudaEvent_t a, b;
+  check(cudaEventCreate(&a), "cudaEventCreate");
+  check(cudaEventCreate(&b), "cudaEventCreate");
+  s.run_step();  // warm: captures the graph
+  ++s.position;
+  check(cudaEventRecord(a, s.stream), "cudaEventRecord");
+  for (int i = 0; i < steps; ++i) {
+    s.before_step();
+    s.run_step();
+    ++s.position;
+  }
+  check(cudaEventRecord(b, s.stream), "cudaEventRecord");
+  check(cudaEventSynchronize(b), "timed steps");
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return ms * 1000.0 / steps;
+}
+
+double device_copy_bandwidth(uint64_t bytes) {
+  void *src = nullptr, *dst = nullptr;
+  check(cudaMalloc(&src, bytes), "cudaMalloc");
+  check(cudaMalloc(&dst, bytes), "cudaMalloc");
+  cudaEvent_t a, b;
+  check(cudaEventCreate(&a), "cudaEventCreate");
+  check(cudaEventCreate(&b), "cudaEventCreate");
+  check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), "warm copy");
+  const int reps = 10;
+  check(cudaEventRecord(a), "cudaEventRecord");
+  for (int i = 0; i < reps; ++i)
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice), "copy");
+  check(cudaEventRecord(b), "cudaEventRecord");
+  check(cudaEventSynchronize(b), "copies");
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  cudaFree(src);
+  cudaFree(dst);
+  return 2.0 * static_cast<double>(bytes) * reps / (ms * 1e-3) / 1e9;
+}
+
+}  // namespace qf::rt

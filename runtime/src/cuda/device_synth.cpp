@@ -1,0 +1,131 @@
+// synthetic_model: random weights of a config's shapes in the hybrid's formats, made on the GPU.
+#include "device_model.h"
+#include "qf/error.h"
+
+namespace qf::rt::cuda {
+namespace {
+
+using kern::DeviceLinear;
+using kern::WeightKind;
+
+struct Maker {
+  DeviceModel& m;
+  uint64_t seed;
+
+  void fill(void* p, size_t bytes, uint32_t mask, uint32_t bits) {
+    const cudaError_t e =
+        kern::fill_random_words(static_cast<uint32_t*>(p), bytes / 4, seed++, mask, bits, nullptr);
+    if (e != cudaSuccess)
+      throw Error(Errc::kIo, std::string("filling weights: ") + cudaGetErrorString(e));
+  }
+
+  // f16 scale 2^-10 in both halves of a word: 0x1400.
+  DeviceLinear int_stack(WeightKind kind, int n, int k, int count) {
+    DeviceLinear d;
+    d.kind = kind;
+    d.n = n;
+    d.k = k;
+    d.group = 128;
+    const int per = kind == WeightKind::kInt4 ? 8 : 4, groups = (k + 127) / 128;
+    d.w_stride = static_cast<size_t>(n) * (k / per);
+    d.scale_stride = d.zero_stride = static_cast<size_t>(n) * groups;
+    void* w = m.alloc(d.w_stride * 4 * count);
+    fill(w, d.w_stride * 4 * count, 0xFFFFFFFFu, 0);
+    void* s = m.alloc(d.scale_stride * 2 * count + 4);
+    fill(s, (d.scale_stride * 2 * count + 3) / 4 * 4, 0x03FF03FFu, 0x14001400u);
+    void* z = m.alloc(d.zero_stride * count + 4);
+    const uint32_t zero = kind == WeightKind::kInt4 ? 0x09090909u : 0x81818181u;  // v1 zero + 1
+    fill(z, (d.zero_stride * count + 3) / 4 * 4, 0, zero);
+    d.w = w;
+    d.scales = static_cast<const __half*>(s);
+    d.zeros = static_cast<const uint8_t*>(z);
+    return d;
+  }
+
+  DeviceLinear fp8(int n, int k) {
+    DeviceLinear d;
+    d.kind = WeightKind::kFp8;
+    d.n = n;
+    d.k = k;
+    d.block = 128;
+    void* w = m.alloc(static_cast<size_t>(n) * k);
+    fill(w, static_cast<size_t>(n) * k / 4 * 4, 0x77777777u, 0);  // finite E4M3 codes
+    const size_t scales = static_cast<size_t>((n + 127) / 128) * ((k + 127) / 128);
+    void* s = m.alloc(scales * 4);
+    fill(s, scales * 4, 0x000FFFFFu, 0x3C000000u);  // about 2^-7
+    d.w = w;
+    d.block_scale = static_cast<const float*>(s);
+    return d;
+  }
+
+  DeviceLinear bf16(int n, int k) {
+    DeviceLinear d;
+    d.kind = WeightKind::kBf16;
+    d.n = n;
+    d.k = k;
+    const size_t bytes = static_cast<size_t>(n) * k * 2;
+    void* w = m.alloc(bytes + 4);
+    fill(w, (bytes + 3) / 4 * 4, 0x807F807Fu, 0x3C003C00u);  // about +-2^-7
+    d.w = w;
+    return d;
+  }
+
+  const float* vec(size_t n, uint32_t bits) {
+    void* p = m.alloc(n * 4);
+    fill(p, n * 4, 0x0000FFFFu, bits);
+    return static_cast<const float*>(p);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceModel> synthetic_model(const ckpt::Qwen35Config& c, uint64_t seed) {
+  auto m = std::make_unique<DeviceModel>();
+  m->config = c;
+  Maker mk{*m, seed};
+  const int h = static_cast<int>(c.hidden_size), e = static_cast<int>(c.num_experts),
+            im = static_cast<int>(c.moe_intermediate_size),
+            is = static_cast<int>(c.shared_expert_intermediate_size);
+  const uint32_t small = 0x3C000000u;  // f32 about 0.0078 (norm offsets, biases)
+  m->embed = mk.bf16(static_cast<int>(c.vocab_size), h).w;
+  for (int64_t i = 0; i < c.num_layers(); ++i) {
+    DeviceLayer d;
+    d.full_attention = c.full_attention[i];
+    d.input_norm = mk.vec(h, small);
+    d.post_norm = mk.vec(h, small);
+    if (d.full_attention) {
+      d.q = mk.int_stack(WeightKind::kInt4, static_cast<int>(c.q_proj_rows()), h, 1);
+      d.k = mk.int_stack(WeightKind::kInt4, static_cast<int>(c.kv_rows()), h, 1);
+      d.v = mk.int_stack(WeightKind::kInt4, static_cast<int>(c.kv_rows()), h, 1);
+      d.o = mk.int_stack(WeightKind::kInt4, h, static_cast<int>(c.num_attention_heads * c.head_dim),
+                         1);
+      d.q_norm = mk.vec(c.head_dim, small);
+      d.k_norm = mk.vec(c.head_dim, small);
+    } else {
+      const int nv = static_cast<int>(c.linear_num_value_heads);
+      d.in_qkv = mk.int_stack(WeightKind::kInt4, static_cast<int>(c.conv_dim()), h, 1);
+      d.in_z = mk.int_stack(WeightKind::kInt4, static_cast<int>(c.value_dim()), h, 1);
+      d.in_b = mk.int_stack(WeightKind::kInt4, nv, h, 1);
+      d.in_a = mk.int_stack(WeightKind::kInt4, nv, h, 1);
+      d.out = mk.int_stack(WeightKind::kInt4, h, static_cast<int>(c.value_dim()), 1);
+      d.conv = mk.vec(static_cast<size_t>(c.conv_dim() * c.linear_conv_kernel_dim), 0x3E000000u);
+      d.dt_bias = mk.vec(nv, small);
+      d.a_log = mk.vec(nv, small);
+      d.gdn_norm = mk.vec(c.linear_value_head_dim, 0x3F800000u);
+    }
+    d.moe.router = mk.bf16(e, h);
+    d.moe.gate = mk.int_stack(WeightKind::kInt4, im, h, e);
+    d.moe.up = mk.int_stack(WeightKind::kInt4, im, h, e);
+    d.moe.down = mk.int_stack(WeightKind::kInt4, h, im, e);
+    d.moe.shared_gate = mk.fp8(is, h);
+    d.moe.shared_up = mk.fp8(is, h);
+    d.moe.shared_down = mk.fp8(h, is);
+    d.moe.shared_expert_gate = mk.bf16(1, h);
+    m->layers.push_back(d);
+  }
+  m->final_norm = mk.vec(h, small);
+  m->lm_head = mk.int_stack(WeightKind::kInt8, static_cast<int>(c.vocab_size), h, 1);
+  return m;
+}
+
+}  // namespace qf::rt::cuda

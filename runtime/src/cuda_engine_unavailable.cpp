@@ -1,0 +1,59 @@
+// CudaEngine in a build without CUDA (nvcc was not found at configure time): it reports why it
+// cannot run and cannot be constructed.
+#include "qf/error.h"
+#include "qf/rt/cuda_engine.h"
+
+namespace qf::rt {
+namespace {
+const char* const kWhy =
+    "this qforge was built without CUDA (no nvcc at configure time); rebuild with the CUDA "
+    "toolkit, or use --device cpu";
+[[noreturn]] void unavailable() {
+  throw Error(Errc::kUnsupported, std::string("--device cuda: ") + kWhy);
+}
+}  // namespace
+
+struct CudaEngine::Impl {};
+
+bool CudaEngine::available(std::string* why) {
+  if (why) *why = kWhy;
+  return false;
+}
+CudaEngine::CudaEngine(const Model&, const CudaOptions&) {
+  unavailable();
+}
+CudaEngine::CudaEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+std::unique_ptr<CudaEngine> CudaEngine::synthetic(const ckpt::Qwen35Config&, uint64_t,
+                                                  const CudaOptions&) {
+  unavailable();
+}
+CudaEngine::~CudaEngine() = default;
+const ckpt::Qwen35Config& CudaEngine::config() const {
+  unavailable();
+}
+const CudaLoadStats& CudaEngine::load_stats() const {
+  unavailable();
+}
+void CudaEngine::reset() {
+  unavailable();
+}
+int64_t CudaEngine::position() const {
+  unavailable();
+}
+int32_t CudaEngine::step(int32_t, float*) {
+  unavailable();
+}
+int32_t CudaEngine::step_greedy() {
+  unavailable();
+}
+std::vector<KernelShare> CudaEngine::profile_step() {
+  unavailable();
+}
+double CudaEngine::time_steps(int) {
+  unavailable();
+}
+double device_copy_bandwidth(uint64_t) {
+  unavailable();
+}
+
+}  // namespace qf::rt

@@ -1,0 +1,38 @@
+// The tiny transformers fixtures (tests/golden/make_model_goldens.py) and the Spark recipe's
+// steps on them, shared by the engine tests.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "test_support.h"
+
+namespace qf::test {
+
+inline const std::vector<std::string>& model_fixtures() {
+  static const std::vector<std::string> names = {"r1-hd64-e4k2", "r2-hd256-e8k3", "r4-hd64-e16k4"};
+  return names;
+}
+
+// Intel INT4 + Qwen FP8 from the fixture (synth --from), build-hybrid, and the INT8 LM head when
+// the vocabulary packs (a multiple of 4): exactly what make_model_goldens.py ran before taking
+// the hybrid reference. Fails the test on any command error.
+inline void build_hybrid(const std::string& qforge, const std::filesystem::path& src,
+                         const std::filesystem::path& work, int64_t vocab) {
+  const std::string h = (work / "hybrid").string(), int4 = (work / "int4").string(),
+                    fp8 = (work / "fp8").string();
+  std::vector<std::string> steps = {
+      "synth " + int4 + " --from " + src.string() + " --layout intel-int4 --no-vision",
+      "synth " + fp8 + " --from " + src.string() + " --layout qwen-fp8 --no-vision",
+      "build-hybrid --int4 " + int4 + " --fp8 " + fp8 + " --out " + h + " --no-check"};
+  if (vocab % 4 == 0) steps.push_back("quantize-lm-head " + h + " --in-place");
+  for (const std::string& s : steps) {
+    const CommandResult r = run_command(qforge + " " + s + " 2>&1");
+    ASSERT_EQ(r.exit_code, 0) << s << "\n" << r.out;
+  }
+}
+
+}  // namespace qf::test

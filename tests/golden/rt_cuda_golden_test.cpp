@@ -1,0 +1,108 @@
+// The CUDA engine against the CPU reference (itself equal to transformers) on every fixture and
+// its hybrid + INT8-head build: logits at every prompt position (argmax identical, max |diff|
+// <= 1e-4 x max |logit|), transformers' logits too (1e-3), and 128 greedy tokens identical.
+// Skips with a message where no GPU is usable.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "model_fixtures.h"
+#include "qf/ckpt/safetensors.h"
+#include "qf/rt/cpu_engine.h"
+#include "qf/rt/cuda_engine.h"
+#include "qf/rt/generate.h"
+
+namespace qf::rt {
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kDir = QF_MODEL_GOLDEN_DIR;
+constexpr int64_t kGreedy = 128;
+
+std::vector<int32_t> prompt_of(const fs::path& reference) {
+  const ckpt::SafetensorsFile f = ckpt::SafetensorsFile::open(reference);
+  const auto v = f.view("prompt_ids").as<int32_t>();
+  return {v.begin(), v.end()};
+}
+
+std::vector<float> logits_of(const fs::path& reference) {
+  const ckpt::SafetensorsFile f = ckpt::SafetensorsFile::open(reference);
+  const auto v = f.view("logits").as<float>();
+  return {v.begin(), v.end()};
+}
+
+void expect_same(const std::vector<float>& want, const std::vector<float>& got, int64_t vocab,
+                 double bound, const std::string& what) {
+  ASSERT_EQ(want.size(), got.size());
+  double diff = 0, top = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    diff = std::max(diff, static_cast<double>(std::fabs(want[i] - got[i])));
+    top = std::max(top, static_cast<double>(std::fabs(want[i])));
+  }
+  for (size_t r = 0; r * vocab < want.size(); ++r) {
+    const auto w = want.begin() + static_cast<int64_t>(r * vocab);
+    const auto g = got.begin() + static_cast<int64_t>(r * vocab);
+    EXPECT_EQ(std::max_element(w, w + vocab) - w, std::max_element(g, g + vocab) - g)
+        << what << ": argmax differs at position " << r;
+  }
+  EXPECT_LE(diff / top, bound) << what;
+  std::printf("%-44s max |diff| %.3g = %.3g x max |logit|\n", what.c_str(), diff, diff / top);
+}
+
+void check(const fs::path& model_dir, const fs::path& reference, const std::string& name) {
+  const std::unique_ptr<Model> model = Model::load(model_dir);
+  const int64_t vocab = model->config().vocab_size;
+  const std::vector<int32_t> prompt = prompt_of(reference);
+  CudaOptions o;
+  o.max_context = static_cast<int64_t>(prompt.size()) + kGreedy + 1;
+  CudaEngine gpu(*model, o);
+  CpuEngine cpu(*model, 2);
+  std::vector<float> g(prompt.size() * vocab), c(prompt.size() * vocab);
+  for (size_t t = 0; t < prompt.size(); ++t) {
+    gpu.step(prompt[t], g.data() + t * vocab);
+    cpu.step(prompt[t], c.data() + t * vocab);
+  }
+  expect_same(c, g, vocab, 1e-4, name + " cuda vs cpu");
+  expect_same(logits_of(reference), g, vocab, 1e-3, name + " cuda vs transformers");
+
+  GenerateOptions greedy;
+  greedy.max_tokens = kGreedy;
+  const GenerateResult want = generate(cpu, prompt, greedy, [](int32_t) {});
+  gpu.reset();
+  const GenerateResult got =
+      generate_with([&](int32_t token, float* logits) { return gpu.step(token, logits); }, vocab,
+                    prompt, greedy, [](int32_t) {});
+  EXPECT_EQ(got.ids, want.ids) << name << ": greedy continuations differ";
+}
+
+class CudaGolden : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (!CudaEngine::available(&why)) GTEST_SKIP() << why;
+  }
+};
+
+TEST_P(CudaGolden, Bf16ModelEqualsTheCpuReference) {
+  check(kDir / GetParam() / "model", kDir / GetParam() / "reference.safetensors", GetParam());
+}
+
+TEST_P(CudaGolden, HybridEqualsTheCpuReference) {
+  test::TempDir tmp;
+  const fs::path src = kDir / GetParam() / "model";
+  ASSERT_NO_FATAL_FAILURE(
+      test::build_hybrid(QF_BIN, src, tmp.path(), Model::load(src)->config().vocab_size));
+  check(tmp / "hybrid", kDir / GetParam() / "hybrid_reference.safetensors", GetParam() + " hybrid");
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGolden, ::testing::ValuesIn(test::model_fixtures()),
+                         [](const auto& p) {
+                           std::string s = p.param;
+                           std::replace(s.begin(), s.end(), '-', '_');
+                           return s;
+                         });
+
+}  // namespace
+}  // namespace qf::rt

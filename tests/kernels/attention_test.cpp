@@ -1,0 +1,171 @@
+// attn_prepare + attn_decode on the GPU against their _ref twins: token after token from position
+// 0, each side appending to its own KV cache, the GPU pair captured once in a CUDA graph and
+// replayed with only the device-side position changing. Checked at contexts 1, 7, 300 and 4096
+// for the 122B-A10B shape (Nq 32, Nkv 2, hd 256, rot 64), past 4096 (several tiles per split),
+// at tile edges, and at awkward shapes (hd 64 and 128, full rotary, groups of 1, 3 and > 16
+// query heads). Tolerances (mixer_check.h):
+//   v cache rows: exact (a copy);
+//   q and k rows: rel 1e-5 of their rms. They are normed (a 256-long sum of squares in double
+//     on both sides) and rotated with cos/sin that both sides round from the same f32 angle, so
+//     they differ by an ulp or two (~1e-7);
+//   outputs: rel 1e-5 of the rms of the cached v rows. An output is a convex combination of v
+//     rows (times a sigmoid <= 1), so the rounding of the scores, exponentials and the
+//     context-long sums is relative to |v|, not to |o| (which shrinks like 1/sqrt(context)
+//     through cancellation); u * sqrt(4096) ~ 4e-6 bounds the typical error of the sums.
+// Skips (and says why) where no CUDA device is present.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "mixer_check.h"
+#include "qf/kern/attention.h"
+
+namespace qf::kern {
+namespace {
+
+using test::download;
+using test::expect_close;
+using test::randn;
+using test::rms;
+using test::upload;
+
+// Runs positions 0 .. max_len - 1 (or n_steps) and compares everything at `checks`.
+void run_sequence(const AttnShape& s, int n_steps, const std::vector<int>& checks, uint64_t seed) {
+  const std::string name = "Nq " + std::to_string(s.n_q_heads) + " Nkv " +
+                           std::to_string(s.n_kv_heads) + " hd " + std::to_string(s.head_dim) +
+                           " rot " + std::to_string(s.rot_dim);
+  SCOPED_TRACE(name);
+  std::printf("attention %s max_len %d\n", name.c_str(), s.max_len);
+  std::mt19937_64 g(seed);
+  const size_t nq = static_cast<size_t>(s.n_q_heads), hd = static_cast<size_t>(s.head_dim);
+  const size_t kv_row = static_cast<size_t>(s.n_kv_heads) * hd;
+  const size_t cache = static_cast<size_t>(s.max_len) * kv_row;
+  const std::vector<float> q_norm_w = randn(hd, g, 0.1f), k_norm_w = randn(hd, g, 0.1f);
+  auto d_qn = upload(q_norm_w), d_kn = upload(k_norm_w);
+  DeviceBuffer<float> d_qproj(nq * 2 * hd), d_kproj(kv_row), d_vproj(kv_row), d_q(nq * hd),
+      d_out(nq * hd), d_kc(cache), d_vc(cache), d_scratch(attn_scratch_floats(s));
+  DeviceBuffer<int> d_pos(1);
+  QF_CUDA_CHECK(cudaMemset(d_kc.data(), 0, d_kc.bytes()));
+  QF_CUDA_CHECK(cudaMemset(d_vc.data(), 0, d_vc.bytes()));
+  std::vector<float> kc(cache, 0.0f), vc(cache, 0.0f), q(nq * hd), out(nq * hd);
+
+  cudaStream_t stream;
+  QF_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  QF_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  const cudaError_t e1 =
+      attn_prepare(s, d_qproj.data(), d_kproj.data(), d_vproj.data(), d_qn.data(), d_kn.data(),
+                   d_pos.data(), d_q.data(), d_kc.data(), d_vc.data(), stream);
+  const cudaError_t e2 = attn_decode(s, d_q.data(), d_qproj.data(), d_kc.data(), d_vc.data(),
+                                     d_pos.data(), d_out.data(), d_scratch.data(), stream);
+  QF_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  ASSERT_EQ(e1, cudaSuccess);
+  ASSERT_EQ(e2, cudaSuccess);
+  QF_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+
+  for (int pos = 0; pos < n_steps; ++pos) {
+    // Projections with an offset and a spread so the norms do real work.
+    const std::vector<float> q_proj = randn(nq * 2 * hd, g, 1.5f, 0.2f),
+                             k_proj = randn(kv_row, g, 0.7f, -0.1f), v_proj = randn(kv_row, g);
+    QF_CUDA_CHECK(cudaMemcpyAsync(d_qproj.data(), q_proj.data(), d_qproj.bytes(),
+                                  cudaMemcpyHostToDevice, stream));
+    QF_CUDA_CHECK(cudaMemcpyAsync(d_kproj.data(), k_proj.data(), d_kproj.bytes(),
+                                  cudaMemcpyHostToDevice, stream));
+    QF_CUDA_CHECK(cudaMemcpyAsync(d_vproj.data(), v_proj.data(), d_vproj.bytes(),
+                                  cudaMemcpyHostToDevice, stream));
+    QF_CUDA_CHECK(cudaMemcpyAsync(d_pos.data(), &pos, sizeof(int), cudaMemcpyHostToDevice, stream));
+    QF_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    QF_CUDA_CHECK(cudaStreamSynchronize(stream));  // the host buffers above die at loop end
+    attn_prepare_ref(s, q_proj.data(), k_proj.data(), v_proj.data(), q_norm_w.data(),
+                     k_norm_w.data(), pos, q.data(), kc.data(), vc.data());
+    if (std::find(checks.begin(), checks.end(), pos) == checks.end()) continue;
+
+    SCOPED_TRACE("context " + std::to_string(pos + 1));
+    attn_decode_ref(s, q.data(), q_proj.data(), kc.data(), vc.data(), pos, out.data());
+    const size_t used = static_cast<size_t>(pos + 1) * kv_row;
+    const std::vector<float> got_k = download(d_kc, used), got_v = download(d_vc, used);
+    const std::vector<float> want_k(kc.begin(), kc.begin() + static_cast<ptrdiff_t>(used)),
+        want_v(vc.begin(), vc.begin() + static_cast<ptrdiff_t>(used));
+    const std::string at = " T" + std::to_string(pos + 1);
+    EXPECT_EQ(std::memcmp(got_v.data(), want_v.data(), used * sizeof(float)), 0) << "v cache";
+    expect_close(download(d_q), q, rms(q), 1e-5, "q" + at);
+    expect_close(got_k, want_k, rms(want_k), 1e-5, "k cache" + at);
+    expect_close(download(d_out), out, rms(want_v), 1e-5, "out" + at);
+    if (::testing::Test::HasFailure()) break;
+  }
+  QF_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  QF_CUDA_CHECK(cudaGraphDestroy(graph));
+  QF_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+TEST(AttentionKernel, Qwen35_122B) {
+  QF_REQUIRE_GPU();
+  const AttnShape s{
+      .n_q_heads = 32, .n_kv_heads = 2, .head_dim = 256, .rot_dim = 64, .max_len = 4096};
+  run_sequence(s, 4096, {0, 6, 31, 32, 299, 1000, 4095}, 11);
+}
+TEST(AttentionKernel, Qwen35_35BLongContext) {
+  QF_REQUIRE_GPU();
+  // 5000 rows over 128 splits: 64-row chunks, two online-softmax tiles per split.
+  const AttnShape s{
+      .n_q_heads = 16, .n_kv_heads = 2, .head_dim = 256, .rot_dim = 64, .max_len = 6000};
+  run_sequence(s, 5000, {0, 4095, 4096, 4999}, 12);
+}
+TEST(AttentionKernel, AwkwardShapes) {
+  QF_REQUIRE_GPU();
+  run_sequence(AttnShape{.n_q_heads = 3,
+                         .n_kv_heads = 1,
+                         .head_dim = 64,
+                         .rot_dim = 16,
+                         .theta = 1e4f,
+                         .max_len = 50},
+               50, {0, 1, 2, 30, 31, 32, 33, 49}, 13);
+  run_sequence(AttnShape{.n_q_heads = 6,
+                         .n_kv_heads = 3,
+                         .head_dim = 128,
+                         .rot_dim = 128,
+                         .theta = 5e5f,
+                         .max_len = 300},
+               300, {0, 100, 299}, 14);
+  run_sequence(
+      AttnShape{.n_q_heads = 4, .n_kv_heads = 4, .head_dim = 256, .rot_dim = 0, .max_len = 40}, 40,
+      {0, 39}, 15);
+}
+TEST(AttentionKernel, LargeGroupsSplitAcrossBlocks) {
+  QF_REQUIRE_GPU();
+  // 40 query heads on one KV head at hd 256 (16 per block: 16 + 16 + 8), 70 at hd 64 (64 + 6).
+  run_sequence(
+      AttnShape{.n_q_heads = 40, .n_kv_heads = 1, .head_dim = 256, .rot_dim = 64, .max_len = 100},
+      100, {0, 99}, 16);
+  run_sequence(
+      AttnShape{.n_q_heads = 70, .n_kv_heads = 1, .head_dim = 64, .rot_dim = 32, .max_len = 40}, 40,
+      {0, 39}, 17);
+}
+
+TEST(AttentionKernel, RejectsUnsupportedShapes) {
+  // Validation happens before any launch, so this needs no device.
+  const AttnShape odd_hd{
+      .n_q_heads = 2, .n_kv_heads = 1, .head_dim = 96, .rot_dim = 32, .max_len = 8};
+  EXPECT_EQ(
+      attn_decode(odd_hd, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr),
+      cudaErrorInvalidValue);
+  const AttnShape bad_group{
+      .n_q_heads = 3, .n_kv_heads = 2, .head_dim = 64, .rot_dim = 32, .max_len = 8};
+  EXPECT_EQ(attn_decode(bad_group, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                        nullptr),
+            cudaErrorInvalidValue);
+  const AttnShape odd_rot{
+      .n_q_heads = 2, .n_kv_heads = 1, .head_dim = 64, .rot_dim = 7, .max_len = 8};
+  EXPECT_EQ(attn_prepare(odd_rot, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                         nullptr, nullptr, nullptr),
+            cudaErrorInvalidValue);
+}
+
+}  // namespace
+}  // namespace qf::kern

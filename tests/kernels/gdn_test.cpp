@@ -1,0 +1,165 @@
+// gdn_decode on the GPU against gdn_decode_ref, several tokens in sequence with the conv and
+// recurrent state carried on each side, at awkward sizes (dk, dv = 16, 32, 48, 128; Nv/Nk = 1, 2,
+// 4; kc = 2, 3, 4) and the real 35B-A3B / 122B-A10B sizes. Tolerances (mixer_check.h):
+//   conv state: exact (it only moves inputs);
+//   recurrent state: rel 1e-5 of its rms. Per token each element takes a dk-long dot product
+//     (p), one multiply-add and a decay; the old error is multiplied by alpha (I - beta k k^T),
+//     which does not grow it, so the error stays a few u * sqrt(dk) ~ 1e-6 of the state;
+//   outputs: rel 1e-5 * sqrt(dk) of their rms. o = S^T q^ turns a state error into
+//     |dS|_F |q^| while |o| ~ |S|_F |q^| / sqrt(dk) for a q^ unrelated to S, and the gated
+//     RMSNorm divides by |o|; so the relative error of o is at most sqrt(dk) times the state's.
+// Skips (and says why) where no CUDA device is present.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "mixer_check.h"
+#include "qf/kern/gdn.h"
+
+namespace qf::kern {
+namespace {
+
+using test::download;
+using test::expect_close;
+using test::randn;
+using test::rms;
+using test::upload;
+using test::upload_to;
+
+struct HostGdn {
+  std::vector<float> conv_w, dt_bias, a_log, norm_w, conv, ssm;
+};
+
+HostGdn make_layer(const GdnShape& s, std::mt19937_64& g) {
+  const size_t conv_dim = static_cast<size_t>(s.conv_dim());
+  HostGdn h;
+  h.conv_w = randn(conv_dim * s.kc, g, 0.5f);
+  h.dt_bias = randn(static_cast<size_t>(s.n_v_heads), g, 1.0f);
+  h.a_log = randn(static_cast<size_t>(s.n_v_heads), g, 0.8f);  // decay rates e^-3 .. e^2.5
+  h.norm_w = randn(static_cast<size_t>(s.dv), g, 0.1f, 1.0f);
+  // Mid-sequence state: the first token already decays and overwrites a non-zero state.
+  h.conv = randn(conv_dim * (s.kc - 1), g, 1.0f);
+  h.ssm = randn(static_cast<size_t>(s.n_v_heads) * s.dk * s.dv, g, 0.05f);
+  return h;
+}
+
+void run_sequence(const GdnShape& s, int steps, uint64_t seed) {
+  SCOPED_TRACE("Nk " + std::to_string(s.n_k_heads) + " Nv " + std::to_string(s.n_v_heads) + " dk " +
+               std::to_string(s.dk) + " dv " + std::to_string(s.dv) + " kc " +
+               std::to_string(s.kc));
+  std::printf("GDN Nk %d Nv %d dk %d dv %d kc %d\n", s.n_k_heads, s.n_v_heads, s.dk, s.dv, s.kc);
+  std::mt19937_64 g(seed);
+  HostGdn h = make_layer(s, g);
+  const size_t conv_dim = static_cast<size_t>(s.conv_dim());
+  const size_t nv = static_cast<size_t>(s.n_v_heads), vd = nv * s.dv;
+  auto d_conv_w = upload(h.conv_w), d_dt = upload(h.dt_bias), d_alog = upload(h.a_log),
+       d_norm = upload(h.norm_w), d_conv = upload(h.conv), d_ssm = upload(h.ssm);
+  DeviceBuffer<float> d_qkv(conv_dim), d_z(vd), d_b(nv), d_a(nv), d_out(vd);
+  DeviceBuffer<float> d_scratch(gdn_scratch_floats(s));
+  QF_CUDA_CHECK(cudaMemset(d_scratch.data(), 0xFF, d_scratch.bytes()));  // no init needed
+  const GdnParams dp{d_conv_w.data(), d_dt.data(), d_alog.data(), d_norm.data()};
+  const GdnParams hp{h.conv_w.data(), h.dt_bias.data(), h.a_log.data(), h.norm_w.data()};
+  const double rel_state = 1e-5, rel_out = 1e-5 * std::sqrt(static_cast<double>(s.dk));
+
+  std::vector<float> out(vd);
+  for (int t = 0; t < steps; ++t) {
+    SCOPED_TRACE("token " + std::to_string(t));
+    const std::vector<float> qkv = randn(conv_dim, g, 1.0f, 0.1f), z = randn(vd, g, 1.5f);
+    std::vector<float> b = randn(nv, g, 2.0f), a = randn(nv, g, 2.0f);
+    if (t == 1) a[0] = 30.0f;  // softplus past its threshold (alpha underflows to 0)
+    upload_to(qkv, d_qkv);
+    upload_to(z, d_z);
+    upload_to(b, d_b);
+    upload_to(a, d_a);
+    ASSERT_EQ(
+        gdn_decode(s, dp, d_qkv.data(), d_z.data(), d_b.data(), d_a.data(),
+                   GdnState{d_conv.data(), d_ssm.data()}, d_out.data(), d_scratch.data(), nullptr),
+        cudaSuccess);
+    gdn_decode_ref(s, hp, qkv.data(), z.data(), b.data(), a.data(),
+                   GdnState{h.conv.data(), h.ssm.data()}, out.data());
+    QF_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<float> conv = download(d_conv);
+    EXPECT_EQ(std::memcmp(conv.data(), h.conv.data(), conv.size() * sizeof(float)), 0)
+        << "conv state";
+    expect_close(download(d_ssm), h.ssm, rms(h.ssm), rel_state, "state t" + std::to_string(t));
+    expect_close(download(d_out), out, rms(out), rel_out, "out t" + std::to_string(t));
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+TEST(GdnKernel, TinyHeads) {
+  QF_REQUIRE_GPU();
+  run_sequence(GdnShape{.n_k_heads = 1, .n_v_heads = 1, .dk = 16, .dv = 16, .kc = 4}, 6, 1);
+}
+TEST(GdnKernel, AwkwardShapes) {
+  QF_REQUIRE_GPU();
+  run_sequence(GdnShape{.n_k_heads = 1, .n_v_heads = 2, .dk = 16, .dv = 32, .kc = 2}, 5, 2);
+  run_sequence(GdnShape{.n_k_heads = 2, .n_v_heads = 4, .dk = 32, .dv = 16, .kc = 3}, 5, 3);
+  run_sequence(GdnShape{.n_k_heads = 2, .n_v_heads = 8, .dk = 32, .dv = 128, .kc = 4}, 5, 4);
+  run_sequence(GdnShape{.n_k_heads = 1, .n_v_heads = 1, .dk = 128, .dv = 128, .kc = 4}, 5, 5);
+  run_sequence(GdnShape{.n_k_heads = 3, .n_v_heads = 6, .dk = 48, .dv = 48, .kc = 4}, 5, 6);
+  run_sequence(GdnShape{.n_k_heads = 2, .n_v_heads = 2, .dk = 128, .dv = 16, .kc = 3}, 5, 7);
+}
+TEST(GdnKernel, Qwen35_35B) {
+  QF_REQUIRE_GPU();
+  run_sequence(GdnShape{.n_k_heads = 16, .n_v_heads = 32, .dk = 128, .dv = 128, .kc = 4}, 6, 8);
+}
+TEST(GdnKernel, Qwen35_122B) {
+  QF_REQUIRE_GPU();
+  run_sequence(GdnShape{.n_k_heads = 16, .n_v_heads = 64, .dk = 128, .dv = 128, .kc = 4}, 6, 9);
+}
+
+// Same inputs, same state: bit-identical outputs and state (the last-tile normalization sums the
+// tiles in index order whatever order the blocks finish in).
+TEST(GdnKernel, Deterministic) {
+  QF_REQUIRE_GPU();
+  const GdnShape s{.n_k_heads = 16, .n_v_heads = 64, .dk = 128, .dv = 128, .kc = 4};
+  std::mt19937_64 g(10);
+  const HostGdn h = make_layer(s, g);
+  const size_t conv_dim = static_cast<size_t>(s.conv_dim()), nv = 64, vd = nv * s.dv;
+  const std::vector<float> qkv = randn(conv_dim, g), z = randn(vd, g), b = randn(nv, g),
+                           a = randn(nv, g);
+  auto d_conv_w = upload(h.conv_w), d_dt = upload(h.dt_bias), d_alog = upload(h.a_log),
+       d_norm = upload(h.norm_w), d_qkv = upload(qkv), d_z = upload(z), d_b = upload(b),
+       d_a = upload(a);
+  const GdnParams dp{d_conv_w.data(), d_dt.data(), d_alog.data(), d_norm.data()};
+  DeviceBuffer<float> d_out(vd), d_scratch(gdn_scratch_floats(s));
+  std::vector<float> first_out, first_ssm;
+  for (int run = 0; run < 3; ++run) {
+    auto d_conv = upload(h.conv), d_ssm = upload(h.ssm);
+    for (int t = 0; t < 3; ++t) {
+      ASSERT_EQ(gdn_decode(s, dp, d_qkv.data(), d_z.data(), d_b.data(), d_a.data(),
+                           GdnState{d_conv.data(), d_ssm.data()}, d_out.data(), d_scratch.data(),
+                           nullptr),
+                cudaSuccess);
+    }
+    const std::vector<float> out = download(d_out), ssm = download(d_ssm);
+    if (run == 0) {
+      first_out = out;
+      first_ssm = ssm;
+    } else {
+      EXPECT_EQ(std::memcmp(out.data(), first_out.data(), vd * sizeof(float)), 0) << run;
+      EXPECT_EQ(std::memcmp(ssm.data(), first_ssm.data(), ssm.size() * sizeof(float)), 0) << run;
+    }
+  }
+}
+
+TEST(GdnKernel, RejectsUnsupportedShapes) {
+  // Validation happens before any launch, so this needs no device.
+  const GdnParams p{};
+  const GdnShape bad_ratio{.n_k_heads = 3, .n_v_heads = 4, .dk = 16, .dv = 16, .kc = 4};
+  EXPECT_EQ(gdn_decode(bad_ratio, p, nullptr, nullptr, nullptr, nullptr, GdnState{}, nullptr,
+                       nullptr, nullptr),
+            cudaErrorInvalidValue);
+  const GdnShape too_deep{.n_k_heads = 1, .n_v_heads = 1, .dk = 1024, .dv = 128, .kc = 4};
+  EXPECT_EQ(gdn_decode(too_deep, p, nullptr, nullptr, nullptr, nullptr, GdnState{}, nullptr,
+                       nullptr, nullptr),
+            cudaErrorInvalidValue);
+}
+
+}  // namespace
+}  // namespace qf::kern

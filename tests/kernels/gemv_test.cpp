@@ -1,0 +1,558 @@
+// gemv on the GPU against its CPU twin gemv_ref, for every weight format, on random data written
+// directly in the kernel layouts (gemv.h): awkward sizes (N = 1..129, K not a multiple of 128,
+// partial groups and FP8 blocks, misaligned rows and inputs: the generic path) and the real
+// Qwen3.5-122B-A10B shapes (expert gate/up/down, q_proj, the INT8 LM head, the FP8 shared expert,
+// the BF16 router), expert batches with repeated and out-of-order ids, and graph replay.
+//
+// Tolerance: gemv_ref is the exact dot product of the exactly reconstructed weights, rounded once
+// (it sums the exact products in double). The kernel forms the same products exactly (fma) and
+// sums them in fp32 through a tree of depth at most ceil(K/32) + 8 (a lane's chain plus the warp
+// reduction; the generic path's lanes take whole words), so per row
+//   |y - ref| <= (ceil(K/32) + 16) * 2^-24 * sum_c |w_rc * x_c|,
+// the standard bound gamma_n * sum|terms| with margin for the reference's own final rounding.
+// Per-element exactness is checked with one-hot inputs: y = column c of W exactly.
+// Skips (and says why) where no CUDA device is present.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "qf/kern/device_buffer.h"
+#include "qf/kern/gemv.h"
+#include "qf/quant/formats.h"
+
+namespace qf::kern {
+namespace {
+
+bool have_gpu(std::string* why) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    *why = std::string("no CUDA device: ") + cudaGetErrorString(e);
+    return false;
+  }
+  if (n == 0) *why = "no CUDA device";
+  return n > 0;
+}
+
+#define QF_NEED_GPU()                           \
+  do {                                          \
+    std::string why_;                           \
+    if (!have_gpu(&why_)) GTEST_SKIP() << why_; \
+  } while (0)
+
+struct Rng {
+  uint64_t s;
+  uint64_t next() {  // splitmix64
+    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  float uniform(float lo, float hi) {  // [lo, hi)
+    return lo + (hi - lo) * static_cast<float>(next() >> 40) * 0x1p-24f;
+  }
+  uint32_t below(uint32_t n) { return static_cast<uint32_t>(next() % n); }
+};
+
+const char* kind_name(WeightKind k) {
+  switch (k) {
+    case WeightKind::kBf16:
+      return "bf16";
+    case WeightKind::kF32:
+      return "f32";
+    case WeightKind::kInt4:
+      return "int4";
+    case WeightKind::kInt8:
+      return "int8";
+    case WeightKind::kFp8:
+      return "fp8";
+  }
+  return "?";
+}
+
+// A stack of `n_experts` equal matrices in the kernel layout, on the host and on the device.
+// `w_offset_bytes` places the codes that many bytes into their buffer (misaligned rows: generic
+// path); experts are packed back to back, so w_stride is one matrix.
+struct TestLinear {
+  WeightKind kind;
+  int n, k, n_experts, group, block;
+  size_t w_elems = 0, n_scales = 0;  // per expert
+  std::vector<uint8_t> w;            // codes, w_offset_bytes first
+  std::vector<uint16_t> scales;      // f16 bits
+  std::vector<uint8_t> zeros;
+  std::vector<float> block_scale;
+  size_t w_offset_bytes = 0;
+  DeviceBuffer<uint8_t> d_w, d_zeros;
+  DeviceBuffer<uint16_t> d_scales;
+  DeviceBuffer<float> d_block_scale;
+
+  size_t elem_bytes() const {
+    return kind == WeightKind::kBf16 ? 2 : kind == WeightKind::kFp8 ? 1 : 4;
+  }
+  DeviceLinear view(bool device) const {
+    DeviceLinear d;
+    d.kind = kind;
+    d.n = n;
+    d.k = k;
+    d.group = group;
+    d.block = block;
+    d.w = (device ? d_w.data() : w.data()) + w_offset_bytes;
+    d.scales = reinterpret_cast<const __half*>(device ? d_scales.data() : scales.data());
+    d.zeros = device ? d_zeros.data() : zeros.data();
+    d.block_scale = device ? d_block_scale.data() : block_scale.data();
+    d.w_stride = w_elems;
+    d.scale_stride = d.zero_stride = n_scales;
+    d.block_scale_stride = n_scales;
+    if (kind != WeightKind::kInt4 && kind != WeightKind::kInt8)
+      d.scales = nullptr, d.zeros = nullptr;
+    if (kind != WeightKind::kFp8) d.block_scale = nullptr;
+    return d;
+  }
+};
+
+uint16_t random_scale(Rng& rng) {
+  if (rng.below(10) == 0) return static_cast<uint16_t>(rng.below(0x400) | (rng.below(2) << 15));
+  const float s = rng.uniform(1e-3f, 2e-2f) * (rng.below(2) ? -1.0f : 1.0f);  // AutoRound: signed
+  return quant::f32_to_f16(s);
+}
+
+std::unique_ptr<TestLinear> make_linear(WeightKind kind, int n, int k, int n_experts, int group,
+                                        int block, uint64_t seed, size_t w_offset_bytes = 0) {
+  auto t = std::make_unique<TestLinear>();
+  t->kind = kind;
+  t->n = n;
+  t->k = k;
+  t->n_experts = n_experts;
+  t->group = group;
+  t->block = block;
+  t->w_offset_bytes = w_offset_bytes;
+  Rng rng{seed};
+  const size_t nn = static_cast<size_t>(n), kk = static_cast<size_t>(k);
+  const size_t ne = static_cast<size_t>(n_experts);
+  switch (kind) {
+    case WeightKind::kBf16:
+      t->w_elems = nn * kk;
+      break;
+    case WeightKind::kF32:
+      t->w_elems = nn * kk;
+      break;
+    case WeightKind::kInt4:
+      t->w_elems = nn * kk / 8;
+      t->n_scales = nn * ((kk + group - 1) / group);
+      break;
+    case WeightKind::kInt8:
+      t->w_elems = nn * kk / 4;
+      t->n_scales = nn * ((kk + group - 1) / group);
+      break;
+    case WeightKind::kFp8:
+      t->w_elems = nn * kk;
+      t->n_scales = ((nn + block - 1) / block) * ((kk + block - 1) / block);
+      break;
+  }
+  const size_t w_bytes = t->w_elems * t->elem_bytes() * ne;
+  t->w.resize(w_offset_bytes + w_bytes);
+  uint8_t* w = t->w.data() + w_offset_bytes;
+  if (kind == WeightKind::kBf16) {
+    for (size_t i = 0; i < w_bytes / 2; ++i) {
+      const uint16_t b = quant::f32_to_bf16(rng.uniform(-1.0f, 1.0f));
+      std::memcpy(w + 2 * i, &b, 2);
+    }
+  } else if (kind == WeightKind::kF32) {
+    for (size_t i = 0; i < w_bytes / 4; ++i) {
+      const float f = rng.uniform(-1.0f, 1.0f);
+      std::memcpy(w + 4 * i, &f, 4);
+    }
+  } else if (kind == WeightKind::kFp8) {
+    for (size_t i = 0; i < w_bytes; ++i) {
+      uint8_t c = static_cast<uint8_t>(rng.next());
+      if ((c & 0x7F) == 0x7F) c ^= 1;  // no NaN codes
+      w[i] = c;
+    }
+  } else {
+    size_t i = 0;
+    for (; i + 8 <= w_bytes; i += 8) {
+      const uint64_t r = rng.next();
+      std::memcpy(w + i, &r, 8);
+    }
+    for (; i < w_bytes; ++i) w[i] = static_cast<uint8_t>(rng.next());
+  }
+  if (kind == WeightKind::kInt4 || kind == WeightKind::kInt8) {
+    t->scales.resize(t->n_scales * ne);
+    t->zeros.resize(t->n_scales * ne);
+    for (uint16_t& s : t->scales) s = random_scale(rng);
+    // INT4 holds the v1 zero point + 1 (1..16; 0 too, for coverage); INT8 any byte.
+    for (uint8_t& z : t->zeros)
+      z = static_cast<uint8_t>(kind == WeightKind::kInt4 ? rng.below(17) : rng.below(256));
+  }
+  if (kind == WeightKind::kFp8) {
+    t->block_scale.resize(t->n_scales * ne);
+    for (float& s : t->block_scale) s = rng.uniform(1e-4f, 1e-2f);
+  }
+  t->d_w = DeviceBuffer<uint8_t>(t->w.size());
+  QF_CUDA_CHECK(cudaMemcpy(t->d_w.data(), t->w.data(), t->w.size(), cudaMemcpyHostToDevice));
+  if (!t->scales.empty()) {
+    t->d_scales = DeviceBuffer<uint16_t>(t->scales.size());
+    t->d_zeros = DeviceBuffer<uint8_t>(t->zeros.size());
+    QF_CUDA_CHECK(cudaMemcpy(t->d_scales.data(), t->scales.data(), t->d_scales.bytes(),
+                             cudaMemcpyHostToDevice));
+    QF_CUDA_CHECK(
+        cudaMemcpy(t->d_zeros.data(), t->zeros.data(), t->d_zeros.bytes(), cudaMemcpyHostToDevice));
+  }
+  if (!t->block_scale.empty()) {
+    t->d_block_scale = DeviceBuffer<float>(t->block_scale.size());
+    QF_CUDA_CHECK(cudaMemcpy(t->d_block_scale.data(), t->block_scale.data(),
+                             t->d_block_scale.bytes(), cudaMemcpyHostToDevice));
+  }
+  return t;
+}
+
+// W[r][c] of expert e, decoded independently of gemv_ref (formats.h scalars, own indexing).
+float weight_at(const TestLinear& t, size_t e, int64_t r, int64_t c) {
+  const uint8_t* w = t.w.data() + t.w_offset_bytes + e * t.w_elems * t.elem_bytes();
+  const int64_t k = t.k;
+  switch (t.kind) {
+    case WeightKind::kBf16: {
+      uint16_t b;
+      std::memcpy(&b, w + 2 * (r * k + c), 2);
+      return quant::bf16_to_f32(b);
+    }
+    case WeightKind::kF32: {
+      float f;
+      std::memcpy(&f, w + 4 * (r * k + c), 4);
+      return f;
+    }
+    case WeightKind::kInt4:
+    case WeightKind::kInt8: {
+      const int bits = t.kind == WeightKind::kInt4 ? 4 : 8;
+      const int64_t byte = (r * k + c) * bits / 8;  // rows are whole words: K % (32 / bits) == 0
+      const uint32_t code = (w[byte] >> (bits == 4 ? 4 * (c % 2) : 0)) & ((1u << bits) - 1);
+      const size_t g =
+          e * t.n_scales + static_cast<size_t>(r * ((k + t.group - 1) / t.group) + c / t.group);
+      const float scale = quant::f16_to_f32(t.scales[g]);
+      return scale * static_cast<float>(static_cast<int>(code) - static_cast<int>(t.zeros[g]));
+    }
+    case WeightKind::kFp8: {
+      const int64_t cb = (k + t.block - 1) / t.block;
+      const float s =
+          t.block_scale[e * t.n_scales + static_cast<size_t>((r / t.block) * cb + c / t.block)];
+      return quant::e4m3fn_to_f32(w[r * k + c]) * s;
+    }
+  }
+  return 0.0f;
+}
+
+struct Batch {
+  int n_slots = 1;
+  std::vector<int> ids;  // empty: slot s uses expert s
+  size_t x_stride = 0, y_stride = 0;
+};
+
+// Runs gemv and gemv_ref on random x, checks every row against the tolerance (file comment), the
+// reference's decoding against weight_at, and that nothing outside the slots' rows was written.
+void check(const TestLinear& t, const Batch& b, uint64_t seed) {
+  SCOPED_TRACE(std::string(kind_name(t.kind)) + " n " + std::to_string(t.n) + " k " +
+               std::to_string(t.k) + " group " + std::to_string(t.group) + " block " +
+               std::to_string(t.block) + " slots " + std::to_string(b.n_slots) + " x_stride " +
+               std::to_string(b.x_stride) + " y_stride " + std::to_string(b.y_stride) +
+               " w_offset " + std::to_string(t.w_offset_bytes));
+  Rng rng{seed};
+  const size_t y_stride = b.n_slots > 1 ? b.y_stride : 0;
+  const size_t nx = (b.n_slots - 1) * b.x_stride + t.k;
+  const size_t ny = (b.n_slots - 1) * y_stride + t.n;
+  std::vector<float> x(nx);
+  for (float& v : x) v = rng.uniform(-1.0f, 1.0f);
+  DeviceBuffer<float> d_x(nx), d_y(ny);
+  DeviceBuffer<int> d_ids(b.ids.size());
+  QF_CUDA_CHECK(cudaMemcpy(d_x.data(), x.data(), nx * sizeof(float), cudaMemcpyHostToDevice));
+  if (!b.ids.empty()) {
+    QF_CUDA_CHECK(
+        cudaMemcpy(d_ids.data(), b.ids.data(), b.ids.size() * sizeof(int), cudaMemcpyHostToDevice));
+  }
+  QF_CUDA_CHECK(cudaMemset(d_y.data(), 0xFF, d_y.bytes()));  // NaN poison
+  GemvBatch gb;
+  gb.n_slots = b.n_slots;
+  gb.ids = b.ids.empty() ? nullptr : d_ids.data();
+  gb.x_stride = b.x_stride;
+  gb.y_stride = y_stride;
+  ASSERT_EQ(gemv(t.view(true), d_x.data(), d_y.data(), gb, nullptr), cudaSuccess);
+  QF_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<float> got(ny), want(ny, 0.0f);
+  QF_CUDA_CHECK(cudaMemcpy(got.data(), d_y.data(), ny * sizeof(float), cudaMemcpyDeviceToHost));
+  gemv_ref(t.view(false), x.data(), want.data(), gb, b.ids.empty() ? nullptr : b.ids.data());
+
+  std::vector<bool> written(ny, false);
+  int bad = 0;
+  for (int s = 0; s < b.n_slots; ++s) {
+    const size_t e = b.ids.empty() ? s : b.ids[s];
+    const float* xs = x.data() + s * b.x_stride;
+    for (int64_t r = 0; r < t.n; ++r) {
+      const size_t i = s * y_stride + r;
+      written[i] = true;
+      double exact = 0.0, abs_sum = 0.0;
+      for (int64_t c = 0; c < t.k; ++c) {
+        const double p = static_cast<double>(weight_at(t, e, r, c)) * xs[c];
+        exact += p;
+        abs_sum += std::fabs(p);
+      }
+      const double tol = (std::ceil(t.k / 32.0) + 16) * 0x1p-24 * abs_sum;
+      const bool ok_ref = want[i] == static_cast<float>(exact);
+      const bool ok = std::fabs(static_cast<double>(got[i]) - want[i]) <= tol;
+      if ((!ok || !ok_ref) && ++bad <= 5) {
+        ADD_FAILURE() << "slot " << s << " row " << r << ": gpu " << got[i] << " ref " << want[i]
+                      << " own " << exact << " tol " << tol;
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  for (size_t i = 0; i < ny; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &got[i], 4);
+    if (!written[i]) {
+      ASSERT_EQ(bits, 0xFFFFFFFFu) << "y[" << i << "] outside the slots' rows written";
+    }
+  }
+}
+
+// One-hot x: y = column c of W must equal the reference exactly (no summation error is left),
+// for every column c: every nibble/byte position, group and block edge.
+void check_exact_columns(const TestLinear& t) {
+  SCOPED_TRACE(std::string(kind_name(t.kind)) + " exact columns, n " + std::to_string(t.n) + " k " +
+               std::to_string(t.k) + " w_offset " + std::to_string(t.w_offset_bytes));
+  DeviceBuffer<float> d_x(t.k), d_y(t.n);
+  std::vector<float> x(t.k, 0.0f), got(t.n), want(t.n);
+  int bad = 0;
+  for (int c = 0; c < t.k; ++c) {
+    x.assign(t.k, 0.0f);
+    x[c] = 1.0f;
+    QF_CUDA_CHECK(cudaMemcpy(d_x.data(), x.data(), t.k * sizeof(float), cudaMemcpyHostToDevice));
+    ASSERT_EQ(gemv(t.view(true), d_x.data(), d_y.data(), GemvBatch{}, nullptr), cudaSuccess);
+    QF_CUDA_CHECK(cudaMemcpy(got.data(), d_y.data(), t.n * sizeof(float), cudaMemcpyDeviceToHost));
+    gemv_ref(t.view(false), x.data(), want.data(), GemvBatch{}, nullptr);
+    for (int r = 0; r < t.n; ++r) {
+      const float w = weight_at(t, 0, r, c);
+      if ((got[r] != want[r] || want[r] != w) && ++bad <= 5) {
+        ADD_FAILURE() << "row " << r << " col " << c << ": gpu " << got[r] << " ref " << want[r]
+                      << " weight " << w;
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+// Sizes per kind: K multiple of 8 (INT4) / 4 (INT8) as the layout needs; fast-path sizes (rows of
+// whole 16-byte chunks) and generic ones (K = 136: 68-byte INT4 rows; odd K for float kinds).
+std::vector<int> awkward_k(WeightKind kind) {
+  switch (kind) {
+    case WeightKind::kInt4:
+      return {8, 24, 32, 136, 1000, 1056, 3072, 4128};
+    case WeightKind::kInt8:
+      return {4, 12, 16, 136, 1000, 1040, 3072};
+    default:
+      return {1, 3, 8, 24, 33, 136, 1000, 1040, 3072};
+  }
+}
+
+class GemvKinds : public ::testing::TestWithParam<WeightKind> {};
+
+TEST_P(GemvKinds, AwkwardSizes) {
+  QF_NEED_GPU();
+  const WeightKind kind = GetParam();
+  uint64_t seed = 1;
+  for (int k : awkward_k(kind)) {
+    for (int n : {1, 3, 31, 33, 127, 129}) {
+      const auto t = make_linear(kind, n, k, 1, 128, 128, ++seed);
+      check(*t, Batch{}, ++seed);
+    }
+  }
+}
+
+// Enough rows for 4 rows per warp (and, at 100000 x 64, a persistent grid of resident blocks).
+TEST_P(GemvKinds, ManyRows) {
+  QF_NEED_GPU();
+  const WeightKind kind = GetParam();
+  uint64_t seed = 300;
+  for (const auto& [n, k] : {std::pair{4500, 1040}, std::pair{4500, 3072}, std::pair{100000, 64}}) {
+    const int kk = kind == WeightKind::kInt4 && k == 1040 ? 1056 : k;  // INT4 fast path: K % 32
+    const auto t = make_linear(kind, n, kk, 1, 128, 128, ++seed);
+    check(*t, Batch{}, ++seed);
+  }
+}
+
+TEST_P(GemvKinds, GroupsAndBlocks) {
+  QF_NEED_GPU();
+  const WeightKind kind = GetParam();
+  if (kind == WeightKind::kBf16 || kind == WeightKind::kF32) GTEST_SKIP() << "no scales";
+  uint64_t seed = 100;
+  // Groups/blocks that are multiples of a chunk (fast path), that are not (generic), larger
+  // than K, and that leave a partial last group/block (K = 1056 / 1040 with 128).
+  const int unit = kind == WeightKind::kInt4 ? 8 : 4;
+  for (int gb : {16, 32, 48, 64, 100, 128, 256, 4096}) {
+    if (kind != WeightKind::kFp8 && gb % unit != 0) continue;
+    for (int k : {kind == WeightKind::kInt4 ? 1056 : 1040, 3072}) {
+      for (int n : {33, 129, 300}) {
+        const auto t = make_linear(kind, n, k, 1, gb, gb, ++seed);
+        check(*t, Batch{}, ++seed);
+      }
+    }
+  }
+}
+
+TEST_P(GemvKinds, ExactPerElement) {
+  QF_NEED_GPU();
+  const WeightKind kind = GetParam();
+  const int k = kind == WeightKind::kInt4 ? 320 : kind == WeightKind::kInt8 ? 176 : 144;
+  const int group = kind == WeightKind::kInt4 ? 64 : 32;
+  for (size_t offset : {size_t{0}, size_t{4}}) {  // fast path, generic path
+    const auto t = make_linear(kind, 37, k, 1, group, 32, 7 + offset, offset);
+    check_exact_columns(*t);
+  }
+}
+
+TEST_P(GemvKinds, MisalignedRowsAndInputs) {
+  QF_NEED_GPU();
+  const WeightKind kind = GetParam();
+  const int k = kind == WeightKind::kInt4 ? 1024 : 1040;
+  const auto t = make_linear(kind, 65, k, 3, 128, 128, 31, 4);  // rows 4 bytes off: generic
+  check(*t, Batch{3, {2, 0, 2}, static_cast<size_t>(k) + 1, 70}, 32);
+  const auto a = make_linear(kind, 65, k, 3, 128, 128, 33);  // aligned rows, x off by 1 float
+  check(*a, Batch{3, {2, 0, 2}, static_cast<size_t>(k) + 1, 70}, 34);
+}
+
+TEST_P(GemvKinds, ExpertBatch) {
+  QF_NEED_GPU();
+  const WeightKind kind = GetParam();
+  const auto t = make_linear(kind, 96, 1024, 12, 128, 128, 41);
+  const std::vector<int> ids = {7, 2, 7, 0, 11, 3, 3, 5};
+  check(*t, Batch{8, ids, 0, 96}, 42);        // one shared x
+  check(*t, Batch{8, ids, 1024, 101}, 43);    // x per slot, gaps between outputs
+  check(*t, Batch{3, {}, 1024 + 4, 96}, 44);  // no ids: slot s uses expert s
+  check(*t, Batch{1, {11}, 0, 0}, 45);        // one slot through ids
+}
+
+INSTANTIATE_TEST_SUITE_P(All, GemvKinds,
+                         ::testing::Values(WeightKind::kBf16, WeightKind::kF32, WeightKind::kInt4,
+                                           WeightKind::kInt8, WeightKind::kFp8),
+                         [](const ::testing::TestParamInfo<WeightKind>& i) {
+                           return std::string(kind_name(i.param));
+                         });
+
+// ---- Qwen3.5-122B-A10B shapes (hidden 3072, expert inter 1024, 32 x 2 x 256 q_proj) ----------
+
+TEST(GemvRealShapes, Int4ExpertGateUpAndDown) {
+  QF_NEED_GPU();
+  const std::vector<int> ids = {201, 17, 88, 17, 3, 255, 140, 64};
+  const auto gate = make_linear(WeightKind::kInt4, 1024, 3072, 256, 128, 128, 51);
+  check(*gate, Batch{8, ids, 0, 1024}, 52);
+  const auto down = make_linear(WeightKind::kInt4, 3072, 1024, 256, 128, 128, 53);
+  check(*down, Batch{8, ids, 1024, 3072}, 54);  // each slot's own activation
+}
+
+TEST(GemvRealShapes, Int4QProj) {
+  QF_NEED_GPU();
+  const auto t = make_linear(WeightKind::kInt4, 16384, 3072, 1, 128, 128, 61);
+  check(*t, Batch{}, 62);
+}
+
+TEST(GemvRealShapes, Int8LmHead) {
+  QF_NEED_GPU();
+  const auto t = make_linear(WeightKind::kInt8, 248320, 3072, 1, 3072, 128, 71);  // per row
+  check(*t, Batch{}, 72);
+}
+
+TEST(GemvRealShapes, Fp8SharedExpertAndBf16Router) {
+  QF_NEED_GPU();
+  const auto up = make_linear(WeightKind::kFp8, 1024, 3072, 1, 128, 128, 81);
+  check(*up, Batch{}, 82);
+  const auto down = make_linear(WeightKind::kFp8, 3072, 1024, 1, 128, 128, 83);
+  check(*down, Batch{}, 84);
+  const auto router = make_linear(WeightKind::kBf16, 256, 3072, 1, 128, 128, 85);
+  check(*router, Batch{}, 86);
+}
+
+// ids are read on the device at run time: a captured graph follows new ids without re-capture.
+TEST(GemvGraph, ReplayFollowsDeviceIds) {
+  QF_NEED_GPU();
+  const auto t = make_linear(WeightKind::kInt4, 256, 1024, 6, 128, 128, 91);
+  Rng rng{92};
+  std::vector<float> x(1024);
+  for (float& v : x) v = rng.uniform(-1.0f, 1.0f);
+  DeviceBuffer<float> d_x(1024), d_y(4 * 256);
+  DeviceBuffer<int> d_ids(4);
+  QF_CUDA_CHECK(cudaMemcpy(d_x.data(), x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+  cudaStream_t stream;
+  QF_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  GemvBatch gb;
+  gb.n_slots = 4;
+  gb.ids = d_ids.data();
+  gb.y_stride = 256;
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  QF_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  ASSERT_EQ(gemv(t->view(true), d_x.data(), d_y.data(), gb, stream), cudaSuccess);
+  QF_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  QF_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (const std::vector<int>& ids : {std::vector<int>{0, 1, 2, 3}, {5, 5, 1, 4}}) {
+    QF_CUDA_CHECK(cudaMemcpyAsync(d_ids.data(), ids.data(), 16, cudaMemcpyHostToDevice, stream));
+    QF_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    QF_CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::vector<float> got(4 * 256), want(4 * 256);
+    QF_CUDA_CHECK(cudaMemcpy(got.data(), d_y.data(), d_y.bytes(), cudaMemcpyDeviceToHost));
+    gemv_ref(t->view(false), x.data(), want.data(), gb, ids.data());
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::fabs(want[i]))) << "i " << i;
+    }
+  }
+  QF_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  QF_CUDA_CHECK(cudaGraphDestroy(graph));
+  QF_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+// Host-side checks of the contract: these need no device.
+TEST(GemvArgs, RejectsBadShapesAndAcceptsEmpty) {
+  DeviceLinear w;
+  w.kind = WeightKind::kInt4;
+  w.n = 4;
+  w.k = 12;  // not a multiple of 8
+  float dummy = 0;
+  w.w = &dummy;
+  w.scales = reinterpret_cast<const __half*>(&dummy);
+  w.zeros = reinterpret_cast<const uint8_t*>(&dummy);
+  EXPECT_EQ(gemv(w, &dummy, &dummy, GemvBatch{}, nullptr), cudaErrorInvalidValue);
+  w.k = 16;
+  w.group = 0;
+  EXPECT_EQ(gemv(w, &dummy, &dummy, GemvBatch{}, nullptr), cudaErrorInvalidValue);
+  w.kind = WeightKind::kFp8;
+  w.block_scale = nullptr;
+  EXPECT_EQ(gemv(w, &dummy, &dummy, GemvBatch{}, nullptr), cudaErrorInvalidValue);
+  w.n = 0;  // nothing to do: no launch
+  EXPECT_EQ(gemv(w, &dummy, &dummy, GemvBatch{}, nullptr), cudaSuccess);
+}
+
+TEST(GemvArgs, WeightBytes) {
+  DeviceLinear w;
+  w.kind = WeightKind::kInt4;
+  w.n = 1024;
+  w.k = 3072;
+  EXPECT_EQ(weight_bytes(w), 1024u * 1536 + 1024u * 24 * 3);
+  w.k = 3100 / 8 * 8;  // 3096: 25 groups, the last partial
+  EXPECT_EQ(weight_bytes(w), 1024u * 1548 + 1024u * 25 * 3);
+  w.kind = WeightKind::kInt8;
+  w.group = 3072;
+  w.n = 248320;
+  w.k = 3072;
+  EXPECT_EQ(weight_bytes(w), 248320ull * 3072 + 248320ull * 3);
+  w.kind = WeightKind::kFp8;
+  w.n = 1000;
+  w.k = 3072;
+  EXPECT_EQ(weight_bytes(w), 1000u * 3072 + 8u * 24 * 4);
+  w.kind = WeightKind::kBf16;
+  EXPECT_EQ(weight_bytes(w), 1000u * 3072 * 2);
+}
+
+}  // namespace
+}  // namespace qf::kern
