@@ -55,30 +55,24 @@ __global__ void swiglu_kernel(const float* gate, const float* up, int n, int row
   }
 }
 
-// One block: softmax over e logits, then k rounds of block-wide argmax.
+// One warp: softmax over e logits held in shared memory, then k rounds of warp-wide argmax
+// (no block barriers: the router sits on every layer's critical path).
 __global__ void router_kernel(const float* logits, int e, int k, int* ids, float* weights) {
   __shared__ float p[1024];
-  __shared__ float red[32];
-  __shared__ float best_v[32];
-  __shared__ int best_i[32];
+  const int lane = threadIdx.x;
   float top = -FLT_MAX;
-  for (int i = threadIdx.x; i < e; i += blockDim.x) top = fmaxf(top, logits[i]);
+  for (int i = lane; i < e; i += 32) top = fmaxf(top, p[i] = logits[i]);
   for (int o = 16; o > 0; o >>= 1) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, o));
-  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = top;
-  __syncthreads();
-  top = red[0];
-  for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) top = fmaxf(top, red[w]);
-  __syncthreads();
   float sum = 0;
-  for (int i = threadIdx.x; i < e; i += blockDim.x) sum += p[i] = expf(logits[i] - top);
-  sum = block_sum(sum, red);
-  for (int i = threadIdx.x; i < e; i += blockDim.x) p[i] /= sum;
-  __syncthreads();
+  for (int i = lane; i < e; i += 32) sum += p[i] = expf(p[i] - top);
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  for (int i = lane; i < e; i += 32) p[i] /= sum;
+  __syncwarp();
   float picked = 0;
   for (int j = 0; j < k; ++j) {
     float v = -1.0f;
     int idx = 0x7fffffff;
-    for (int i = threadIdx.x; i < e; i += blockDim.x) {
+    for (int i = lane; i < e; i += 32) {
       if (p[i] > v) {
         v = p[i];
         idx = i;
@@ -92,28 +86,30 @@ __global__ void router_kernel(const float* logits, int e, int k, int* ids, float
         idx = oi;
       }
     }
-    if (threadIdx.x % 32 == 0) {
-      best_v[threadIdx.x / 32] = v;
-      best_i[threadIdx.x / 32] = idx;
+    picked += v;
+    if (lane == 0) {
+      ids[j] = idx;
+      weights[j] = v;
     }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) {
-        if (best_v[w] > best_v[0] || (best_v[w] == best_v[0] && best_i[w] < best_i[0])) {
-          best_v[0] = best_v[w];
-          best_i[0] = best_i[w];
-        }
-      }
-      ids[j] = best_i[0];
-      weights[j] = best_v[0];
-      picked += best_v[0];
-      p[best_i[0]] = -2.0f;  // taken
-    }
-    __syncthreads();
+    if (idx % 32 == lane) p[idx] = -2.0f;  // taken
+    __syncwarp();
   }
-  if (threadIdx.x == 0) {
-    for (int j = 0; j < k; ++j) weights[j] /= picked;
+  for (int j = lane; j < k; j += 32) weights[j] /= picked;
+}
+
+// x += y, then out = x * rsqrt(mean(x^2) + eps) * (1 + w): the residual add and the next norm.
+__global__ void add_rms_norm_kernel(float* x, const float* y, const float* w, int n, float eps,
+                                    float* out) {
+  __shared__ float red[32];
+  float ss = 0;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const float v = x[i] + y[i];
+    x[i] = v;
+    ss += v * v;
   }
+  ss = block_sum(ss, red);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = x[i] * inv * (1.0f + w[i]);
 }
 
 __global__ void moe_combine_kernel(const float* y, const float* weights, int k, const float* shared,
@@ -206,6 +202,12 @@ cudaError_t rms_norm_1p(const float* x, const float* w, int n, int rows, float e
   return cudaGetLastError();
 }
 
+cudaError_t add_rms_norm_1p(float* x, const float* y, const float* w, int n, float eps, float* out,
+                            cudaStream_t stream) {
+  add_rms_norm_kernel<<<1, 1024, 0, stream>>>(x, y, w, n, eps, out);
+  return cudaGetLastError();
+}
+
 cudaError_t swiglu(const float* gate, const float* up, int n, int rows, size_t stride, float* out,
                    cudaStream_t stream) {
   swiglu_kernel<<<blocks_for(n * rows), kThreads, 0, stream>>>(gate, up, n, rows, stride, out);
@@ -215,7 +217,7 @@ cudaError_t swiglu(const float* gate, const float* up, int n, int rows, size_t s
 cudaError_t router_topk(const float* logits, int e, int k, int* ids, float* weights,
                         cudaStream_t stream) {
   if (e > 1024 || k > e) return cudaErrorInvalidValue;
-  router_kernel<<<1, kThreads, 0, stream>>>(logits, e, k, ids, weights);
+  router_kernel<<<1, 32, 0, stream>>>(logits, e, k, ids, weights);
   return cudaGetLastError();
 }
 

@@ -94,6 +94,24 @@ TEST(Ops, RmsNormRowsAndSizes) {
   }
 }
 
+TEST(Ops, AddThenNormIsTheResidualAddAndTheNorm) {
+  REQUIRE_GPU();
+  for (int n : {1, 64, 3072, 4096, 8191}) {
+    const auto x0 = randn(n, 3 * n), y = randn(n, 3 * n + 1), w = randn(n, 3 * n + 2, 0.3f);
+    auto dx = upload(x0);
+    auto dy = upload(y);
+    auto dw = upload(w);
+    DeviceBuffer<float> out(n);
+    ASSERT_EQ(add_rms_norm_1p(dx.data(), dy.data(), dw.data(), n, 1e-6f, out.data(), nullptr),
+              cudaSuccess);
+    std::vector<float> x = x0, want(n);
+    for (int i = 0; i < n; ++i) x[i] += y[i];
+    rms_norm_1p_ref(x.data(), w.data(), n, 1, 1e-6f, want.data());
+    EXPECT_EQ(download(dx), x) << n;
+    expect_close(want, download(out), 1e-5f);
+  }
+}
+
 TEST(Ops, SwigluStridedRows) {
   REQUIRE_GPU();
   const int n = 1000, rows = 9;

@@ -45,8 +45,11 @@ struct CudaEngine::Impl {
   kern::GdnShape gdn;
   kern::AttnShape attn;
   std::vector<float*> conv, ssm, k_cache, v_cache;  // per layer
-  float *x, *u, *mix, *qkv, *z, *b, *a, *core, *qproj, *kp, *vp, *q, *att, *rlogits, *rweights, *eg,
-      *eu, *eh, *ey, *sg, *su, *sh, *sy, *sgl, *hidden, *logits, *gdn_scratch, *attn_scratch;
+  // Outputs of row groups are contiguous: gin = qkv | z | b | a, qkvp = q | k | v,
+  // rl = router logits | shared gate logit, egu = [k, gate | up], sgu = shared gate | up.
+  float *x, *u, *mix, *gin, *qkv, *z, *b, *a, *core, *qkvp, *qproj, *kp, *vp, *q, *att, *rl,
+      *rlogits, *sgl, *rweights, *egu, *eh, *ey, *sgu, *sh, *sy, *hidden, *logits, *gdn_scratch,
+      *attn_scratch;
   int *ids, *token, *next, *pos, *argmax_scratch;
   int* pinned = nullptr;  // host: the token in, the argmax out
   int64_t position = 0;
@@ -84,12 +87,16 @@ struct CudaEngine::Impl {
       k_cache.push_back(full ? f(o.max_context * c.kv_rows()) : nullptr);
       v_cache.push_back(full ? f(o.max_context * c.kv_rows()) : nullptr);
     }
-    x = f(h), u = f(h), mix = f(h), qkv = f(c.conv_dim()), z = f(c.value_dim());
-    b = f(c.linear_num_value_heads), a = f(c.linear_num_value_heads), core = f(c.value_dim());
-    qproj = f(c.q_proj_rows()), kp = f(c.kv_rows()), vp = f(c.kv_rows());
+    const int64_t nv = c.linear_num_value_heads;
+    x = f(h), u = f(h), mix = f(h), core = f(c.value_dim());
+    gin = f(c.conv_dim() + c.value_dim() + 2 * nv);
+    qkv = gin, z = qkv + c.conv_dim(), b = z + c.value_dim(), a = b + nv;
+    qkvp = f(c.q_proj_rows() + 2 * c.kv_rows());
+    qproj = qkvp, kp = qproj + c.q_proj_rows(), vp = kp + c.kv_rows();
     q = f(c.num_attention_heads * c.head_dim), att = f(c.num_attention_heads * c.head_dim);
-    rlogits = f(c.num_experts), rweights = f(k), eg = f(k * im), eu = f(k * im), eh = f(k * im);
-    ey = f(k * h), sg = f(is), su = f(is), sh = f(is), sy = f(h), sgl = f(1), hidden = f(h);
+    rl = f(c.num_experts + 1), rlogits = rl, sgl = rl + c.num_experts, rweights = f(k);
+    egu = f(k * 2 * im), eh = f(k * im), ey = f(k * h);
+    sgu = f(2 * is), sh = f(is), sy = f(h), hidden = f(h);
     logits = f(c.vocab_size);
     gdn_scratch = f(static_cast<int64_t>(kern::gdn_scratch_floats(gdn)) + 1);
     attn_scratch = f(static_cast<int64_t>(kern::attn_scratch_floats(attn)) + 1);
@@ -111,18 +118,22 @@ struct CudaEngine::Impl {
     if (stream) cudaStreamDestroy(stream);
   }
 
+  static uint64_t bytes(const cuda::RowGroup& g) {
+    if (g.fused.n > 0) return kern::weight_bytes(g.fused);
+    uint64_t total = 0;
+    for (const kern::DeviceLinear& p : g.parts) total += kern::weight_bytes(p);
+    return total;
+  }
+
   uint64_t step_weight_bytes() const {
     const ckpt::Qwen35Config& c = m->config;
     uint64_t total = kern::weight_bytes(m->lm_head) + static_cast<uint64_t>(c.hidden_size) * 2;
     for (const cuda::DeviceLayer& l : m->layers) {
-      for (const kern::DeviceLinear* w :
-           {&l.in_qkv, &l.in_z, &l.in_b, &l.in_a, &l.out, &l.q, &l.k, &l.v, &l.o, &l.moe.router,
-            &l.moe.shared_gate, &l.moe.shared_up, &l.moe.shared_down, &l.moe.shared_expert_gate}) {
-        if (w->n > 0) total += kern::weight_bytes(*w);
-      }
+      total += l.full_attention ? bytes(l.qkv) + kern::weight_bytes(l.o)
+                                : bytes(l.gdn_in) + kern::weight_bytes(l.out);
       total +=
-          c.num_experts_per_tok * (kern::weight_bytes(l.moe.gate) + kern::weight_bytes(l.moe.up) +
-                                   kern::weight_bytes(l.moe.down));
+          bytes(l.moe.router) + bytes(l.moe.shared_gate_up) + kern::weight_bytes(l.moe.shared_down);
+      total += c.num_experts_per_tok * (bytes(l.moe.gate_up) + kern::weight_bytes(l.moe.down));
     }
     return total;
   }
@@ -137,26 +148,34 @@ struct CudaEngine::Impl {
     mark(family, kern::weight_bytes(w) * static_cast<uint64_t>(batch.n_slots));
   }
 
+  // All parts of a group in one launch when fused; outputs at out + offset either way.
+  void gemv(const cuda::RowGroup& g, const float* in, float* out, const kern::GemvBatch& batch,
+            const char* family) {
+    if (g.fused.n > 0) {
+      gemv(g.fused, in, out, batch, family);
+      return;
+    }
+    for (size_t j = 0; j < g.parts.size(); ++j) {
+      gemv(g.parts[j], in, out + g.offsets[j], batch, family);
+    }
+  }
+
   void moe(const cuda::DeviceMoe& w) {
     const ckpt::Qwen35Config& c = m->config;
     const int h = static_cast<int>(c.hidden_size), k = static_cast<int>(c.num_experts_per_tok),
               im = static_cast<int>(c.moe_intermediate_size),
               is = static_cast<int>(c.shared_expert_intermediate_size);
-    gemv(w.router, u, rlogits, {}, "router");
+    gemv(w.router, u, rl, {}, "router");  // router logits and the shared expert's gate logit
     check(kern::router_topk(rlogits, static_cast<int>(c.num_experts), k, ids, rweights, stream),
           "router_topk");
     mark("router", 0);
-    const kern::GemvBatch in_batch{k, ids, 0, static_cast<size_t>(im)};
-    gemv(w.gate, u, eg, in_batch, "experts (INT4 MoE)");
-    gemv(w.up, u, eu, in_batch, "experts (INT4 MoE)");
-    check(kern::swiglu(eg, eu, im, k, im, eh, stream), "swiglu");
+    gemv(w.gate_up, u, egu, {k, ids, 0, 2 * static_cast<size_t>(im)}, "experts (INT4 MoE)");
+    check(kern::swiglu(egu, egu + im, im, k, 2 * static_cast<size_t>(im), eh, stream), "swiglu");
     gemv(w.down, eh, ey, {k, ids, static_cast<size_t>(im), static_cast<size_t>(h)},
          "experts (INT4 MoE)");
-    gemv(w.shared_gate, u, sg, {}, "shared expert");
-    gemv(w.shared_up, u, su, {}, "shared expert");
-    check(kern::swiglu(sg, su, is, 1, is, sh, stream), "swiglu");
+    gemv(w.shared_gate_up, u, sgu, {}, "shared expert");
+    check(kern::swiglu(sgu, sgu + is, is, 1, is, sh, stream), "swiglu");
     gemv(w.shared_down, sh, sy, {}, "shared expert");
-    gemv(w.shared_expert_gate, u, sgl, {}, "shared expert");
     check(kern::moe_combine(ey, rweights, k, sy, sgl, h, x, stream), "moe_combine");
     mark("norms and elementwise", 0);
   }
@@ -172,9 +191,7 @@ struct CudaEngine::Impl {
       check(kern::rms_norm_1p(x, w.input_norm, h, 1, eps, u, stream), "rms_norm");
       mark("norms and elementwise", 0);
       if (w.full_attention) {
-        gemv(w.q, u, qproj, {}, "attention projections");
-        gemv(w.k, u, kp, {}, "attention projections");
-        gemv(w.v, u, vp, {}, "attention projections");
+        gemv(w.qkv, u, qkvp, {}, "attention projections");
         check(kern::attn_prepare(attn, qproj, kp, vp, w.q_norm, w.k_norm, pos, q, k_cache[l],
                                  v_cache[l], stream),
               "attn_prepare");
@@ -184,10 +201,7 @@ struct CudaEngine::Impl {
         mark("attention", 2ull * (position + 1) * c.kv_rows() * 4);
         gemv(w.o, att, mix, {}, "attention projections");
       } else {
-        gemv(w.in_qkv, u, qkv, {}, "DeltaNet projections");
-        gemv(w.in_z, u, z, {}, "DeltaNet projections");
-        gemv(w.in_b, u, b, {}, "DeltaNet projections");
-        gemv(w.in_a, u, a, {}, "DeltaNet projections");
+        gemv(w.gdn_in, u, gin, {}, "DeltaNet projections");
         check(kern::gdn_decode(gdn, {w.conv, w.dt_bias, w.a_log, w.gdn_norm}, qkv, z, b, a,
                                {conv[l], ssm[l]}, core, gdn_scratch, stream),
               "gdn_decode");
@@ -195,8 +209,7 @@ struct CudaEngine::Impl {
              2ull * c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim * 4);
         gemv(w.out, core, mix, {}, "DeltaNet projections");
       }
-      check(kern::add(x, mix, h, stream), "add");
-      check(kern::rms_norm_1p(x, w.post_norm, h, 1, eps, u, stream), "rms_norm");
+      check(kern::add_rms_norm_1p(x, mix, w.post_norm, h, eps, u, stream), "add_rms_norm");
       mark("norms and elementwise", 0);
       moe(w.moe);
     }

@@ -87,89 +87,155 @@ HostLinear repack(const StoredLinear& s) {
   return h;
 }
 
-template <class T>
-void put(DeviceModel& m, const std::vector<T>& v, size_t offset_elems, T* base) {
-  if (v.empty()) return;
-  check(cudaMemcpy(base + offset_elems, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice),
-        "copying weights to the GPU");
-  m.host_bytes_read += v.size() * sizeof(T);
+// Rows of `parts` as one matrix, or false when they cannot share a launch (different kinds,
+// groups, inner sizes, or FP8 parts that end inside a scale block).
+bool concat_rows(const std::vector<HostLinear>& parts, HostLinear& out) {
+  out = parts[0];
+  for (size_t i = 1; i < parts.size(); ++i) {
+    const HostLinear& p = parts[i];
+    const DeviceLinear& prev = parts[i - 1].shape;
+    if (p.shape.kind != out.shape.kind || p.shape.k != out.shape.k ||
+        p.shape.group != out.shape.group || p.shape.block != out.shape.block ||
+        (out.shape.kind == WeightKind::kFp8 && prev.n % prev.block != 0)) {
+      return false;
+    }
+    out.shape.n += p.shape.n;
+    out.w.insert(out.w.end(), p.w.begin(), p.w.end());
+    out.scales.insert(out.scales.end(), p.scales.begin(), p.scales.end());
+    out.zeros.insert(out.zeros.end(), p.zeros.begin(), p.zeros.end());
+    out.block_scale.insert(out.block_scale.end(), p.block_scale.begin(), p.block_scale.end());
+  }
+  return true;
 }
 
-// `count` modules of one shape and format, stored `stride` apart (a stack of experts, or one).
-DeviceLinear upload_stack(DeviceModel& m, const std::vector<const StoredLinear*>& mods,
-                          const std::string& what) {
-  DeviceLinear d;
-  for (size_t e = 0; e < mods.size(); ++e) {
-    HostLinear h = repack(*mods[e]);
-    mods[e]->release();
-    if (e == 0) {
-      d = h.shape;
-      d.w_stride = h.w.size();
-      d.scale_stride = h.scales.size();
-      d.zero_stride = h.zeros.size();
-      d.block_scale_stride = h.block_scale.size();
-      d.w = m.alloc(d.w_stride * mods.size());
-      if (!h.scales.empty())
-        d.scales = static_cast<const __half*>(m.alloc(d.scale_stride * 2 * mods.size()));
-      if (!h.zeros.empty())
-        d.zeros = static_cast<const uint8_t*>(m.alloc(d.zero_stride * mods.size()));
-      if (!h.block_scale.empty()) {
-        d.block_scale = static_cast<const float*>(m.alloc(d.block_scale_stride * 4 * mods.size()));
-      }
-    } else if (h.shape.kind != d.kind || h.w.size() != d.w_stride ||
-               h.scales.size() != d.scale_stride || h.shape.group != d.group ||
-               h.shape.block != d.block) {
-      throw Error(Errc::kUnsupported, what +
+// A stack of `count` matrices of one shape and format, filled slot by slot.
+class StackWriter {
+ public:
+  StackWriter(DeviceModel& m, const HostLinear& first, size_t count, std::string what)
+      : m_(m), what_(std::move(what)) {
+    d_ = first.shape;
+    d_.w_stride = first.w.size();
+    d_.scale_stride = first.scales.size();
+    d_.zero_stride = first.zeros.size();
+    d_.block_scale_stride = first.block_scale.size();
+    d_.w = m.alloc(d_.w_stride * count);
+    if (d_.scale_stride)
+      d_.scales = static_cast<const __half*>(m.alloc(d_.scale_stride * 2 * count));
+    if (d_.zero_stride) d_.zeros = static_cast<const uint8_t*>(m.alloc(d_.zero_stride * count));
+    if (d_.block_scale_stride) {
+      d_.block_scale = static_cast<const float*>(m.alloc(d_.block_scale_stride * 4 * count));
+    }
+  }
+
+  void put(size_t e, const HostLinear& h) {
+    if (h.shape.kind != d_.kind || h.shape.n != d_.n || h.w.size() != d_.w_stride ||
+        h.scales.size() != d_.scale_stride || h.shape.group != d_.group ||
+        h.shape.block != d_.block) {
+      throw Error(Errc::kUnsupported, what_ +
                                           ": experts stored in different formats (expert 0 and " +
                                           std::to_string(e) + "); the CUDA engine needs one");
     }
-    put(m, h.w, e * d.w_stride, static_cast<uint8_t*>(const_cast<void*>(d.w)));
-    put(m, h.scales, e * d.scale_stride,
-        reinterpret_cast<uint16_t*>(const_cast<__half*>(d.scales)));
-    put(m, h.zeros, e * d.zero_stride, const_cast<uint8_t*>(d.zeros));
-    put(m, h.block_scale, e * d.block_scale_stride, const_cast<float*>(d.block_scale));
+    copy(h.w, e * d_.w_stride, static_cast<uint8_t*>(const_cast<void*>(d_.w)));
+    copy(h.scales, e * d_.scale_stride,
+         reinterpret_cast<uint16_t*>(const_cast<__half*>(d_.scales)));
+    copy(h.zeros, e * d_.zero_stride, const_cast<uint8_t*>(d_.zeros));
+    copy(h.block_scale, e * d_.block_scale_stride, const_cast<float*>(d_.block_scale));
   }
-  // Strides count elements of each array: bytes for w (as the kernels index it by kind).
-  switch (d.kind) {
-    case WeightKind::kBf16:
-      d.w_stride /= 2;
-      break;
-    case WeightKind::kF32:
-    case WeightKind::kInt4:
-    case WeightKind::kInt8:
+
+  // Strides count elements of each array; w's element depends on the kind (gemv.h).
+  DeviceLinear done() const {
+    DeviceLinear d = d_;
+    if (d.kind == WeightKind::kBf16) d.w_stride /= 2;
+    if (d.kind == WeightKind::kF32 || d.kind == WeightKind::kInt4 || d.kind == WeightKind::kInt8) {
       d.w_stride /= 4;
-      break;
-    case WeightKind::kFp8:
-      break;
+    }
+    return d;
   }
-  return d;
+
+ private:
+  template <class T>
+  void copy(const std::vector<T>& v, size_t offset, T* base) {
+    if (v.empty()) return;
+    check(cudaMemcpy(base + offset, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice),
+          "copying weights to the GPU");
+    m_.host_bytes_read += v.size() * sizeof(T);
+  }
+  DeviceModel& m_;
+  std::string what_;
+  DeviceLinear d_;
+};
+
+std::vector<HostLinear> repack_all(const std::vector<const StoredLinear*>& mods) {
+  std::vector<HostLinear> out;
+  for (const StoredLinear* s : mods) {
+    out.push_back(repack(*s));
+    s->release();
+  }
+  return out;
+}
+
+// stack[e] lists the parts of matrix e (one e for a plain group). Fused when expert 0's parts
+// concatenate; then every expert must.
+RowGroup upload_group(DeviceModel& m, const std::vector<std::vector<const StoredLinear*>>& stack,
+                      const std::string& what) {
+  RowGroup g;
+  std::vector<HostLinear> first = repack_all(stack[0]);
+  int offset = 0;
+  for (const HostLinear& h : first) {
+    g.offsets.push_back(offset);
+    offset += h.shape.n;
+  }
+  HostLinear merged;
+  if (first.size() > 1 && concat_rows(first, merged)) {
+    StackWriter w(m, merged, stack.size(), what);
+    w.put(0, merged);
+    for (size_t e = 1; e < stack.size(); ++e) {
+      if (!concat_rows(repack_all(stack[e]), merged)) {
+        throw Error(Errc::kUnsupported, what + ": expert " + std::to_string(e) +
+                                            " is stored in another format than expert 0");
+      }
+      w.put(e, merged);
+    }
+    g.fused = w.done();
+    for (const HostLinear& h : first) g.parts.push_back(h.shape);  // shapes only
+    return g;
+  }
+  for (size_t j = 0; j < first.size(); ++j) {
+    StackWriter w(m, first[j], stack.size(), what);
+    w.put(0, first[j]);
+    for (size_t e = 1; e < stack.size(); ++e) {
+      HostLinear h = repack(*stack[e][j]);
+      stack[e][j]->release();
+      w.put(e, h);
+    }
+    g.parts.push_back(w.done());
+  }
+  return g;
 }
 
 DeviceLinear upload_one(DeviceModel& m, const StoredLinear& s, const std::string& what) {
-  return upload_stack(m, {&s}, what);
+  return upload_group(m, {{&s}}, what).parts[0];
 }
 
 const float* upload_vec(DeviceModel& m, const std::vector<float>& v) {
   auto* p = static_cast<float*>(m.alloc(v.size() * 4));
-  put(m, v, 0, p);
+  check(cudaMemcpy(p, v.data(), v.size() * 4, cudaMemcpyHostToDevice), "copying to the GPU");
+  m.host_bytes_read += v.size() * 4;
   return p;
 }
 
 DeviceMoe upload_moe(DeviceModel& m, const MoeWeights& w, const std::string& where) {
   DeviceMoe d;
-  d.router = upload_one(m, w.router, where + "router");
-  const auto ptrs = [](const std::vector<Linear>& v) {
-    std::vector<const StoredLinear*> p;
-    for (const Linear& l : v) p.push_back(&l);
-    return p;
-  };
-  d.gate = upload_stack(m, ptrs(w.gate), where + "experts gate_proj");
-  d.up = upload_stack(m, ptrs(w.up), where + "experts up_proj");
-  d.down = upload_stack(m, ptrs(w.down), where + "experts down_proj");
-  d.shared_gate = upload_one(m, w.shared_gate, where);
-  d.shared_up = upload_one(m, w.shared_up, where);
-  d.shared_down = upload_one(m, w.shared_down, where);
-  d.shared_expert_gate = upload_one(m, w.shared_expert_gate, where);
+  d.router = upload_group(m, {{&w.router, &w.shared_expert_gate}}, where + "router");
+  std::vector<std::vector<const StoredLinear*>> gate_up, down;
+  for (size_t e = 0; e < w.gate.size(); ++e) {
+    gate_up.push_back({&w.gate[e], &w.up[e]});
+    down.push_back({&w.down[e]});
+  }
+  d.gate_up = upload_group(m, gate_up, where + "experts gate_proj/up_proj");
+  d.down = upload_group(m, down, where + "experts down_proj").parts[0];
+  d.shared_gate_up = upload_group(m, {{&w.shared_gate, &w.shared_up}}, where + "shared expert");
+  d.shared_down = upload_one(m, w.shared_down, where + "shared expert");
   return d;
 }
 
@@ -212,7 +278,8 @@ std::unique_ptr<DeviceModel> upload_model(const Model& model) {
     }
     if (exact_bf16) {
       auto* p = static_cast<uint16_t*>(m->alloc(bf.size() * 2));
-      put(*m, bf, 0, p);
+      check(cudaMemcpy(p, bf.data(), bf.size() * 2, cudaMemcpyHostToDevice), "copying to the GPU");
+      m->host_bytes_read += bf.size() * 2;
       m->embed = p;
     } else {
       f32.resize(bf.size());
@@ -230,17 +297,13 @@ std::unique_ptr<DeviceModel> upload_model(const Model& model) {
     d.input_norm = upload_vec(*m, l.input_norm);
     d.post_norm = upload_vec(*m, l.post_norm);
     if (l.full_attention) {
-      d.q = upload_one(*m, l.attn.q, where);
-      d.k = upload_one(*m, l.attn.k, where);
-      d.v = upload_one(*m, l.attn.v, where);
+      d.qkv = upload_group(*m, {{&l.attn.q, &l.attn.k, &l.attn.v}}, where + "q/k/v_proj");
       d.o = upload_one(*m, l.attn.o, where);
       d.q_norm = upload_vec(*m, l.attn.q_norm);
       d.k_norm = upload_vec(*m, l.attn.k_norm);
     } else {
-      d.in_qkv = upload_one(*m, l.gdn.in_qkv, where);
-      d.in_z = upload_one(*m, l.gdn.in_z, where);
-      d.in_b = upload_one(*m, l.gdn.in_b, where);
-      d.in_a = upload_one(*m, l.gdn.in_a, where);
+      d.gdn_in = upload_group(*m, {{&l.gdn.in_qkv, &l.gdn.in_z, &l.gdn.in_b, &l.gdn.in_a}},
+                              where + "in_proj_qkv/z/b/a");
       d.out = upload_one(*m, l.gdn.out, where);
       d.conv = upload_vec(*m, l.gdn.conv);
       d.dt_bias = upload_vec(*m, l.gdn.dt_bias);

@@ -17,17 +17,32 @@
 
 namespace qf::rt::cuda {
 
+// Products that read the same input, written to consecutive outputs: one launch over their
+// concatenated rows when their formats allow it (`fused`), else one launch per part. A stack of
+// experts groups the same way per expert (gate rows, then up rows).
+struct RowGroup {
+  kern::DeviceLinear fused;               // fused.n == 0: not fused
+  std::vector<kern::DeviceLinear> parts;  // the parts, used when not fused
+  std::vector<int> offsets;               // each part's first output row
+  int rows() const { return offsets.empty() ? 0 : offsets.back() + parts.back().n; }
+};
+
 struct DeviceMoe {
-  kern::DeviceLinear router, gate, up, down;  // gate/up/down: stacks of E experts
-  kern::DeviceLinear shared_gate, shared_up, shared_down, shared_expert_gate;
+  RowGroup router;          // router [E] | shared_expert_gate [1]
+  RowGroup gate_up;         // a stack of E experts: gate [I] | up [I]
+  kern::DeviceLinear down;  // a stack of E experts
+  RowGroup shared_gate_up;  // gate [Is] | up [Is]
+  kern::DeviceLinear shared_down;
 };
 
 struct DeviceLayer {
   bool full_attention = false;
   const float *input_norm = nullptr, *post_norm = nullptr;
-  kern::DeviceLinear in_qkv, in_z, in_b, in_a, out;  // GDN
+  RowGroup gdn_in;  // in_proj_qkv | in_proj_z | in_proj_b | in_proj_a
+  kern::DeviceLinear out;
   const float *conv = nullptr, *dt_bias = nullptr, *a_log = nullptr, *gdn_norm = nullptr;
-  kern::DeviceLinear q, k, v, o;  // attention
+  RowGroup qkv;  // q_proj | k_proj | v_proj
+  kern::DeviceLinear o;
   const float *q_norm = nullptr, *k_norm = nullptr;
   DeviceMoe moe;
 };

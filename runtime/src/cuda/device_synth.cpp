@@ -70,6 +70,21 @@ struct Maker {
     return d;
   }
 
+  // A fused group of parts with `rows` output rows each.
+  RowGroup group(kern::DeviceLinear fused, const std::vector<int>& rows) {
+    RowGroup g;
+    g.fused = fused;
+    int offset = 0;
+    for (int r : rows) {
+      kern::DeviceLinear part = fused;
+      part.n = r;
+      g.parts.push_back(part);
+      g.offsets.push_back(offset);
+      offset += r;
+    }
+    return g;
+  }
+
   const float* vec(size_t n, uint32_t bits) {
     void* p = m.alloc(n * 4);
     fill(p, n * 4, 0x0000FFFFu, bits);
@@ -94,33 +109,28 @@ std::unique_ptr<DeviceModel> synthetic_model(const ckpt::Qwen35Config& c, uint64
     d.input_norm = mk.vec(h, small);
     d.post_norm = mk.vec(h, small);
     if (d.full_attention) {
-      d.q = mk.int_stack(WeightKind::kInt4, static_cast<int>(c.q_proj_rows()), h, 1);
-      d.k = mk.int_stack(WeightKind::kInt4, static_cast<int>(c.kv_rows()), h, 1);
-      d.v = mk.int_stack(WeightKind::kInt4, static_cast<int>(c.kv_rows()), h, 1);
+      const int q = static_cast<int>(c.q_proj_rows()), kv = static_cast<int>(c.kv_rows());
+      d.qkv = mk.group(mk.int_stack(WeightKind::kInt4, q + 2 * kv, h, 1), {q, kv, kv});
       d.o = mk.int_stack(WeightKind::kInt4, h, static_cast<int>(c.num_attention_heads * c.head_dim),
                          1);
       d.q_norm = mk.vec(c.head_dim, small);
       d.k_norm = mk.vec(c.head_dim, small);
     } else {
       const int nv = static_cast<int>(c.linear_num_value_heads);
-      d.in_qkv = mk.int_stack(WeightKind::kInt4, static_cast<int>(c.conv_dim()), h, 1);
-      d.in_z = mk.int_stack(WeightKind::kInt4, static_cast<int>(c.value_dim()), h, 1);
-      d.in_b = mk.int_stack(WeightKind::kInt4, nv, h, 1);
-      d.in_a = mk.int_stack(WeightKind::kInt4, nv, h, 1);
+      const int cd = static_cast<int>(c.conv_dim()), vd = static_cast<int>(c.value_dim());
+      d.gdn_in =
+          mk.group(mk.int_stack(WeightKind::kInt4, cd + vd + 2 * nv, h, 1), {cd, vd, nv, nv});
       d.out = mk.int_stack(WeightKind::kInt4, h, static_cast<int>(c.value_dim()), 1);
       d.conv = mk.vec(static_cast<size_t>(c.conv_dim() * c.linear_conv_kernel_dim), 0x3E000000u);
       d.dt_bias = mk.vec(nv, small);
       d.a_log = mk.vec(nv, small);
       d.gdn_norm = mk.vec(c.linear_value_head_dim, 0x3F800000u);
     }
-    d.moe.router = mk.bf16(e, h);
-    d.moe.gate = mk.int_stack(WeightKind::kInt4, im, h, e);
-    d.moe.up = mk.int_stack(WeightKind::kInt4, im, h, e);
+    d.moe.router = mk.group(mk.bf16(e + 1, h), {e, 1});
+    d.moe.gate_up = mk.group(mk.int_stack(WeightKind::kInt4, 2 * im, h, e), {im, im});
     d.moe.down = mk.int_stack(WeightKind::kInt4, h, im, e);
-    d.moe.shared_gate = mk.fp8(is, h);
-    d.moe.shared_up = mk.fp8(is, h);
+    d.moe.shared_gate_up = mk.group(mk.fp8(2 * is, h), {is, is});
     d.moe.shared_down = mk.fp8(h, is);
-    d.moe.shared_expert_gate = mk.bf16(1, h);
     m->layers.push_back(d);
   }
   m->final_norm = mk.vec(h, small);

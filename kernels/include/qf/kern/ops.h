@@ -20,6 +20,10 @@ cudaError_t embed(FloatKind kind, const void* table, int h, const int* token, fl
 cudaError_t rms_norm_1p(const float* x, const float* w, int n, int rows, float eps, float* out,
                         cudaStream_t stream);
 
+// x += y (the residual add), then out = rms_norm_1p(x): one row of length n.
+cudaError_t add_rms_norm_1p(float* x, const float* y, const float* w, int n, float eps, float* out,
+                            cudaStream_t stream);
+
 // out[i] = silu(gate[i]) * up[i] for i < n, where gate/up rows are `stride` floats apart over
 // `rows` rows (out is dense [rows, n]).
 cudaError_t swiglu(const float* gate, const float* up, int n, int rows, size_t stride, float* out,
