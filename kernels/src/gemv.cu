@@ -3,10 +3,12 @@
 //
 // Fast path (rows 16-byte aligned, K <= kMaxSmemK, groups/blocks a power-of-two number of
 // 16-byte chunks: 128 and 64 always, 32 except for INT4):
-//   * a block of 8 warps stages x (swizzled, conflict-free float4 reads) in shared memory once;
-//   * each warp owns kR (2 or 4) consecutive rows; lane l streams 16-byte chunks l, l+32, ... of
-//     each row with ld.global.nc.L1::no_allocate (a row is one contiguous stream, so a warp reads
-//     512 contiguous bytes per row per step) and reuses every x chunk for its kR rows;
+//   * a block of up to 8 warps stages x in shared memory once (padded: conflict-free float4
+//     reads), after issuing its first weight loads;
+//   * each warp owns kR (1, 2 or 4) consecutive rows; lane l streams 16-byte chunks l, l+32, ...
+//     of each row with ld.global.nc.L1::no_allocate (a row is one contiguous stream, so a warp
+//     reads 512 contiguous bytes per row per load), kU chunks per row in flight, and reuses every
+//     x chunk for its kR rows;
 //   * dequantization in registers, then one fma per weight into two accumulators per row;
 //   * a transposed warp-shuffle reduction; one lane per row writes it.
 //   Large grids become persistent (grid-stride over row tiles) so x is staged once per block.
@@ -44,9 +46,8 @@ constexpr int kMaxSmemK = 10240;   // x in shared memory: 4.5 K bytes <= 48 KiB 
 constexpr int kPersistFactor = 4;  // go persistent beyond this many waves of tiles
 // Fast-path blocks per SM the register budget is cut for (ptxas must not spill): 4 x 256 threads
 // = 64 registers where a lane holds at most 4 chunks; INT4 (four f32 constants per row and
-// chunk) and 8 chunks in flight need 80 (3 blocks). sm_12x (GB10:
-// 1536 threads per SM, 273 GB/s over 48 SMs, so a few KiB in flight per SM suffice) gets 128
-// registers (2 blocks).
+// chunk) and 8 chunks in flight need 80 (3 blocks). sm_12x (GB10: 1536 threads per SM,
+// 273 GB/s over 48 SMs, so a few KiB in flight per SM suffice) gets 128 registers (2 blocks).
 template <WeightKind kKind, int kR, int kU>
 constexpr int min_blocks() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
@@ -370,13 +371,15 @@ __global__ void __launch_bounds__(kThreads, min_blocks<kKind, kR, kU>())
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
   const int n_vec = k / F::kCols;
 
-  const uint4* wr[kR];  // the warp's rows
-  uint32_t s_row[kR];   // their first scale (index)
+  // The warp's rows: their first chunk and first scale as 32-bit indices (registers are the
+  // limit here; an index costs one IMAD per load).
+  const uint4* wbase = reinterpret_cast<const uint4*>(m.w);
+  uint32_t w_row[kR], s_row[kR];
   auto set_rows = [&](int r0) {
 #pragma unroll
     for (int r = 0; r < kR; ++r) {  // rows past n re-read row n-1; their sums are dropped
       const int row = min(r0 + r, n - 1);
-      wr[r] = reinterpret_cast<const uint4*>(m.w) + static_cast<size_t>(row) * n_vec;
+      w_row[r] = static_cast<uint32_t>(row) * static_cast<uint32_t>(n_vec);
       s_row[r] = scale_row<kKind>(w, row);
     }
   };
@@ -391,7 +394,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks<kKind, kR, kU>())
         const uint32_t g = args.group(v);
 #pragma unroll
         for (int r = 0; r < kR; ++r) {
-          wv[u][r] = ld_stream(wr[r] + v);
+          wv[u][r] = ld_stream(wbase + (w_row[r] + v));
           raw[u][r] = F::load_raw(m, s_row[r] + g);
         }
       }
@@ -540,10 +543,11 @@ bool fast_path_ok(const DeviceLinear& w, const GemvBatch& b) {
   const bool stacked = b.ids != nullptr || b.n_slots > 1;
   if (w.k > kMaxSmemK || rb % 16 != 0 || reinterpret_cast<uintptr_t>(w.w) % 16 != 0) return false;
   if (stacked && (w.w_stride * w_elem_bytes(kKind)) % 16 != 0) return false;
-  // Groups / blocks of a power-of-two number of chunks (128, 64, 32, ...): a shift finds them.
-  auto pow2_chunks = [](int edge) {
+  // Groups / blocks of a power-of-two number of chunks (128, 64, 32, ...), or one per row (the
+  // per-row INT8 LM head): a shift finds them.
+  auto pow2_chunks = [&](int edge) {
     const int c = edge / Fmt<kKind>::kCols;
-    return edge % Fmt<kKind>::kCols == 0 && (c & (c - 1)) == 0;
+    return edge >= w.k || (edge % Fmt<kKind>::kCols == 0 && (c & (c - 1)) == 0);
   };
   if constexpr (kKind == WeightKind::kInt4 || kKind == WeightKind::kInt8) {
     return pow2_chunks(w.group);
@@ -570,10 +574,13 @@ template <WeightKind kKind, int kR, int kU>
 cudaError_t launch_fast(const DeviceLinear& w, const float* x, float* y, const GemvBatch& b,
                         int n_sm, cudaStream_t stream) {
   FastArgs args{0, 0x4B000000u};
+  auto shift = [&](int edge) {  // one group per row: every chunk is in group 0
+    return edge >= w.k ? 30 : __builtin_ctz(static_cast<unsigned>(edge / Fmt<kKind>::kCols));
+  };
   if constexpr (kKind == WeightKind::kInt4 || kKind == WeightKind::kInt8) {
-    args.gshift = __builtin_ctz(static_cast<unsigned>(w.group / Fmt<kKind>::kCols));
+    args.gshift = shift(w.group);
   } else if constexpr (kKind == WeightKind::kFp8) {
-    args.gshift = __builtin_ctz(static_cast<unsigned>(w.block / Fmt<kKind>::kCols));
+    args.gshift = shift(w.block);
   }
   const long warps = (static_cast<long>(w.n) + kR - 1) / kR * b.n_slots;
   const int n_warps = static_cast<int>(std::clamp(warps / n_sm, 1L, static_cast<long>(kWarps)));
@@ -629,8 +636,12 @@ cudaError_t launch(const DeviceLinear& w, const float* x, float* y, const GemvBa
     }
     if (per_lane <= 1) return launch_fast<kKind, 1, 1>(w, x, y, b, n_sm, stream);
     if (per_lane <= 2) return launch_fast<kKind, 1, 2>(w, x, y, b, n_sm, stream);
-    if (per_lane <= 4) return launch_fast<kKind, 1, 4>(w, x, y, b, n_sm, stream);
-    return launch_fast<kKind, 1, 8>(w, x, y, b, n_sm, stream);
+    if constexpr (kKind == WeightKind::kInt8) {  // 8 chunks of INT8 spill at 80 registers
+      return launch_fast<kKind, 1, 4>(w, x, y, b, n_sm, stream);
+    } else {
+      if (per_lane <= 4) return launch_fast<kKind, 1, 4>(w, x, y, b, n_sm, stream);
+      return launch_fast<kKind, 1, 8>(w, x, y, b, n_sm, stream);
+    }
   }
 }
 
