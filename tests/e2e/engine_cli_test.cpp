@@ -8,6 +8,7 @@
 
 #include "ckpt_edit.h"
 #include "qf/ckpt/safetensors.h"
+#include "qf/rt/cuda_engine.h"
 #include "test_support.h"
 
 namespace qf::test {
@@ -169,6 +170,22 @@ TEST(EngineCli, WrongShapeNamesTheTensor) {
     EXPECT_NE(r.out.find(name), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("[64, 63]"), std::string::npos) << r.out;
   }
+}
+
+// Without a usable GPU (or in a build without CUDA), --device cuda says why and exits 4.
+TEST(EngineCli, CudaDeviceWithoutAGpuSaysWhy) {
+  std::string why;
+  if (rt::CudaEngine::available(&why))
+    GTEST_SKIP() << "a GPU is present: rt_cuda_golden_test runs it";
+  for (const std::string cmd : {"generate --prompt hi", "logits --tokens 1,2 --out /dev/null"}) {
+    const CommandResult r = qforge(cmd.substr(0, cmd.find(' ')) + " --model " + kModel.string() +
+                                   cmd.substr(cmd.find(' ')) + " --device cuda");
+    EXPECT_EQ(r.exit_code, 4) << r.out;
+    EXPECT_NE(r.out.find("--device cuda: " + why), std::string::npos) << r.out;
+  }
+  const CommandResult b = qforge("bench --synthetic tiny");
+  EXPECT_EQ(b.exit_code, 4) << b.out;
+  EXPECT_NE(b.out.find("--device cuda: "), std::string::npos) << b.out;
 }
 
 TEST(EngineCli, RejectsUnknownDevice) {
