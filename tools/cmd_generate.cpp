@@ -53,7 +53,12 @@ int run(const GenerateArgs& a) {
   if (a.max_tokens < 0) throw Error(Errc::kUsage, "--max-tokens must be >= 0");
   const std::filesystem::path dir(a.model);
   const std::unique_ptr<rt::Model> model = rt::Model::load(dir);
-  const rt::Tokenizer tok = rt::Tokenizer::load(dir / "tokenizer.json");
+  // --tokens needs no tokenizer: without tokenizer.json the output is token ids.
+  std::optional<rt::Tokenizer> tok;
+  std::error_code ec;
+  if (a.tokens.empty() || std::filesystem::exists(dir / "tokenizer.json", ec)) {
+    tok.emplace(rt::Tokenizer::load(dir / "tokenizer.json"));
+  }
   const rt::GenerationConfig gen = rt::load_generation_config(dir);
 
   std::vector<int32_t> prompt;
@@ -65,9 +70,9 @@ int run(const GenerateArgs& a) {
     messages.push_back({{"role", "user"}, {"content", a.chat}});
     rt::ChatOptions co;
     co.enable_thinking = !a.no_think;
-    prompt = tok.encode(rt::render_chat(messages, nlohmann::ordered_json::array(), co));
+    prompt = tok->encode(rt::render_chat(messages, nlohmann::ordered_json::array(), co));
   } else {
-    prompt = tok.encode(a.prompt);
+    prompt = tok->encode(a.prompt);
   }
 
   rt::GenerateOptions o;
@@ -77,10 +82,11 @@ int run(const GenerateArgs& a) {
     o.stop_ids = gen.eos_token_ids;
     o.stop_ids.push_back(static_cast<int32_t>(model->config().eos_token_id));
   }
-  rt::StreamDecoder stream(tok, /*skip_special=*/true);
+  std::optional<rt::StreamDecoder> stream;
+  if (tok) stream.emplace(*tok, /*skip_special=*/true);
   const auto print = [&](int32_t id) {
     if (a.json) return;
-    const std::string text = stream.push(id);
+    const std::string text = stream ? stream->push(id) : std::to_string(id) + " ";
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
   };
@@ -89,6 +95,11 @@ int run(const GenerateArgs& a) {
     rt::CudaOptions co;
     co.max_context = static_cast<int64_t>(prompt.size()) + std::max<int64_t>(a.max_tokens, 1);
     rt::CudaEngine engine(*model, co);
+    const rt::CudaLoadStats& ls = engine.load_stats();
+    std::fprintf(
+        stderr, "[%s: %.2f GiB on the GPU, %.2f GiB read and repacked in %.2f s (%.2f GB/s)]\n",
+        ls.device_name.c_str(), ls.device_bytes / 1073741824.0, ls.host_bytes / 1073741824.0,
+        ls.load_seconds, ls.load_seconds > 0 ? ls.host_bytes / ls.load_seconds / 1e9 : 0.0);
     r = rt::generate_with([&](int32_t token, float* logits) { return engine.step(token, logits); },
                           model->config().vocab_size, prompt, o, print);
   } else {
@@ -98,7 +109,7 @@ int run(const GenerateArgs& a) {
   const double decode_rate = r.decode_seconds > 0 ? r.ids.size() / r.decode_seconds : 0;
   const double prefill_rate = r.prefill_seconds > 0 ? r.prompt_tokens / r.prefill_seconds : 0;
   if (a.json) {
-    const nlohmann::json j = {{"text", tok.decode(r.ids, true)},
+    const nlohmann::json j = {{"text", tok ? tok->decode(r.ids, true) : ""},
                               {"ids", r.ids},
                               {"finish_reason", r.finish_reason},
                               {"prompt_tokens", r.prompt_tokens},
@@ -112,7 +123,7 @@ int run(const GenerateArgs& a) {
     std::printf("%s\n", j.dump(2).c_str());
     return kExitOk;
   }
-  const std::string tail = stream.finish();
+  const std::string tail = stream ? stream->finish() : "";
   std::fwrite(tail.data(), 1, tail.size(), stdout);
   std::printf("\n");
   std::fflush(stdout);

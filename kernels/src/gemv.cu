@@ -11,7 +11,10 @@
 //     x chunk for its kR rows;
 //   * dequantization in registers, then one fma per weight into two accumulators per row;
 //   * a transposed warp-shuffle reduction; one lane per row writes it.
-//   Large grids become persistent (grid-stride over row tiles) so x is staged once per block.
+//   Large grids become persistent (grid-stride over row tiles) so x is staged once per block;
+//   INT4 rows of at most 3 chunks per lane issue the next tile's loads before computing the
+//   current one (Walk::kPipe). Small N (router, shared expert) splits K over the warps of a
+//   block, sums meeting in shared memory in a fixed order (Walk::kSplit).
 // Generic path (any alignment, any group/block, any K): one warp per row, a 4-byte word (INT4/INT8)
 // or one element per lane step, x read through the read-only cache.
 //
@@ -48,12 +51,13 @@ constexpr int kPersistFactor = 4;  // go persistent beyond this many waves of ti
 // = 64 registers where a lane holds at most 4 chunks; INT4 (four f32 constants per row and
 // chunk) and 8 chunks in flight need 80 (3 blocks). sm_12x (GB10: 1536 threads per SM,
 // 273 GB/s over 48 SMs, so a few KiB in flight per SM suffice) gets 128 registers (2 blocks).
-template <WeightKind kKind, int kR, int kU>
+// A pipelined INT4 warp of 2 rows x 3 chunks holds twice that in registers: 2 blocks.
+template <WeightKind kKind, int kR, int kU, bool kPipe>
 constexpr int min_blocks() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
   return 2;
 #else
-  return kKind == WeightKind::kInt4 || kR * kU >= 8 ? 3 : 4;
+  return kPipe && kR * kU >= 6 ? 2 : kKind == WeightKind::kInt4 || kR * kU >= 8 ? 3 : 4;
 #endif
 }
 
@@ -136,6 +140,7 @@ __device__ __forceinline__ uint32_t scale_row(const DeviceLinear& w, int r) {
 struct FastArgs {
   int gshift;
   uint32_t magic;
+  int n_slices;  // Walk::kSplit: warps per row group (2, 4 or 8)
   __device__ __forceinline__ int group(int v) const { return v >> gshift; }
 };
 
@@ -356,20 +361,43 @@ __device__ __forceinline__ float reduce_rows(float (&s)[kR], int lane) {
   return s[0];
 }
 
+// How a fast-kernel warp walks its rows (template argument of gemv_fast_kernel):
+//   kPlain  each warp owns kR rows of a tile and all their chunks, lane l reads chunks
+//           l, l + 32, ...; blocks take tiles in grid-stride order (persistent grids).
+//   kSplit  small N: the block's warps are n_warps / n_slices row groups of n_slices warps; the
+//           warps of a group take K slices of the same kR rows (warp slice s reads chunks
+//           l + 32 (s + n_slices u)), and their sums meet in shared memory, added in slice
+//           order by slice 0 (deterministic). One tile per block, every warp reaches the barrier.
+//   kPipe   persistent, at most kU chunks of a row per lane (one load round per tile): the next
+//           tile's loads are issued before the current tile is computed (register double
+//           buffer), so a warp's loads overlap its own compute across tiles.
+enum class Walk { kPlain, kSplit, kPipe };
+
 // A block of blockDim.x / 32 warps (1..kWarps); warp w of tile t owns rows (t * warps + w) * kR
-// .. + kR - 1 and loads kU chunks of each (lane, lane + 32, ...) at a time before using them.
-template <WeightKind kKind, int kR, int kU>
-__global__ void __launch_bounds__(kThreads, min_blocks<kKind, kR, kU>())
+// .. + kR - 1 (kSplit: row group w / n_slices) and loads kU chunks of each at a time before
+// using them.
+template <WeightKind kKind, int kR, int kU, Walk kWalk>
+__global__ void __launch_bounds__(kThreads, min_blocks<kKind, kR, kU, kWalk == Walk::kPipe>())
     gemv_fast_kernel(const DeviceLinear w, const float* __restrict__ x, float* __restrict__ y,
                      const GemvBatch b, const FastArgs args) {
   using F = Fmt<kKind>;
-  constexpr int kP = F::kCols / 4;  // float4s of x per chunk
-  extern __shared__ float4 xs[];    // x, padded (x_pos)
+  constexpr bool kSplit = kWalk == Walk::kSplit;
+  constexpr int kP = F::kCols / 4;                  // float4s of x per chunk
+  extern __shared__ float4 xs[];                    // x, padded (x_pos)
+  __shared__ float part[kSplit ? kWarps * kR : 1];  // kSplit: per-warp row sums
   const int slot = blockIdx.y;
   const Mat m = expert(w, b, slot);
   const int k = w.k, n = w.n;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
   const int n_vec = k / F::kCols;
+  // kSplit: this warp's slice and row group; chunk u of a load round is 32 * n_slices chunks
+  // after chunk u - 1 (kSplit) or 32 (else: a compile-time stride, immediate offsets).
+  const int n_slices = kSplit ? args.n_slices : 1;
+  const int slice = kSplit ? warp % n_slices : 0;
+  const int group_warp = kSplit ? warp / n_slices : warp;
+  const int n_groups = kSplit ? n_warps / n_slices : n_warps;
+  const int ustride = kSplit ? 32 * n_slices : 32;
+  const int v_first = lane + 32 * slice, v_step = ustride * kU;
 
   // The warp's rows: their first chunk and first scale as 32-bit indices (registers are the
   // limit here; an index costs one IMAD per load).
@@ -385,25 +413,27 @@ __global__ void __launch_bounds__(kThreads, min_blocks<kKind, kR, kU>())
   };
   uint4 wv[kU][kR];
   typename F::Raw raw[kU][kR];
-  // Chunks v0 + 32u; lanes past the row's end load nothing. full: all kU are inside the row.
-  auto load = [&](int v0, auto full) {
+  // Chunks v0 + ustride u into (dw, dr); lanes past the row's end load nothing. full: all kU are
+  // inside the row.
+  auto load_into = [&](uint4(&dw)[kU][kR], typename F::Raw(&dr)[kU][kR], int v0, auto full) {
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
-      const int v = v0 + 32 * u;
+      const int v = v0 + ustride * u;
       if (decltype(full)::value || v < n_vec) {
         const uint32_t g = args.group(v);
 #pragma unroll
         for (int r = 0; r < kR; ++r) {
-          wv[u][r] = ld_stream(wbase + (w_row[r] + v));
-          raw[u][r] = F::load_raw(m, s_row[r] + g);
+          dw[u][r] = ld_stream(wbase + (w_row[r] + v));
+          dr[u][r] = F::load_raw(m, s_row[r] + g);
         }
       }
     }
   };
+  auto load = [&](int v0, auto full) { load_into(wv, raw, v0, full); };
   // The first chunks' loads go out before x is staged, so the two latencies overlap.
-  const int r_first = (blockIdx.x * n_warps + warp) * kR;
+  const int r_first = (blockIdx.x * n_groups + group_warp) * kR;
   set_rows(r_first);
-  if (r_first < n) load(lane, std::false_type{});
+  if (r_first < n) load(v_first, std::false_type{});
 
   const float* xg = x + slot * b.x_stride;
   const int n_x4 = k / 4;
@@ -418,59 +448,117 @@ __global__ void __launch_bounds__(kThreads, min_blocks<kKind, kR, kU>())
   __syncthreads();
 
   float* yg = y + slot * b.y_stride;
-  // One tile; pre: the first kU chunks are already loaded (peeled, so those registers are not
-  // kept alive across the tile loop).
-  auto run_tile = [&](int r0, auto pre) {
-    float acc[kR][2] = {};
-    auto compute = [&](int v0, auto full) {
-      const float4* xv = xs + x_pos(v0 * kP);
+  // Accumulates the chunks v0 + ustride u held in (sw, sr).
+  auto compute = [&](const uint4(&sw)[kU][kR], const typename F::Raw(&sr)[kU][kR],
+                     float(&acc)[kR][2], int v0, auto full) {
+    const float4* xv = xs + x_pos(v0 * kP);
 #pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        if (decltype(full)::value || v0 + 32 * u < n_vec) {
-          typename F::Param prm[kR];
+    for (int u = 0; u < kU; ++u) {
+      if (decltype(full)::value || v0 + ustride * u < n_vec) {
+        typename F::Param prm[kR];
 #pragma unroll
-          for (int r = 0; r < kR; ++r) prm[r] = F::param(raw[u][r]);
-          const float4* xu = xv + 36 * u * kP;
-          F::dot(
-              wv[u], prm, [&](int i) { return xu[i]; }, acc, args.magic);
-        }
-      }
-    };
-    int v0 = lane;
-    if constexpr (decltype(pre)::value) {
-      if (v0 + 32 * (kU - 1) < n_vec) {
-        compute(v0, std::true_type{});
-      } else {
-        compute(v0, std::false_type{});
-      }
-      v0 += 32 * kU;
-    }
-#pragma unroll 1
-    for (; v0 < n_vec; v0 += 32 * kU) {
-      if (v0 + 32 * (kU - 1) < n_vec) {  // the common case: no per-chunk guards
-        load(v0, std::true_type{});
-        compute(v0, std::true_type{});
-      } else {
-        load(v0, std::false_type{});
-        compute(v0, std::false_type{});
+        for (int r = 0; r < kR; ++r) prm[r] = F::param(sr[u][r]);
+        // chunk v0 + ustride u: x_pos advances 36 float4s per 32 (file comment at x_pos)
+        const float4* xu = xv + (ustride / 32) * 36 * u * kP;
+        F::dot(
+            sw[u], prm, [&](int i) { return xu[i]; }, acc, args.magic);
       }
     }
+  };
+  // Row sums of acc -> lane l holds row l / (32 / kR) of the warp's rows.
+  auto finish = [&](float(&acc)[kR][2]) {
     float sums[kR];
 #pragma unroll
     for (int r = 0; r < kR; ++r) sums[r] = acc[r][0] + acc[r][1];
-    const float t = reduce_rows<kR>(sums, lane);
+    return reduce_rows<kR>(sums, lane);
+  };
+  auto store = [&](int r0, float t) {
     const int row = r0 + lane / (32 / kR);
     if (lane % (32 / kR) == 0 && row < n) yg[row] = t;
   };
-  if (r_first >= n) return;  // warp-uniform; no barrier follows
-  run_tile(r_first, std::true_type{});
-  const int tile_rows = n_warps * kR;
-  const int n_tiles = (n + tile_rows - 1) / tile_rows;
-  for (int tile = blockIdx.x + gridDim.x; tile < n_tiles; tile += gridDim.x) {
-    const int r0 = (tile * n_warps + warp) * kR;
-    if (r0 >= n) break;  // later tiles only start further down
-    set_rows(r0);
-    run_tile(r0, std::false_type{});
+  // One tile's chunks from v0 on: load, compute (v0 = v_first: already loaded when pre).
+  auto run_chunks = [&](float(&acc)[kR][2], auto pre) {
+    int v0 = v_first;
+    if constexpr (decltype(pre)::value) {
+      if (v0 + ustride * (kU - 1) < n_vec) {
+        compute(wv, raw, acc, v0, std::true_type{});
+      } else {
+        compute(wv, raw, acc, v0, std::false_type{});
+      }
+      v0 += v_step;
+    }
+#pragma unroll 1
+    for (; v0 < n_vec; v0 += v_step) {
+      if (v0 + ustride * (kU - 1) < n_vec) {  // the common case: no per-chunk guards
+        load(v0, std::true_type{});
+        compute(wv, raw, acc, v0, std::true_type{});
+      } else {
+        load(v0, std::false_type{});
+        compute(wv, raw, acc, v0, std::false_type{});
+      }
+    }
+  };
+
+  if constexpr (kSplit) {
+    const bool active = r_first < n;  // warp-uniform; every warp reaches the barrier
+    float t = 0.0f;
+    if (active) {
+      float acc[kR][2] = {};
+      run_chunks(acc, std::true_type{});
+      t = finish(acc);
+    }
+    if (lane % (32 / kR) == 0) part[warp * kR + lane / (32 / kR)] = t;
+    __syncthreads();
+    if (active && slice == 0 && lane % (32 / kR) == 0) {
+      const int i = lane / (32 / kR);
+      float s = part[warp * kR + i];
+      for (int sl = 1; sl < n_slices; ++sl) s += part[(warp + sl) * kR + i];
+      const int row = r_first + i;
+      if (row < n) yg[row] = s;
+    }
+  } else if constexpr (kWalk == Walk::kPipe) {
+    if (r_first >= n) return;  // warp-uniform; no barrier follows
+    const int tile_rows = n_warps * kR;
+    int r0 = r_first;
+    for (;;) {
+      const int r1 = r0 + static_cast<int>(gridDim.x) * tile_rows;
+      uint4 wn[kU][kR];
+      typename F::Raw rn[kU][kR];
+      if (r1 < n) {
+        set_rows(r1);
+        load_into(wn, rn, v_first, std::false_type{});
+      }
+      float acc[kR][2] = {};
+      compute(wv, raw, acc, v_first, std::false_type{});
+      store(r0, finish(acc));
+      if (r1 >= n) break;
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+#pragma unroll
+        for (int r = 0; r < kR; ++r) {
+          wv[u][r] = wn[u][r];
+          raw[u][r] = rn[u][r];
+        }
+      }
+      r0 = r1;
+    }
+  } else {
+    if (r_first >= n) return;  // warp-uniform; no barrier follows
+    {
+      float acc[kR][2] = {};
+      run_chunks(acc, std::true_type{});
+      store(r_first, finish(acc));
+    }
+    const int tile_rows = n_warps * kR;
+    const int n_tiles = (n + tile_rows - 1) / tile_rows;
+    for (int tile = blockIdx.x + gridDim.x; tile < n_tiles; tile += gridDim.x) {
+      const int r0 = (tile * n_warps + warp) * kR;
+      if (r0 >= n) break;  // later tiles only start further down
+      set_rows(r0);
+      float acc[kR][2] = {};
+      run_chunks(acc, std::false_type{});
+      store(r0, finish(acc));
+    }
   }
 }
 
@@ -558,22 +646,18 @@ bool fast_path_ok(const DeviceLinear& w, const GemvBatch& b) {
 }
 
 // Blocks of kThreads of the fast kernel resident per SM at this K.
-template <WeightKind kKind, int kR, int kU>
+template <WeightKind kKind, int kR, int kU, Walk kWalk>
 cudaError_t resident_blocks(int k, int n_sm, long* resident) {
   int per_sm = 0;
   const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &per_sm, gemv_fast_kernel<kKind, kR, kU>, kThreads, x_smem_bytes(k));
+      &per_sm, gemv_fast_kernel<kKind, kR, kU, kWalk>, kThreads, x_smem_bytes(k));
   *resident = static_cast<long>(n_sm) * per_sm;
   return e;
 }
 
-// Launches gemv_fast_kernel<kKind, kR, kU> over all rows of all slots: blocks of 8 warps (fewer
-// where that leaves SMs idle), one tile per block, or a persistent grid of the resident blocks
-// (grid-stride over tiles, x staged once per block) when there are many waves of tiles.
-template <WeightKind kKind, int kR, int kU>
-cudaError_t launch_fast(const DeviceLinear& w, const float* x, float* y, const GemvBatch& b,
-                        int n_sm, cudaStream_t stream) {
-  FastArgs args{0, 0x4B000000u};
+template <WeightKind kKind>
+FastArgs fast_args(const DeviceLinear& w, int n_slices) {
+  FastArgs args{0, 0x4B000000u, n_slices};
   auto shift = [&](int edge) {  // one group per row: every chunk is in group 0
     return edge >= w.k ? 30 : __builtin_ctz(static_cast<unsigned>(edge / Fmt<kKind>::kCols));
   };
@@ -582,29 +666,81 @@ cudaError_t launch_fast(const DeviceLinear& w, const float* x, float* y, const G
   } else if constexpr (kKind == WeightKind::kFp8) {
     args.gshift = shift(w.block);
   }
-  const long warps = (static_cast<long>(w.n) + kR - 1) / kR * b.n_slots;
-  const int n_warps = static_cast<int>(std::clamp(warps / n_sm, 1L, static_cast<long>(kWarps)));
-  const int tile_rows = n_warps * kR;
+  return args;
+}
+
+// Launches gemv_fast_kernel<kKind, kR, kU, kWalk> over all rows of all slots.
+//   kPlain: blocks of 8 warps (fewer where that leaves SMs idle), one tile per block, or a
+//           persistent grid of the resident blocks (grid-stride over tiles, x staged once per
+//           block) when there are many waves of tiles.
+//   kSplit: blocks of 8 warps, kWarps / n_slices row groups, one tile per block.
+//   kPipe:  persistent as soon as the tiles exceed the resident blocks, with every block given
+//           the same number of tiles (the last one fewer).
+template <WeightKind kKind, int kR, int kU, Walk kWalk>
+cudaError_t launch_fast(const DeviceLinear& w, const float* x, float* y, const GemvBatch& b,
+                        int n_sm, cudaStream_t stream, int n_slices = 1) {
+  const FastArgs args = fast_args<kKind>(w, n_slices);
+  int n_warps = kWarps;
+  if constexpr (kWalk == Walk::kPlain) {
+    const long warps = (static_cast<long>(w.n) + kR - 1) / kR * b.n_slots;
+    n_warps = static_cast<int>(std::clamp(warps / n_sm, 1L, static_cast<long>(kWarps)));
+  }
+  const int tile_rows = (kWalk == Walk::kSplit ? kWarps / n_slices : n_warps) * kR;
   const long tiles = (w.n + tile_rows - 1) / tile_rows;
   long grid_x = tiles;
-  if (n_warps == kWarps) {
+  if (kWalk != Walk::kSplit && n_warps == kWarps) {
     long resident = 0;
-    const cudaError_t e = resident_blocks<kKind, kR, kU>(w.k, n_sm, &resident);
+    const cudaError_t e = resident_blocks<kKind, kR, kU, kWalk>(w.k, n_sm, &resident);
     if (e != cudaSuccess) return e;
-    if (tiles * b.n_slots > kPersistFactor * resident) grid_x = std::max(1L, resident / b.n_slots);
+    const long per_slot = std::max(1L, resident / b.n_slots);
+    if constexpr (kWalk == Walk::kPipe) {
+      if (tiles > per_slot) {
+        const long per_block = (tiles + per_slot - 1) / per_slot;
+        grid_x = (tiles + per_block - 1) / per_block;
+      }
+    } else if (tiles * b.n_slots > kPersistFactor * resident) {
+      grid_x = per_slot;
+    }
   }
-  gemv_fast_kernel<kKind, kR, kU>
+  gemv_fast_kernel<kKind, kR, kU, kWalk>
       <<<dim3(static_cast<unsigned>(grid_x), b.n_slots), n_warps * 32, x_smem_bytes(w.k), stream>>>(
           w, x, y, b, args);
   return cudaGetLastError();
 }
 
+// Small N (fewer rows than 2 warps per SM slot of 8-warp blocks): split K over the warps of a
+// block (Walk::kSplit, one row per warp) so that every SM gets warps and each lane has at most a
+// few chunks: the fewest slices (2, 4, 8) that give 16 warps per SM, keeping >= 32 chunks per
+// slice. Returns false where splitting does not apply.
+template <WeightKind kKind>
+bool launch_split(const DeviceLinear& w, const float* x, float* y, const GemvBatch& b, int n_sm,
+                  cudaStream_t stream, cudaError_t* err) {
+  const long rows = static_cast<long>(w.n) * b.n_slots;
+  const int n_vec = w.k / Fmt<kKind>::kCols;
+  const long want = 2L * kWarps * n_sm;
+  if (rows >= want || n_vec < 64) return false;
+  int slices = 2;
+  while (slices < kWarps && rows * slices < want && n_vec / (2 * slices) >= 32) slices *= 2;
+  const int per_lane = (n_vec + 32 * slices - 1) / (32 * slices);
+  if (per_lane <= 1) {
+    *err = launch_fast<kKind, 1, 1, Walk::kSplit>(w, x, y, b, n_sm, stream, slices);
+  } else if (per_lane <= 2) {
+    *err = launch_fast<kKind, 1, 2, Walk::kSplit>(w, x, y, b, n_sm, stream, slices);
+  } else {
+    *err = launch_fast<kKind, 1, 4, Walk::kSplit>(w, x, y, b, n_sm, stream, slices);
+  }
+  return true;
+}
+
 // Shape of the fast path. Loads in flight per lane (kR rows x kU chunks) carry the bandwidth:
 // decode launches are a few microseconds long, so each warp should fetch its rows in one or two
-// round trips. Rows per warp divide the x reads from shared memory: INT4 reads 8 bytes of x per
-// weight byte, so it keeps 2 rows per warp (its 4 f32 constants per row and chunk make 4 rows
-// spill, and limit it to 6 chunks in flight); the other formats use 1 row per warp when that is
-// needed to give every SM warps, else 4 (x reuse, fewer reductions).
+// round trips. Small N splits K (launch_split). Rows per warp divide the x reads from shared
+// memory: INT4 reads 8 bytes of x per weight byte, so it keeps 2 rows per warp (its 4 f32
+// constants per row and chunk make 4 rows spill, and limit it to 6 chunks in flight), pipelined
+// across tiles where a row is at most 3 chunks per lane (H200, 8 x [2048 x 3072]: +7%; 1 row per
+// warp pipelined was no faster than unpipelined 2, the x reads from shared memory then bound);
+// the other formats use 1 row per warp when that is needed to give every SM warps, else 4 (x
+// reuse, fewer reductions).
 template <WeightKind kKind>
 cudaError_t launch(const DeviceLinear& w, const float* x, float* y, const GemvBatch& b,
                    cudaStream_t stream) {
@@ -617,30 +753,37 @@ cudaError_t launch(const DeviceLinear& w, const float* x, float* y, const GemvBa
   cudaError_t e = cudaGetDevice(&device);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, device);
   if (e != cudaSuccess) return e;
+  if (launch_split<kKind>(w, x, y, b, n_sm, stream, &e)) return e;
   const int per_lane = (w.k / Fmt<kKind>::kCols + 31) / 32;  // chunks of a row per lane
   if constexpr (kKind == WeightKind::kInt4) {
-    if (per_lane <= 1) return launch_fast<kKind, 2, 1>(w, x, y, b, n_sm, stream);
-    if (per_lane == 2) return launch_fast<kKind, 2, 2>(w, x, y, b, n_sm, stream);
-    return launch_fast<kKind, 2, 3>(w, x, y, b, n_sm, stream);
+    const long tiles = (static_cast<long>(w.n) + kWarps - 1) / kWarps * b.n_slots;
+    if (per_lane <= 3 && tiles > 2L * n_sm) {  // many tiles, one load round each: pipeline
+      if (per_lane <= 1) return launch_fast<kKind, 2, 1, Walk::kPipe>(w, x, y, b, n_sm, stream);
+      if (per_lane == 2) return launch_fast<kKind, 2, 2, Walk::kPipe>(w, x, y, b, n_sm, stream);
+      return launch_fast<kKind, 2, 3, Walk::kPipe>(w, x, y, b, n_sm, stream);
+    }
+    if (per_lane <= 1) return launch_fast<kKind, 2, 1, Walk::kPlain>(w, x, y, b, n_sm, stream);
+    if (per_lane == 2) return launch_fast<kKind, 2, 2, Walk::kPlain>(w, x, y, b, n_sm, stream);
+    return launch_fast<kKind, 2, 3, Walk::kPlain>(w, x, y, b, n_sm, stream);
   } else {
     const long rows = static_cast<long>(w.n) * b.n_slots;
     if (rows >= 4L * kWarps * n_sm) {  // 4 rows per warp still fills every SM with 8 warps
       // INT8 / FP8 at 4 x 2 chunks would spill at 80 registers; 4 x 1 already keeps 64 KiB per
       // SM in flight (the LM head: many tiles per block, persistent).
       if constexpr (kKind == WeightKind::kInt8 || kKind == WeightKind::kFp8) {
-        return launch_fast<kKind, 4, 1>(w, x, y, b, n_sm, stream);
+        return launch_fast<kKind, 4, 1, Walk::kPlain>(w, x, y, b, n_sm, stream);
       } else {
-        if (per_lane <= 1) return launch_fast<kKind, 4, 1>(w, x, y, b, n_sm, stream);
-        return launch_fast<kKind, 4, 2>(w, x, y, b, n_sm, stream);
+        if (per_lane <= 1) return launch_fast<kKind, 4, 1, Walk::kPlain>(w, x, y, b, n_sm, stream);
+        return launch_fast<kKind, 4, 2, Walk::kPlain>(w, x, y, b, n_sm, stream);
       }
     }
-    if (per_lane <= 1) return launch_fast<kKind, 1, 1>(w, x, y, b, n_sm, stream);
-    if (per_lane <= 2) return launch_fast<kKind, 1, 2>(w, x, y, b, n_sm, stream);
+    if (per_lane <= 1) return launch_fast<kKind, 1, 1, Walk::kPlain>(w, x, y, b, n_sm, stream);
+    if (per_lane <= 2) return launch_fast<kKind, 1, 2, Walk::kPlain>(w, x, y, b, n_sm, stream);
     if constexpr (kKind == WeightKind::kInt8) {  // 8 chunks of INT8 spill at 80 registers
-      return launch_fast<kKind, 1, 4>(w, x, y, b, n_sm, stream);
+      return launch_fast<kKind, 1, 4, Walk::kPlain>(w, x, y, b, n_sm, stream);
     } else {
-      if (per_lane <= 4) return launch_fast<kKind, 1, 4>(w, x, y, b, n_sm, stream);
-      return launch_fast<kKind, 1, 8>(w, x, y, b, n_sm, stream);
+      if (per_lane <= 4) return launch_fast<kKind, 1, 4, Walk::kPlain>(w, x, y, b, n_sm, stream);
+      return launch_fast<kKind, 1, 8, Walk::kPlain>(w, x, y, b, n_sm, stream);
     }
   }
 }

@@ -122,6 +122,25 @@ __global__ void moe_combine_kernel(const float* y, const float* weights, int k, 
   }
 }
 
+// The MoE combine (as moe_combine_kernel) followed by the next norm over the whole row.
+__global__ void moe_combine_norm_kernel(const float* y, const float* weights, int k,
+                                        const float* shared, const float* shared_gate, int h,
+                                        float* x, const float* w, float eps, float* out) {
+  __shared__ float red[32];
+  const float sg = sigmoid(*shared_gate);
+  float ss = 0;
+  for (int i = threadIdx.x; i < h; i += blockDim.x) {
+    float acc = 0;
+    for (int j = 0; j < k; ++j) acc += weights[j] * y[static_cast<size_t>(j) * h + i];
+    const float v = x[i] + (acc + sg * shared[i]);
+    x[i] = v;
+    ss += v * v;
+  }
+  ss = block_sum(ss, red);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(h) + eps);
+  for (int i = threadIdx.x; i < h; i += blockDim.x) out[i] = x[i] * inv * (1.0f + w[i]);
+}
+
 __global__ void add_kernel(float* x, const float* y, int n) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
     x[i] += y[i];
@@ -225,6 +244,14 @@ cudaError_t moe_combine(const float* y, const float* weights, int k, const float
                         const float* shared_gate, int h, float* x, cudaStream_t stream) {
   moe_combine_kernel<<<blocks_for(h), kThreads, 0, stream>>>(y, weights, k, shared, shared_gate, h,
                                                              x);
+  return cudaGetLastError();
+}
+
+cudaError_t moe_combine_norm(const float* y, const float* weights, int k, const float* shared,
+                             const float* shared_gate, int h, float* x, const float* w, float eps,
+                             float* out, cudaStream_t stream) {
+  moe_combine_norm_kernel<<<1, 1024, 0, stream>>>(y, weights, k, shared, shared_gate, h, x, w, eps,
+                                                  out);
   return cudaGetLastError();
 }
 

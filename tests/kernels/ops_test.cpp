@@ -159,6 +159,31 @@ TEST(Ops, MoeCombineAddsToTheResidual) {
   expect_close(want, download(dx), 1e-6f);
 }
 
+TEST(Ops, MoeCombineThenNorm) {
+  REQUIRE_GPU();
+  for (int h : {64, 2048, 3072, 4096}) {
+    const int k = 8;
+    const auto y = randn(static_cast<size_t>(h) * k, h), shared = randn(h, h + 1),
+               x0 = randn(h, h + 2), w = randn(h, h + 3, 0.3f);
+    const std::vector<float> wt = {0.3f, 0.2f, 0.1f, 0.1f, 0.1f, 0.1f, 0.05f, 0.05f}, g = {0.4f};
+    auto dy = upload(y);
+    auto ds = upload(shared);
+    auto dwt = upload(wt);
+    auto dg = upload(g);
+    auto dx = upload(x0);
+    auto dw = upload(w);
+    DeviceBuffer<float> out(h);
+    ASSERT_EQ(moe_combine_norm(dy.data(), dwt.data(), k, ds.data(), dg.data(), h, dx.data(),
+                               dw.data(), 1e-6f, out.data(), nullptr),
+              cudaSuccess);
+    std::vector<float> x = x0, want(h);
+    moe_combine_ref(y.data(), wt.data(), k, shared.data(), g[0], h, x.data());
+    rms_norm_1p_ref(x.data(), w.data(), h, 1, 1e-6f, want.data());
+    expect_close(x, download(dx), 1e-6f);
+    expect_close(want, download(out), 1e-5f);
+  }
+}
+
 TEST(Ops, ArgmaxFirstMaximumAtAnySize) {
   REQUIRE_GPU();
   for (int n : {1, 5, 257, 65536 + 3, 248320}) {

@@ -160,7 +160,8 @@ struct CudaEngine::Impl {
     }
   }
 
-  void moe(const cuda::DeviceMoe& w) {
+  // The MoE block; its combine also applies the next norm (`next_norm`) into `next_out`.
+  void moe(const cuda::DeviceMoe& w, const float* next_norm, float* next_out) {
     const ckpt::Qwen35Config& c = m->config;
     const int h = static_cast<int>(c.hidden_size), k = static_cast<int>(c.num_experts_per_tok),
               im = static_cast<int>(c.moe_intermediate_size),
@@ -176,7 +177,9 @@ struct CudaEngine::Impl {
     gemv(w.shared_gate_up, u, sgu, {}, "shared expert");
     check(kern::swiglu(sgu, sgu + is, is, 1, is, sh, stream), "swiglu");
     gemv(w.shared_down, sh, sy, {}, "shared expert");
-    check(kern::moe_combine(ey, rweights, k, sy, sgl, h, x, stream), "moe_combine");
+    check(kern::moe_combine_norm(ey, rweights, k, sy, sgl, h, x, next_norm,
+                                 static_cast<float>(c.rms_norm_eps), next_out, stream),
+          "moe_combine_norm");
     mark("norms and elementwise", 0);
   }
 
@@ -185,11 +188,10 @@ struct CudaEngine::Impl {
     const int h = static_cast<int>(c.hidden_size);
     const float eps = static_cast<float>(c.rms_norm_eps);
     check(kern::embed(m->embed_kind, m->embed, h, token, x, stream), "embed");
+    check(kern::rms_norm_1p(x, m->layers[0].input_norm, h, 1, eps, u, stream), "rms_norm");
     mark("norms and elementwise", static_cast<uint64_t>(h) * 2);
     for (size_t l = 0; l < m->layers.size(); ++l) {
-      const cuda::DeviceLayer& w = m->layers[l];
-      check(kern::rms_norm_1p(x, w.input_norm, h, 1, eps, u, stream), "rms_norm");
-      mark("norms and elementwise", 0);
+      const cuda::DeviceLayer& w = m->layers[l];  // u = input_norm(x) already
       if (w.full_attention) {
         gemv(w.qkv, u, qkvp, {}, "attention projections");
         check(kern::attn_prepare(attn, qproj, kp, vp, w.q_norm, w.k_norm, pos, q, k_cache[l],
@@ -211,10 +213,9 @@ struct CudaEngine::Impl {
       }
       check(kern::add_rms_norm_1p(x, mix, w.post_norm, h, eps, u, stream), "add_rms_norm");
       mark("norms and elementwise", 0);
-      moe(w.moe);
+      const bool last = l + 1 == m->layers.size();
+      moe(w.moe, last ? m->final_norm : m->layers[l + 1].input_norm, last ? hidden : u);
     }
-    check(kern::rms_norm_1p(x, m->final_norm, h, 1, eps, hidden, stream), "rms_norm");
-    mark("norms and elementwise", 0);
     gemv(m->lm_head, hidden, logits, {}, "LM head");
     check(kern::argmax(logits, static_cast<int>(c.vocab_size), next, argmax_scratch, stream),
           "argmax");

@@ -21,125 +21,167 @@ void check(cudaError_t e, const char* what) {
   }
 }
 
-// One module in the kernel layout, on the host.
-struct HostLinear {
-  DeviceLinear shape;  // kind, n, k, group, block (pointers unset)
+// Rows [r0, r1) of one module in the kernel layout, on the host.
+struct HostRows {
   std::vector<uint8_t> w;
   std::vector<uint16_t> scales;  // f16
   std::vector<uint8_t> zeros;
-  std::vector<float> block_scale;
+  std::vector<float> block_scale;  // FP8: the block rows of [r0, r1) (r0 a multiple of the block)
 };
 
-HostLinear repack(const StoredLinear& s) {
-  HostLinear h;
-  h.shape.n = static_cast<int>(s.n);
-  h.shape.k = static_cast<int>(s.k);
+// What a module looks like in the kernel layout: kind and sizes per row, without reading it.
+struct RowLayout {
+  DeviceLinear shape;     // kind, n, k, group, block (pointers unset)
+  size_t w_row = 0;       // bytes of w per row
+  size_t groups = 0;      // scales and zeros per row (INT4 / INT8)
+  size_t block_cols = 0;  // FP8 block scales per block row
+};
+
+RowLayout layout_of(const StoredLinear& s) {
+  RowLayout l;
+  l.shape.n = static_cast<int>(s.n);
+  l.shape.k = static_cast<int>(s.k);
   switch (s.kind) {
     case StoredLinear::Kind::kFloat: {
-      const bool f32 = s.w->dtype == ckpt::DType::kF32, f16 = s.w->dtype == ckpt::DType::kF16;
-      h.shape.kind = f32 || f16 ? WeightKind::kF32 : WeightKind::kBf16;
-      const size_t elems = static_cast<size_t>(s.n * s.k);
-      if (f16) {  // widened once: kernels read BF16 or F32
-        h.w.resize(elems * 4);
-        std::vector<float> row(static_cast<size_t>(s.k));
-        for (int64_t r = 0; r < s.n; ++r) {
-          s.row(r, row.data());
-          std::memcpy(h.w.data() + r * s.k * 4, row.data(), row.size() * 4);
+      const bool bf16 = s.w->dtype == ckpt::DType::kBF16;
+      l.shape.kind = bf16 ? WeightKind::kBf16 : WeightKind::kF32;  // F16 is widened to F32
+      l.w_row = static_cast<size_t>(s.k) * (bf16 ? 2 : 4);
+      break;
+    }
+    case StoredLinear::Kind::kGptq:
+      l.shape.kind = s.bits == 4 ? WeightKind::kInt4 : WeightKind::kInt8;
+      l.shape.group = static_cast<int>(s.group);
+      l.w_row = static_cast<size_t>(s.k / (32 / s.bits)) * 4;
+      l.groups = static_cast<size_t>((s.k + s.group - 1) / s.group);
+      break;
+    case StoredLinear::Kind::kFp8:
+      l.shape.kind = WeightKind::kFp8;
+      l.shape.block = static_cast<int>(s.bn);
+      l.w_row = static_cast<size_t>(s.k);
+      l.block_cols = static_cast<size_t>(s.scale_inv->cols);
+      break;
+  }
+  return l;
+}
+
+HostRows repack_rows(const StoredLinear& s, int64_t r0, int64_t r1) {
+  HostRows h;
+  const int64_t n = r1 - r0;
+  switch (s.kind) {
+    case StoredLinear::Kind::kFloat:
+      if (s.w->dtype == ckpt::DType::kBF16 || s.w->dtype == ckpt::DType::kF32) {
+        const size_t row = static_cast<size_t>(s.k) * (s.w->dtype == ckpt::DType::kF32 ? 4 : 2);
+        const auto* base = static_cast<const uint8_t*>(s.w->data);
+        h.w.assign(base + r0 * row, base + r1 * row);
+      } else {  // F16: widened once, kernels read BF16 or F32
+        h.w.resize(static_cast<size_t>(n * s.k) * 4);
+        for (int64_t r = r0; r < r1; ++r) {
+          s.row(r, reinterpret_cast<float*>(h.w.data()) + (r - r0) * s.k);
         }
-      } else {
-        h.w.resize(elems * (f32 ? 4 : 2));
-        std::memcpy(h.w.data(), s.w->data, h.w.size());
       }
       return h;
-    }
     case StoredLinear::Kind::kGptq: {
-      h.shape.kind = s.bits == 4 ? WeightKind::kInt4 : WeightKind::kInt8;
-      h.shape.group = static_cast<int>(s.group);
       const int per = 32 / s.bits;
       const int64_t words = s.k / per, groups = (s.k + s.group - 1) / s.group;
-      h.w.resize(static_cast<size_t>(s.n * words) * 4);
+      h.w.resize(static_cast<size_t>(n * words) * 4);
       auto* w = reinterpret_cast<uint32_t*>(h.w.data());
       for (int64_t p = 0; p < words; ++p) {  // [K/per, N] -> [N, K/per]
-        for (int64_t r = 0; r < s.n; ++r) w[r * words + p] = s.qweight[p * s.n + r];
+        for (int64_t r = r0; r < r1; ++r) w[(r - r0) * words + p] = s.qweight[p * s.n + r];
       }
-      h.scales.resize(static_cast<size_t>(s.n * groups));
-      h.zeros.resize(static_cast<size_t>(s.n * groups));
+      h.scales.resize(static_cast<size_t>(n * groups));
+      h.zeros.resize(static_cast<size_t>(n * groups));
       const uint32_t mask = (1u << s.bits) - 1;
       for (int64_t g = 0; g < groups; ++g) {
-        for (int64_t r = 0; r < s.n; ++r) {
-          h.scales[r * groups + g] = s.scales[g * s.n + r];
+        for (int64_t r = r0; r < r1; ++r) {
+          h.scales[(r - r0) * groups + g] = s.scales[g * s.n + r];
           const uint32_t zw = s.qzeros[g * (s.n / per) + r / per];
-          h.zeros[r * groups + g] = static_cast<uint8_t>(((zw >> (s.bits * (r % per))) & mask) + 1);
+          h.zeros[(r - r0) * groups + g] =
+              static_cast<uint8_t>(((zw >> (s.bits * (r % per))) & mask) + 1);
         }
       }
       return h;
     }
     case StoredLinear::Kind::kFp8: {
-      h.shape.kind = WeightKind::kFp8;
-      h.shape.block = static_cast<int>(s.bn);
-      h.w.assign(s.codes, s.codes + s.n * s.k);
-      const int64_t rows = s.scale_inv->rows, cols = s.scale_inv->cols;
-      h.block_scale.resize(static_cast<size_t>(rows * cols));
-      for (int64_t r = 0; r < rows; ++r) s.scale_inv->row(r, h.block_scale.data() + r * cols);
+      h.w.assign(s.codes + r0 * s.k, s.codes + r1 * s.k);
+      const int64_t b0 = r0 / s.bn, b1 = (r1 + s.bn - 1) / s.bn, cols = s.scale_inv->cols;
+      h.block_scale.resize(static_cast<size_t>((b1 - b0) * cols));
+      for (int64_t b = b0; b < b1; ++b) s.scale_inv->row(b, h.block_scale.data() + (b - b0) * cols);
       return h;
     }
   }
   return h;
 }
 
-// Rows of `parts` as one matrix, or false when they cannot share a launch (different kinds,
-// groups, inner sizes, or FP8 parts that end inside a scale block).
-bool concat_rows(const std::vector<HostLinear>& parts, HostLinear& out) {
-  out = parts[0];
+// Whether parts can share one launch over their concatenated rows: one kind, inner size, group
+// and block, and FP8 parts that end on a scale-block boundary.
+bool can_concat(const std::vector<RowLayout>& parts) {
   for (size_t i = 1; i < parts.size(); ++i) {
-    const HostLinear& p = parts[i];
-    const DeviceLinear& prev = parts[i - 1].shape;
-    if (p.shape.kind != out.shape.kind || p.shape.k != out.shape.k ||
-        p.shape.group != out.shape.group || p.shape.block != out.shape.block ||
-        (out.shape.kind == WeightKind::kFp8 && prev.n % prev.block != 0)) {
+    const DeviceLinear &a = parts[0].shape, &b = parts[i].shape, &prev = parts[i - 1].shape;
+    if (b.kind != a.kind || b.k != a.k || b.group != a.group || b.block != a.block ||
+        (a.kind == WeightKind::kFp8 && prev.n % prev.block != 0)) {
       return false;
     }
-    out.shape.n += p.shape.n;
-    out.w.insert(out.w.end(), p.w.begin(), p.w.end());
-    out.scales.insert(out.scales.end(), p.scales.begin(), p.scales.end());
-    out.zeros.insert(out.zeros.end(), p.zeros.begin(), p.zeros.end());
-    out.block_scale.insert(out.block_scale.end(), p.block_scale.begin(), p.block_scale.end());
   }
   return true;
 }
 
-// A stack of `count` matrices of one shape and format, filled slot by slot.
+constexpr size_t kChunkBytes = 32u << 20;  // host staging per copy: bounds the loader's memory
+
+// A stack of `count` matrices (each the concatenation of `parts`' rows), filled part by part in
+// row chunks so host memory stays bounded by kChunkBytes whatever the module's size.
 class StackWriter {
  public:
-  StackWriter(DeviceModel& m, const HostLinear& first, size_t count, std::string what)
-      : m_(m), what_(std::move(what)) {
-    d_ = first.shape;
-    d_.w_stride = first.w.size();
-    d_.scale_stride = first.scales.size();
-    d_.zero_stride = first.zeros.size();
-    d_.block_scale_stride = first.block_scale.size();
+  StackWriter(DeviceModel& m, const std::vector<RowLayout>& parts, size_t count, std::string what)
+      : m_(m), parts_(parts), what_(std::move(what)) {
+    d_ = parts[0].shape;
+    d_.n = 0;
+    for (const RowLayout& p : parts) {
+      offsets_.push_back(d_.n);
+      d_.n += p.shape.n;
+    }
+    const RowLayout& l = parts[0];
+    d_.w_stride = l.w_row * static_cast<size_t>(d_.n);
+    d_.scale_stride = d_.zero_stride = l.groups * static_cast<size_t>(d_.n);
+    d_.block_scale_stride =
+        l.block_cols ? l.block_cols * static_cast<size_t>((d_.n + d_.block - 1) / d_.block) : 0;
     d_.w = m.alloc(d_.w_stride * count);
-    if (d_.scale_stride)
+    if (d_.scale_stride) {
       d_.scales = static_cast<const __half*>(m.alloc(d_.scale_stride * 2 * count));
-    if (d_.zero_stride) d_.zeros = static_cast<const uint8_t*>(m.alloc(d_.zero_stride * count));
+      d_.zeros = static_cast<const uint8_t*>(m.alloc(d_.zero_stride * count));
+    }
     if (d_.block_scale_stride) {
       d_.block_scale = static_cast<const float*>(m.alloc(d_.block_scale_stride * 4 * count));
     }
   }
 
-  void put(size_t e, const HostLinear& h) {
-    if (h.shape.kind != d_.kind || h.shape.n != d_.n || h.w.size() != d_.w_stride ||
-        h.scales.size() != d_.scale_stride || h.shape.group != d_.group ||
-        h.shape.block != d_.block) {
+  // Part j of matrix e.
+  void put(size_t e, size_t j, const StoredLinear& s) {
+    const RowLayout l = layout_of(s);
+    const RowLayout& want = parts_[j];
+    if (l.shape.kind != want.shape.kind || l.shape.n != want.shape.n || l.w_row != want.w_row ||
+        l.groups != want.groups || l.shape.block != want.shape.block) {
       throw Error(Errc::kUnsupported, what_ +
                                           ": experts stored in different formats (expert 0 and " +
                                           std::to_string(e) + "); the CUDA engine needs one");
     }
-    copy(h.w, e * d_.w_stride, static_cast<uint8_t*>(const_cast<void*>(d_.w)));
-    copy(h.scales, e * d_.scale_stride,
-         reinterpret_cast<uint16_t*>(const_cast<__half*>(d_.scales)));
-    copy(h.zeros, e * d_.zero_stride, const_cast<uint8_t*>(d_.zeros));
-    copy(h.block_scale, e * d_.block_scale_stride, const_cast<float*>(d_.block_scale));
+    int64_t rows =
+        std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes / std::max<size_t>(1, l.w_row)));
+    if (l.shape.kind == WeightKind::kFp8)
+      rows = std::max<int64_t>(1, rows / l.shape.block) * l.shape.block;
+    for (int64_t r0 = 0; r0 < s.n; r0 += rows) {
+      const int64_t r1 = std::min(s.n, r0 + rows);
+      const HostRows h = repack_rows(s, r0, r1);
+      const size_t row = static_cast<size_t>(offsets_[j] + r0);
+      copy(h.w, e * d_.w_stride + row * l.w_row, static_cast<uint8_t*>(const_cast<void*>(d_.w)));
+      copy(h.scales, e * d_.scale_stride + row * l.groups,
+           reinterpret_cast<uint16_t*>(const_cast<__half*>(d_.scales)));
+      copy(h.zeros, e * d_.zero_stride + row * l.groups, const_cast<uint8_t*>(d_.zeros));
+      if (!h.block_scale.empty()) {
+        copy(h.block_scale, e * d_.block_scale_stride + row / d_.block * l.block_cols,
+             const_cast<float*>(d_.block_scale));
+      }
+    }
+    s.release();
   }
 
   // Strides count elements of each array; w's element depends on the kind (gemv.h).
@@ -161,53 +203,36 @@ class StackWriter {
     m_.host_bytes_read += v.size() * sizeof(T);
   }
   DeviceModel& m_;
+  std::vector<RowLayout> parts_;
   std::string what_;
   DeviceLinear d_;
+  std::vector<int> offsets_;
 };
 
-std::vector<HostLinear> repack_all(const std::vector<const StoredLinear*>& mods) {
-  std::vector<HostLinear> out;
-  for (const StoredLinear* s : mods) {
-    out.push_back(repack(*s));
-    s->release();
-  }
-  return out;
-}
-
-// stack[e] lists the parts of matrix e (one e for a plain group). Fused when expert 0's parts
-// concatenate; then every expert must.
+// stack[e] lists the parts of matrix e (one e for a plain group). Fused when the parts can be
+// concatenated; otherwise each part becomes its own stack.
 RowGroup upload_group(DeviceModel& m, const std::vector<std::vector<const StoredLinear*>>& stack,
                       const std::string& what) {
   RowGroup g;
-  std::vector<HostLinear> first = repack_all(stack[0]);
+  std::vector<RowLayout> parts;
   int offset = 0;
-  for (const HostLinear& h : first) {
+  for (const StoredLinear* s : stack[0]) {
+    parts.push_back(layout_of(*s));
     g.offsets.push_back(offset);
-    offset += h.shape.n;
+    offset += parts.back().shape.n;
   }
-  HostLinear merged;
-  if (first.size() > 1 && concat_rows(first, merged)) {
-    StackWriter w(m, merged, stack.size(), what);
-    w.put(0, merged);
-    for (size_t e = 1; e < stack.size(); ++e) {
-      if (!concat_rows(repack_all(stack[e]), merged)) {
-        throw Error(Errc::kUnsupported, what + ": expert " + std::to_string(e) +
-                                            " is stored in another format than expert 0");
-      }
-      w.put(e, merged);
+  if (parts.size() > 1 && can_concat(parts)) {
+    StackWriter w(m, parts, stack.size(), what);
+    for (size_t e = 0; e < stack.size(); ++e) {
+      for (size_t j = 0; j < parts.size(); ++j) w.put(e, j, *stack[e][j]);
     }
     g.fused = w.done();
-    for (const HostLinear& h : first) g.parts.push_back(h.shape);  // shapes only
+    for (const RowLayout& p : parts) g.parts.push_back(p.shape);  // shapes only
     return g;
   }
-  for (size_t j = 0; j < first.size(); ++j) {
-    StackWriter w(m, first[j], stack.size(), what);
-    w.put(0, first[j]);
-    for (size_t e = 1; e < stack.size(); ++e) {
-      HostLinear h = repack(*stack[e][j]);
-      stack[e][j]->release();
-      w.put(e, h);
-    }
+  for (size_t j = 0; j < parts.size(); ++j) {
+    StackWriter w(m, {parts[j]}, stack.size(), what);
+    for (size_t e = 0; e < stack.size(); ++e) w.put(e, 0, *stack[e][j]);
     g.parts.push_back(w.done());
   }
   return g;
@@ -262,32 +287,28 @@ std::unique_ptr<DeviceModel> upload_model(const Model& model) {
   auto m = std::make_unique<DeviceModel>();
   m->config = model.config();
   const ckpt::Qwen35Config& c = m->config;
-  // Embedding rows as BF16 or F32 (the table stays as stored; only rows are read).
+  // The embedding as stored (BF16 or F32; F16 widened), copied in row chunks.
   {
-    std::vector<float> row(static_cast<size_t>(c.hidden_size));
-    std::vector<uint16_t> bf(static_cast<size_t>(c.vocab_size * c.hidden_size));
-    std::vector<float> f32;
-    bool exact_bf16 = true;
-    for (int64_t r = 0; r < c.vocab_size && exact_bf16; ++r) {
-      model.embed(static_cast<int32_t>(r), row.data());
-      for (int64_t i = 0; i < c.hidden_size; ++i) {
-        const uint16_t b = quant::f32_to_bf16(row[i]);
-        exact_bf16 &= quant::bf16_to_f32(b) == row[i];
-        bf[r * c.hidden_size + i] = b;
+    const quant::MatrixView& e = model.embedding();
+    const bool bf16 = e.dtype == ckpt::DType::kBF16, f32 = e.dtype == ckpt::DType::kF32;
+    const size_t row = static_cast<size_t>(c.hidden_size) * (bf16 ? 2 : 4);
+    auto* table = static_cast<uint8_t*>(m->alloc(row * static_cast<size_t>(c.vocab_size)));
+    const int64_t rows = std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes / row));
+    std::vector<float> chunk;
+    for (int64_t r0 = 0; r0 < c.vocab_size; r0 += rows) {
+      const int64_t r1 = std::min(c.vocab_size, r0 + rows);
+      const void* src = static_cast<const uint8_t*>(e.data) + r0 * row;
+      if (!bf16 && !f32) {
+        chunk.resize(static_cast<size_t>((r1 - r0) * c.hidden_size));
+        for (int64_t r = r0; r < r1; ++r) e.row(r, chunk.data() + (r - r0) * c.hidden_size);
+        src = chunk.data();
       }
+      check(cudaMemcpy(table + r0 * row, src, (r1 - r0) * row, cudaMemcpyHostToDevice),
+            "copying the embedding to the GPU");
+      m->host_bytes_read += (r1 - r0) * row;
     }
-    if (exact_bf16) {
-      auto* p = static_cast<uint16_t*>(m->alloc(bf.size() * 2));
-      check(cudaMemcpy(p, bf.data(), bf.size() * 2, cudaMemcpyHostToDevice), "copying to the GPU");
-      m->host_bytes_read += bf.size() * 2;
-      m->embed = p;
-    } else {
-      f32.resize(bf.size());
-      for (int64_t r = 0; r < c.vocab_size; ++r)
-        model.embed(static_cast<int32_t>(r), f32.data() + r * c.hidden_size);
-      m->embed = upload_vec(*m, f32);
-      m->embed_kind = kern::FloatKind::kF32;
-    }
+    m->embed = table;
+    m->embed_kind = bf16 ? kern::FloatKind::kBf16 : kern::FloatKind::kF32;
   }
   for (size_t i = 0; i < model.layers().size(); ++i) {
     const LayerWeights& l = model.layers()[i];

@@ -39,6 +39,11 @@ cudaError_t router_topk(const float* logits, int e, int k, int* ids, float* weig
 cudaError_t moe_combine(const float* y, const float* weights, int k, const float* shared,
                         const float* shared_gate, int h, float* x, cudaStream_t stream);
 
+// moe_combine, then out = rms_norm_1p(x; w): the next layer's input norm (or the final norm).
+cudaError_t moe_combine_norm(const float* y, const float* weights, int k, const float* shared,
+                             const float* shared_gate, int h, float* x, const float* w, float eps,
+                             float* out, cudaStream_t stream);
+
 // x[i] += y[i]
 cudaError_t add(float* x, const float* y, int n, cudaStream_t stream);
 

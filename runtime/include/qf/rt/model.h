@@ -68,6 +68,7 @@ class Model {
 
   // Row `token` of the embedding, widened to f32.
   void embed(int32_t token, float* out) const;
+  const quant::MatrixView& embedding() const { return *embed_; }  // [V, H] as stored
   const std::vector<LayerWeights>& layers() const { return layers_; }
   const std::vector<float>& final_norm() const { return final_norm_; }
   const Linear& lm_head() const { return lm_head_; }
