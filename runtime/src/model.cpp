@@ -99,6 +99,7 @@ class ModelLoader {
     const ckpt::Qwen35Config& cfg = m_.config_;
     const std::string p = "model.language_model.";
     const ckpt::TensorView e = c_.view(p + "embed_tokens.weight");
+    m_.embed_ref_ = c_.find(p + "embed_tokens.weight");
     m_.embed_.emplace(e.bytes.data(), e.info->dtype, cfg.vocab_size, cfg.hidden_size);
     for (int64_t i = 0; i < cfg.num_layers(); ++i) {
       m_.layers_.push_back(layer(p + "layers." + std::to_string(i) + ".", cfg.full_attention[i]));
@@ -158,6 +159,10 @@ std::unique_ptr<Model> Model::load(const fs::path& dir) {
 
 void Model::embed(int32_t token, float* out) const {
   embed_->row(token, out);
+}
+
+void Model::release_embedding() const {
+  embed_ref_->file->release(embed_ref_->info->begin, embed_ref_->info->n_bytes());
 }
 
 }  // namespace qf::rt

@@ -180,8 +180,8 @@ class StackWriter {
         copy(h.block_scale, e * d_.block_scale_stride + row / d_.block * l.block_cols,
              const_cast<float*>(d_.block_scale));
       }
+      s.release();  // unmap what this chunk touched: resident memory stays at one chunk
     }
-    s.release();
   }
 
   // Strides count elements of each array; w's element depends on the kind (gemv.h).
@@ -306,6 +306,7 @@ std::unique_ptr<DeviceModel> upload_model(const Model& model) {
       check(cudaMemcpy(table + r0 * row, src, (r1 - r0) * row, cudaMemcpyHostToDevice),
             "copying the embedding to the GPU");
       m->host_bytes_read += (r1 - r0) * row;
+      model.release_embedding();
     }
     m->embed = table;
     m->embed_kind = bf16 ? kern::FloatKind::kBf16 : kern::FloatKind::kF32;

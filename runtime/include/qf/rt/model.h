@@ -69,6 +69,8 @@ class Model {
   // Row `token` of the embedding, widened to f32.
   void embed(int32_t token, float* out) const;
   const quant::MatrixView& embedding() const { return *embed_; }  // [V, H] as stored
+  // Unmaps the embedding's pages from this process (they stay in the page cache).
+  void release_embedding() const;
   const std::vector<LayerWeights>& layers() const { return layers_; }
   const std::vector<float>& final_norm() const { return final_norm_; }
   const Linear& lm_head() const { return lm_head_; }
@@ -83,6 +85,7 @@ class Model {
   quant::CheckpointLayout layout_;
   std::map<std::string, size_t> formats_;
   std::optional<quant::MatrixView> embed_;
+  const ckpt::TensorRef* embed_ref_ = nullptr;
   std::vector<LayerWeights> layers_;
   std::vector<float> final_norm_;
   Linear lm_head_;
