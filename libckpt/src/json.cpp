@@ -19,6 +19,16 @@ int hex_value(char c) {
   return -1;
 }
 
+std::string describe_char(char c) {
+  const auto u = static_cast<unsigned char>(c);
+  if (u >= 0x21 && u < 0x7F) return std::string("'") + c + "'";
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "byte 0x%02X", u);
+  return buf;
+}
+
+}  // namespace
+
 void append_utf8(std::string& out, uint32_t cp) {
   if (cp < 0x80) {
     out += static_cast<char>(cp);
@@ -36,16 +46,6 @@ void append_utf8(std::string& out, uint32_t cp) {
     out += static_cast<char>(0x80 | (cp & 0x3F));
   }
 }
-
-std::string describe_char(char c) {
-  const auto u = static_cast<unsigned char>(c);
-  if (u >= 0x21 && u < 0x7F) return std::string("'") + c + "'";
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "byte 0x%02X", u);
-  return buf;
-}
-
-}  // namespace
 
 void JsonReader::fail(const std::string& message) const {
   throw JsonSyntaxError(pos_, message);

@@ -1,6 +1,8 @@
 // Internal: UTF-8 and the GPT-2 byte-level alphabet, as Hugging Face tokenizers use them.
 #pragma once
 
+#include "qf/ckpt/json.h"
+
 #include <array>
 #include <cstdint>
 #include <string>
@@ -26,7 +28,7 @@ std::string utf8_lossy(std::string_view bytes);
 uint32_t code_point(std::string_view s, size_t i, size_t& len);
 
 // Appends code point `cp` (< 0x110000, not a surrogate) as UTF-8.
-void append_utf8(std::string& out, uint32_t cp);
+using ckpt::append_utf8;  // code point -> UTF-8
 
 // The GPT-2 byte-to-character map: printable Latin-1 bytes map to themselves, the other 68
 // bytes to U+0100 + n in byte order. byte_char(b) is the code point for byte b.

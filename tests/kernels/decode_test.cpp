@@ -5,26 +5,15 @@
 #include <cstring>
 #include <vector>
 
+#include "gpu_test.h"
 #include "qf/kern/decode.h"
 #include "qf/kern/device_buffer.h"
 
 namespace qf::kern {
 namespace {
 
-bool have_gpu(std::string* why) {
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) {
-    *why = std::string("no CUDA device: ") + cudaGetErrorString(e);
-    return false;
-  }
-  if (n == 0) *why = "no CUDA device";
-  return n > 0;
-}
-
 void check_all_codes(CodeFormat fmt, size_t code_bytes) {
-  std::string why;
-  if (!have_gpu(&why)) GTEST_SKIP() << why;
+  QF_REQUIRE_GPU();
   const size_t n_codes = size_t{1} << (8 * code_bytes);
   std::vector<uint8_t> codes(n_codes * code_bytes);
   for (size_t i = 0; i < n_codes; ++i) std::memcpy(&codes[i * code_bytes], &i, code_bytes);

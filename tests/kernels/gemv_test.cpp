@@ -21,29 +21,13 @@
 #include <utility>
 #include <vector>
 
+#include "gpu_test.h"
 #include "qf/kern/device_buffer.h"
 #include "qf/kern/gemv.h"
 #include "qf/quant/formats.h"
 
 namespace qf::kern {
 namespace {
-
-bool have_gpu(std::string* why) {
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) {
-    *why = std::string("no CUDA device: ") + cudaGetErrorString(e);
-    return false;
-  }
-  if (n == 0) *why = "no CUDA device";
-  return n > 0;
-}
-
-#define QF_NEED_GPU()                           \
-  do {                                          \
-    std::string why_;                           \
-    if (!have_gpu(&why_)) GTEST_SKIP() << why_; \
-  } while (0)
 
 struct Rng {
   uint64_t s;
@@ -360,7 +344,7 @@ std::vector<int> awkward_k(WeightKind kind) {
 class GemvKinds : public ::testing::TestWithParam<WeightKind> {};
 
 TEST_P(GemvKinds, AwkwardSizes) {
-  QF_NEED_GPU();
+  QF_REQUIRE_GPU();
   const WeightKind kind = GetParam();
   uint64_t seed = 1;
   for (int k : awkward_k(kind)) {
@@ -373,7 +357,7 @@ TEST_P(GemvKinds, AwkwardSizes) {
 
 // Enough rows for 4 rows per warp (and, at 100000 x 64, a persistent grid of resident blocks).
 TEST_P(GemvKinds, ManyRows) {
-  QF_NEED_GPU();
+  QF_REQUIRE_GPU();
   const WeightKind kind = GetParam();
   uint64_t seed = 300;
   for (const auto& [n, k] : {std::pair{4500, 1040}, std::pair{4500, 3072}, std::pair{100000, 64}}) {
@@ -384,7 +368,7 @@ TEST_P(GemvKinds, ManyRows) {
 }
 
 TEST_P(GemvKinds, GroupsAndBlocks) {
-  QF_NEED_GPU();
+  QF_REQUIRE_GPU();
   const WeightKind kind = GetParam();
   if (kind == WeightKind::kBf16 || kind == WeightKind::kF32) GTEST_SKIP() << "no scales";
   uint64_t seed = 100;
@@ -403,7 +387,7 @@ TEST_P(GemvKinds, GroupsAndBlocks) {
 }
 
 TEST_P(GemvKinds, ExactPerElement) {
-  QF_NEED_GPU();
+  QF_REQUIRE_GPU();
   const WeightKind kind = GetParam();
   const int k = kind == WeightKind::kInt4 ? 320 : kind == WeightKind::kInt8 ? 176 : 144;
   const int group = kind == WeightKind::kInt4 ? 64 : 32;
@@ -414,7 +398,7 @@ TEST_P(GemvKinds, ExactPerElement) {
 }
 
 TEST_P(GemvKinds, MisalignedRowsAndInputs) {
-  QF_NEED_GPU();
+  QF_REQUIRE_GPU();
   const WeightKind kind = GetParam();
   const int k = kind == WeightKind::kInt4 ? 1024 : 1040;
   const auto t = make_linear(kind, 65, k, 3, 128, 128, 31, 4);  // rows 4 bytes off: generic
@@ -424,7 +408,7 @@ TEST_P(GemvKinds, MisalignedRowsAndInputs) {
 }
 
 TEST_P(GemvKinds, ExpertBatch) {
-  QF_NEED_GPU();
+  QF_REQUIRE_GPU();
   const WeightKind kind = GetParam();
   const auto t = make_linear(kind, 96, 1024, 12, 128, 128, 41);
   const std::vector<int> ids = {7, 2, 7, 0, 11, 3, 3, 5};
@@ -444,7 +428,7 @@ INSTANTIATE_TEST_SUITE_P(All, GemvKinds,
 // ---- Qwen3.5-122B-A10B shapes (hidden 3072, expert inter 1024, 32 x 2 x 256 q_proj) ----------
 
 TEST(GemvRealShapes, Int4ExpertGateUpAndDown) {
-  QF_NEED_GPU();
+  QF_REQUIRE_GPU();
   const std::vector<int> ids = {201, 17, 88, 17, 3, 255, 140, 64};
   const auto gate = make_linear(WeightKind::kInt4, 1024, 3072, 256, 128, 128, 51);
   check(*gate, Batch{8, ids, 0, 1024}, 52);
@@ -453,19 +437,19 @@ TEST(GemvRealShapes, Int4ExpertGateUpAndDown) {
 }
 
 TEST(GemvRealShapes, Int4QProj) {
-  QF_NEED_GPU();
+  QF_REQUIRE_GPU();
   const auto t = make_linear(WeightKind::kInt4, 16384, 3072, 1, 128, 128, 61);
   check(*t, Batch{}, 62);
 }
 
 TEST(GemvRealShapes, Int8LmHead) {
-  QF_NEED_GPU();
+  QF_REQUIRE_GPU();
   const auto t = make_linear(WeightKind::kInt8, 248320, 3072, 1, 3072, 128, 71);  // per row
   check(*t, Batch{}, 72);
 }
 
 TEST(GemvRealShapes, Fp8SharedExpertAndBf16Router) {
-  QF_NEED_GPU();
+  QF_REQUIRE_GPU();
   const auto up = make_linear(WeightKind::kFp8, 1024, 3072, 1, 128, 128, 81);
   check(*up, Batch{}, 82);
   const auto down = make_linear(WeightKind::kFp8, 3072, 1024, 1, 128, 128, 83);
@@ -476,7 +460,7 @@ TEST(GemvRealShapes, Fp8SharedExpertAndBf16Router) {
 
 // ids are read on the device at run time: a captured graph follows new ids without re-capture.
 TEST(GemvGraph, ReplayFollowsDeviceIds) {
-  QF_NEED_GPU();
+  QF_REQUIRE_GPU();
   const auto t = make_linear(WeightKind::kInt4, 256, 1024, 6, 128, 128, 91);
   Rng rng{92};
   std::vector<float> x(1024);

@@ -20,23 +20,10 @@
 #include <string>
 #include <vector>
 
+#include "gpu_test.h"
 #include "qf/kern/device_buffer.h"
 
 namespace qf::kern::test {
-
-inline bool have_gpu(std::string* why) {
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) *why = std::string("no CUDA device: ") + cudaGetErrorString(e);
-  if (e == cudaSuccess && n == 0) *why = "no CUDA device";
-  return e == cudaSuccess && n > 0;
-}
-
-#define QF_REQUIRE_GPU()                                          \
-  do {                                                            \
-    std::string why_;                                             \
-    if (!::qf::kern::test::have_gpu(&why_)) GTEST_SKIP() << why_; \
-  } while (0)
 
 template <class T>
 DeviceBuffer<T> upload(const std::vector<T>& v) {

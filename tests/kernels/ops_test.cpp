@@ -5,26 +5,13 @@
 #include <random>
 #include <vector>
 
+#include "gpu_test.h"
 #include "qf/kern/device_buffer.h"
 #include "qf/kern/ops.h"
 #include "qf/quant/formats.h"
 
 namespace qf::kern {
 namespace {
-
-bool have_gpu(std::string* why) {
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) *why = std::string("no CUDA device: ") + cudaGetErrorString(e);
-  if (e == cudaSuccess && n == 0) *why = "no CUDA device";
-  return e == cudaSuccess && n > 0;
-}
-
-#define REQUIRE_GPU()                         \
-  do {                                        \
-    std::string why;                          \
-    if (!have_gpu(&why)) GTEST_SKIP() << why; \
-  } while (0)
 
 template <class T>
 DeviceBuffer<T> upload(const std::vector<T>& v) {
@@ -57,7 +44,7 @@ void expect_close(const std::vector<float>& want, const std::vector<float>& got,
 }
 
 TEST(Ops, EmbedBf16AndF32Rows) {
-  REQUIRE_GPU();
+  QF_REQUIRE_GPU();
   const int v = 37, h = 300;
   const std::vector<float> table = randn(static_cast<size_t>(v) * h, 1);
   std::vector<uint16_t> bf(table.size());
@@ -80,7 +67,7 @@ TEST(Ops, EmbedBf16AndF32Rows) {
 }
 
 TEST(Ops, RmsNormRowsAndSizes) {
-  REQUIRE_GPU();
+  QF_REQUIRE_GPU();
   for (int n : {1, 31, 256, 3072, 4097}) {
     const int rows = 3;
     const auto x = randn(static_cast<size_t>(n) * rows, n), w = randn(n, n + 1, 0.3f);
@@ -95,7 +82,7 @@ TEST(Ops, RmsNormRowsAndSizes) {
 }
 
 TEST(Ops, AddThenNormIsTheResidualAddAndTheNorm) {
-  REQUIRE_GPU();
+  QF_REQUIRE_GPU();
   for (int n : {1, 64, 3072, 4096, 8191}) {
     const auto x0 = randn(n, 3 * n), y = randn(n, 3 * n + 1), w = randn(n, 3 * n + 2, 0.3f);
     auto dx = upload(x0);
@@ -113,7 +100,7 @@ TEST(Ops, AddThenNormIsTheResidualAddAndTheNorm) {
 }
 
 TEST(Ops, SwigluStridedRows) {
-  REQUIRE_GPU();
+  QF_REQUIRE_GPU();
   const int n = 1000, rows = 9;
   const size_t stride = 2 * n;
   const auto gu = randn(stride * rows, 5, 3.0f);
@@ -126,7 +113,7 @@ TEST(Ops, SwigluStridedRows) {
 }
 
 TEST(Ops, RouterTopKWithTies) {
-  REQUIRE_GPU();
+  QF_REQUIRE_GPU();
   for (auto [e, k] : {std::pair{4, 2}, std::pair{16, 4}, std::pair{256, 8}, std::pair{512, 10}}) {
     std::vector<float> logits = randn(e, e, 2.0f);
     logits[e - 1] = logits[1];  // a tie: the lower id must win
@@ -143,7 +130,7 @@ TEST(Ops, RouterTopKWithTies) {
 }
 
 TEST(Ops, MoeCombineAddsToTheResidual) {
-  REQUIRE_GPU();
+  QF_REQUIRE_GPU();
   const int h = 3072, k = 8;
   const auto y = randn(static_cast<size_t>(h) * k, 7), shared = randn(h, 8), x0 = randn(h, 9);
   const std::vector<float> w = {0.3f, 0.2f, 0.1f, 0.1f, 0.1f, 0.1f, 0.05f, 0.05f}, g = {-0.7f};
@@ -160,7 +147,7 @@ TEST(Ops, MoeCombineAddsToTheResidual) {
 }
 
 TEST(Ops, MoeCombineThenNorm) {
-  REQUIRE_GPU();
+  QF_REQUIRE_GPU();
   for (int h : {64, 2048, 3072, 4096}) {
     const int k = 8;
     const auto y = randn(static_cast<size_t>(h) * k, h), shared = randn(h, h + 1),
@@ -185,7 +172,7 @@ TEST(Ops, MoeCombineThenNorm) {
 }
 
 TEST(Ops, ArgmaxFirstMaximumAtAnySize) {
-  REQUIRE_GPU();
+  QF_REQUIRE_GPU();
   for (int n : {1, 5, 257, 65536 + 3, 248320}) {
     std::vector<float> logits = randn(n, n);
     if (n > 10) logits[n - 2] = logits[n / 3] = 100.0f;  // equal maxima: the first one wins
@@ -197,7 +184,7 @@ TEST(Ops, ArgmaxFirstMaximumAtAnySize) {
 }
 
 TEST(Ops, AdvanceMovesTheTokenAndThePosition) {
-  REQUIRE_GPU();
+  QF_REQUIRE_GPU();
   auto src = upload(std::vector<int>{42});
   auto dst = upload(std::vector<int>{0});
   auto pos = upload(std::vector<int>{6});

@@ -87,6 +87,9 @@ class JsonReader {
 // points above U+10FFFF and truncated sequences are all invalid), or nullopt if valid.
 std::optional<size_t> utf8_error_offset(std::string_view text);
 
+// Appends code point `cp` (< 0x110000) to `out` as UTF-8.
+void append_utf8(std::string& out, uint32_t cp);
+
 // Appends `s` as a quoted JSON string. serde style (ensure_ascii = false): escapes '"', '\\'
 // and control characters (\b \f \n \r \t short forms, others \u00xx), as the safetensors
 // writer does. Python style (ensure_ascii = true) also escapes DEL and every non-ASCII code
