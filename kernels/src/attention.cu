@@ -22,6 +22,7 @@
 #include <cstdint>
 
 #include "mixer_common.cuh"
+#include "pdl.cuh"
 #include "qf/kern/attention.h"
 
 namespace qf::kern {
@@ -56,6 +57,7 @@ __global__ void __launch_bounds__(kPrepThreads)
                         const float* __restrict__ q_norm_w, const float* __restrict__ k_norm_w,
                         const int* __restrict__ pos_p, float* __restrict__ q,
                         float* __restrict__ k_cache, float* __restrict__ v_cache) {
+  pdl::wait();
   __shared__ float x[kMaxHeadDim];
   __shared__ float cos_s[kMaxHeadDim / 2], sin_s[kMaxHeadDim / 2];
   __shared__ double red[32];
@@ -122,6 +124,7 @@ __global__ void __launch_bounds__(kDecThreads)
                       const float* __restrict__ k_cache, const float* __restrict__ v_cache,
                       const int* __restrict__ pos_p, float* __restrict__ part_o,
                       float* __restrict__ part_ml) {
+  pdl::wait();
   constexpr int kE = kHd / 32;  // elements of a K row per lane
   constexpr int kVec = kE < 4 ? kE : 4;
   constexpr int kWarps = kDecThreads / 32, kRowsPerWarp = kTile / kWarps;
@@ -253,6 +256,7 @@ __global__ void __launch_bounds__(kCombineThreads)
     attn_combine_kernel(AttnShape s, int n_splits, const float* __restrict__ q_proj,
                         const int* __restrict__ pos_p, const float* __restrict__ part_o,
                         const float* __restrict__ part_ml, float* __restrict__ out) {
+  pdl::wait();
   __shared__ float weight[kMaxSplits];
   __shared__ float red[kCombineThreads];
   __shared__ float warp_stat[kCombineThreads / 32];
@@ -315,13 +319,11 @@ cudaError_t launch_decode(const AttnShape& s, const float* q, const float* q_pro
   const dim3 grid(static_cast<unsigned>(n_splits), static_cast<unsigned>(s.n_kv_heads),
                   static_cast<unsigned>(n_sub));
   const size_t smem = static_cast<size_t>(hpb) * (kHd + kTile + 3) * sizeof(float);
-  attn_split_kernel<kHd><<<grid, kDecThreads, smem, stream>>>(s, n_splits, hpb, q, k_cache, v_cache,
-                                                              pos, part_o, part_ml);
-  const cudaError_t err = cudaGetLastError();
+  const cudaError_t err = pdl::launch(attn_split_kernel<kHd>, grid, kDecThreads, smem, stream, s,
+                                      n_splits, hpb, q, k_cache, v_cache, pos, part_o, part_ml);
   if (err != cudaSuccess) return err;
-  attn_combine_kernel<<<s.n_q_heads, kCombineThreads, 0, stream>>>(s, n_splits, q_proj, pos, part_o,
-                                                                   part_ml, out);
-  return cudaGetLastError();
+  return pdl::launch(attn_combine_kernel, s.n_q_heads, kCombineThreads, 0, stream, s, n_splits,
+                     q_proj, pos, part_o, part_ml, out);
 }
 
 }  // namespace
@@ -334,9 +336,9 @@ cudaError_t attn_prepare(const AttnShape& shape, const float* q_proj, const floa
       shape.rot_dim % 2 != 0 || shape.rot_dim > shape.head_dim) {
     return cudaErrorInvalidValue;
   }
-  attn_prepare_kernel<<<shape.n_q_heads + shape.n_kv_heads, kPrepThreads, 0, stream>>>(
-      shape, q_proj, k_proj, v_proj, q_norm_w, k_norm_w, pos, q, k_cache, v_cache);
-  return cudaGetLastError();
+  return pdl::launch(attn_prepare_kernel, shape.n_q_heads + shape.n_kv_heads, kPrepThreads, 0,
+                     stream, shape, q_proj, k_proj, v_proj, q_norm_w, k_norm_w, pos, q, k_cache,
+                     v_cache);
 }
 
 size_t attn_scratch_floats(const AttnShape& shape) {

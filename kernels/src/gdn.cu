@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "mixer_common.cuh"
+#include "pdl.cuh"
 #include "qf/kern/gdn.h"
 
 namespace qf::kern {
@@ -69,6 +70,7 @@ __global__ void __launch_bounds__(kConvThreads)
     gdn_conv_kernel(GdnShape s, const float* __restrict__ conv_w, const float* __restrict__ qkv,
                     float* __restrict__ conv_state, float* __restrict__ act,
                     unsigned* __restrict__ tickets) {
+  pdl::wait();
   __shared__ double red[32];
   const int nk = s.n_k_heads, key_dim = nk * s.dk, seg = blockIdx.x;
   const bool is_q = seg < nk, is_k = !is_q && seg < 2 * nk;
@@ -108,6 +110,7 @@ __global__ void __launch_bounds__(1024)
                      const float* __restrict__ a, float* __restrict__ ssm, float* __restrict__ out,
                      float* __restrict__ o_raw, double* __restrict__ partial,
                      unsigned* __restrict__ tickets) {
+  pdl::wait();
   extern __shared__ __align__(
       16) float smem[];  // k^ [dk] | q^ [dk] | column partials [groups, tile]
   __shared__ double col_sq[32];
@@ -231,15 +234,13 @@ cudaError_t gdn_decode(const GdnShape& shape, const GdnParams& p, const float* q
   auto* partial = reinterpret_cast<double*>(scratch + l.partial);
   auto* tickets = reinterpret_cast<unsigned*>(scratch + l.tickets);
   const int n_seg = 2 * shape.n_k_heads + shape.n_v_heads;
-  gdn_conv_kernel<<<n_seg, kConvThreads, 0, stream>>>(shape, p.conv_w, qkv, state.conv, act,
-                                                      tickets);
-  const cudaError_t err = cudaGetLastError();
+  const cudaError_t err = pdl::launch(gdn_conv_kernel, n_seg, kConvThreads, 0, stream, shape,
+                                      p.conv_w, qkv, state.conv, act, tickets);
   if (err != cudaSuccess) return err;
   const dim3 grid(static_cast<unsigned>(pl.n_tiles), static_cast<unsigned>(shape.n_v_heads));
   const size_t smem = (2 * static_cast<size_t>(shape.dk) + pl.groups * pl.tile) * sizeof(float);
-  gdn_recur_kernel<<<grid, pl.tile * pl.groups, smem, stream>>>(
-      shape, pl, p, act, z, b, a, state.ssm, out, scratch + l.o_raw, partial, tickets);
-  return cudaGetLastError();
+  return pdl::launch(gdn_recur_kernel, grid, pl.tile * pl.groups, smem, stream, shape, pl, p, act,
+                     z, b, a, state.ssm, out, scratch + l.o_raw, partial, tickets);
 }
 
 }  // namespace qf::kern

@@ -31,12 +31,18 @@
 //   BF16  the upper half of an f32; F32 as is.
 // Then acc = fma(w, x, acc). Scales that are inf/NaN (never produced by a quantizer) may give NaN
 // where the reference gives inf. Twin: gemv_ref.cpp. Test: tests/kernels/gemv_test.cpp.
+//
+// Launched with PDL (pdl.cuh): the fast kernel issues its first weight loads before waiting for
+// the previous kernel (x and the expert ids are its outputs; weights, scales and zeros must not
+// be written by the kernel launched just before on the stream: none is during a decode step).
+// With expert ids it waits first, as the ids select the weights.
 #include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
+#include "pdl.cuh"
 #include "qf/kern/gemv.h"
 #include "qf/quant/formats.h"
 
@@ -386,6 +392,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks<kKind, kR, kU, kWalk == W
   extern __shared__ float4 xs[];                    // x, padded (x_pos)
   __shared__ float part[kSplit ? kWarps * kR : 1];  // kSplit: per-warp row sums
   const int slot = blockIdx.y;
+  if (b.ids != nullptr) pdl::wait();  // the ids are the router's output
   const Mat m = expert(w, b, slot);
   const int k = w.k, n = w.n;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
@@ -434,6 +441,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks<kKind, kR, kU, kWalk == W
   const int r_first = (blockIdx.x * n_groups + group_warp) * kR;
   set_rows(r_first);
   if (r_first < n) load(v_first, std::false_type{});
+  pdl::wait();  // x is the previous kernel's output; before any return and any write of y
 
   const float* xg = x + slot * b.x_stride;
   const int n_x4 = k / 4;
@@ -607,6 +615,7 @@ template <WeightKind kKind>
 __global__ void __launch_bounds__(kThreads)
     gemv_generic_kernel(const DeviceLinear w, const float* __restrict__ x, float* __restrict__ y,
                         const GemvBatch b) {
+  pdl::wait();
   const int slot = blockIdx.y;
   const int r = blockIdx.x * kWarps + (threadIdx.x >> 5);
   if (r >= w.n) return;
@@ -702,10 +711,9 @@ cudaError_t launch_fast(const DeviceLinear& w, const float* x, float* y, const G
       grid_x = per_slot;
     }
   }
-  gemv_fast_kernel<kKind, kR, kU, kWalk>
-      <<<dim3(static_cast<unsigned>(grid_x), b.n_slots), n_warps * 32, x_smem_bytes(w.k), stream>>>(
-          w, x, y, b, args);
-  return cudaGetLastError();
+  return pdl::launch(gemv_fast_kernel<kKind, kR, kU, kWalk>,
+                     dim3(static_cast<unsigned>(grid_x), b.n_slots), n_warps * 32,
+                     x_smem_bytes(w.k), stream, w, x, y, b, args);
 }
 
 // Small N (fewer rows than 2 warps per SM slot of 8-warp blocks): split K over the warps of a
@@ -746,8 +754,7 @@ cudaError_t launch(const DeviceLinear& w, const float* x, float* y, const GemvBa
                    cudaStream_t stream) {
   if (!fast_path_ok<kKind>(w, b)) {
     const dim3 grid((w.n + kWarps - 1) / kWarps, b.n_slots);
-    gemv_generic_kernel<kKind><<<grid, kThreads, 0, stream>>>(w, x, y, b);
-    return cudaGetLastError();
+    return pdl::launch(gemv_generic_kernel<kKind>, grid, kThreads, 0, stream, w, x, y, b);
   }
   int device = 0, n_sm = 0;
   cudaError_t e = cudaGetDevice(&device);

@@ -1,5 +1,6 @@
 #include <cfloat>
 
+#include "pdl.cuh"
 #include "qf/kern/ops.h"
 #include "qf/quant/formats.h"
 
@@ -26,6 +27,7 @@ __device__ float sigmoid(float x) {
 
 __global__ void embed_kernel(FloatKind kind, const void* table, int h, const int* token,
                              float* out) {
+  pdl::wait();
   const size_t row = static_cast<size_t>(*token) * h;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < h; i += gridDim.x * blockDim.x) {
     out[i] = kind == FloatKind::kF32
@@ -35,6 +37,7 @@ __global__ void embed_kernel(FloatKind kind, const void* table, int h, const int
 }
 
 __global__ void rms_norm_kernel(const float* x, const float* w, int n, float eps, float* out) {
+  pdl::wait();
   __shared__ float red[32];
   const float* xr = x + static_cast<size_t>(blockIdx.x) * n;
   float* o = out + static_cast<size_t>(blockIdx.x) * n;
@@ -47,6 +50,7 @@ __global__ void rms_norm_kernel(const float* x, const float* w, int n, float eps
 
 __global__ void swiglu_kernel(const float* gate, const float* up, int n, int rows, size_t stride,
                               float* out) {
+  pdl::wait();
   const int total = n * rows;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
     const size_t r = i / n, c = i % n;
@@ -58,6 +62,7 @@ __global__ void swiglu_kernel(const float* gate, const float* up, int n, int row
 // One warp: softmax over e logits held in shared memory, then k rounds of warp-wide argmax
 // (no block barriers: the router sits on every layer's critical path).
 __global__ void router_kernel(const float* logits, int e, int k, int* ids, float* weights) {
+  pdl::wait();
   __shared__ float p[1024];
   const int lane = threadIdx.x;
   float top = -FLT_MAX;
@@ -100,6 +105,7 @@ __global__ void router_kernel(const float* logits, int e, int k, int* ids, float
 // x += y, then out = x * rsqrt(mean(x^2) + eps) * (1 + w): the residual add and the next norm.
 __global__ void add_rms_norm_kernel(float* x, const float* y, const float* w, int n, float eps,
                                     float* out) {
+  pdl::wait();
   __shared__ float red[32];
   float ss = 0;
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
@@ -114,6 +120,7 @@ __global__ void add_rms_norm_kernel(float* x, const float* y, const float* w, in
 
 __global__ void moe_combine_kernel(const float* y, const float* weights, int k, const float* shared,
                                    const float* shared_gate, int h, float* x) {
+  pdl::wait();
   const float sg = sigmoid(*shared_gate);
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < h; i += gridDim.x * blockDim.x) {
     float acc = 0;
@@ -126,6 +133,7 @@ __global__ void moe_combine_kernel(const float* y, const float* weights, int k, 
 __global__ void moe_combine_norm_kernel(const float* y, const float* weights, int k,
                                         const float* shared, const float* shared_gate, int h,
                                         float* x, const float* w, float eps, float* out) {
+  pdl::wait();
   __shared__ float red[32];
   const float sg = sigmoid(*shared_gate);
   float ss = 0;
@@ -142,6 +150,7 @@ __global__ void moe_combine_norm_kernel(const float* y, const float* weights, in
 }
 
 __global__ void add_kernel(float* x, const float* y, int n) {
+  pdl::wait();
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
     x[i] += y[i];
   }
@@ -149,6 +158,7 @@ __global__ void add_kernel(float* x, const float* y, int n) {
 
 // Pass 1: each block writes its (first) maximum's index; pass 2: one block reduces them.
 __global__ void argmax_kernel(const float* logits, const int* candidates, int n, int* out) {
+  pdl::wait();
   __shared__ float best_v[32];
   __shared__ int best_i[32];
   float v = -FLT_MAX;
@@ -187,12 +197,14 @@ __global__ void argmax_kernel(const float* logits, const int* candidates, int n,
 }
 
 __global__ void advance_kernel(const int* src, int* dst, int* pos) {
+  pdl::wait();
   *dst = *src;
   *pos += 1;
 }
 
 __global__ void fill_kernel(uint32_t* words, size_t n, uint64_t seed, uint32_t mask,
                             uint32_t bits) {
+  pdl::wait();
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     uint64_t z = seed + 0x9E3779B97F4A7C15ull * (i + 1);  // splitmix64
@@ -211,53 +223,46 @@ constexpr int kArgmaxBlocks = 256;
 
 cudaError_t embed(FloatKind kind, const void* table, int h, const int* token, float* out,
                   cudaStream_t stream) {
-  embed_kernel<<<blocks_for(h), kThreads, 0, stream>>>(kind, table, h, token, out);
-  return cudaGetLastError();
+  return pdl::launch(embed_kernel, blocks_for(h), kThreads, 0, stream, kind, table, h, token, out);
 }
 
 cudaError_t rms_norm_1p(const float* x, const float* w, int n, int rows, float eps, float* out,
                         cudaStream_t stream) {
-  rms_norm_kernel<<<rows, kThreads, 0, stream>>>(x, w, n, eps, out);
-  return cudaGetLastError();
+  return pdl::launch(rms_norm_kernel, rows, kThreads, 0, stream, x, w, n, eps, out);
 }
 
 cudaError_t add_rms_norm_1p(float* x, const float* y, const float* w, int n, float eps, float* out,
                             cudaStream_t stream) {
-  add_rms_norm_kernel<<<1, 1024, 0, stream>>>(x, y, w, n, eps, out);
-  return cudaGetLastError();
+  return pdl::launch(add_rms_norm_kernel, 1, 1024, 0, stream, x, y, w, n, eps, out);
 }
 
 cudaError_t swiglu(const float* gate, const float* up, int n, int rows, size_t stride, float* out,
                    cudaStream_t stream) {
-  swiglu_kernel<<<blocks_for(n * rows), kThreads, 0, stream>>>(gate, up, n, rows, stride, out);
-  return cudaGetLastError();
+  return pdl::launch(swiglu_kernel, blocks_for(n * rows), kThreads, 0, stream, gate, up, n, rows,
+                     stride, out);
 }
 
 cudaError_t router_topk(const float* logits, int e, int k, int* ids, float* weights,
                         cudaStream_t stream) {
   if (e > 1024 || k > e) return cudaErrorInvalidValue;
-  router_kernel<<<1, 32, 0, stream>>>(logits, e, k, ids, weights);
-  return cudaGetLastError();
+  return pdl::launch(router_kernel, 1, 32, 0, stream, logits, e, k, ids, weights);
 }
 
 cudaError_t moe_combine(const float* y, const float* weights, int k, const float* shared,
                         const float* shared_gate, int h, float* x, cudaStream_t stream) {
-  moe_combine_kernel<<<blocks_for(h), kThreads, 0, stream>>>(y, weights, k, shared, shared_gate, h,
-                                                             x);
-  return cudaGetLastError();
+  return pdl::launch(moe_combine_kernel, blocks_for(h), kThreads, 0, stream, y, weights, k, shared,
+                     shared_gate, h, x);
 }
 
 cudaError_t moe_combine_norm(const float* y, const float* weights, int k, const float* shared,
                              const float* shared_gate, int h, float* x, const float* w, float eps,
                              float* out, cudaStream_t stream) {
-  moe_combine_norm_kernel<<<1, 1024, 0, stream>>>(y, weights, k, shared, shared_gate, h, x, w, eps,
-                                                  out);
-  return cudaGetLastError();
+  return pdl::launch(moe_combine_norm_kernel, 1, 1024, 0, stream, y, weights, k, shared,
+                     shared_gate, h, x, w, eps, out);
 }
 
 cudaError_t add(float* x, const float* y, int n, cudaStream_t stream) {
-  add_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, y, n);
-  return cudaGetLastError();
+  return pdl::launch(add_kernel, blocks_for(n), kThreads, 0, stream, x, y, n);
 }
 
 int argmax_scratch_ints(int) {
@@ -265,20 +270,19 @@ int argmax_scratch_ints(int) {
 }
 
 cudaError_t argmax(const float* logits, int n, int* out, int* scratch, cudaStream_t stream) {
-  argmax_kernel<<<kArgmaxBlocks, kThreads, 0, stream>>>(logits, nullptr, n, scratch);
-  argmax_kernel<<<1, kThreads, 0, stream>>>(logits, scratch, kArgmaxBlocks, out);
-  return cudaGetLastError();
+  const cudaError_t err =
+      pdl::launch(argmax_kernel, kArgmaxBlocks, kThreads, 0, stream, logits, nullptr, n, scratch);
+  if (err != cudaSuccess) return err;
+  return pdl::launch(argmax_kernel, 1, kThreads, 0, stream, logits, scratch, kArgmaxBlocks, out);
 }
 
 cudaError_t fill_random_words(uint32_t* words, size_t n, uint64_t seed, uint32_t mask,
                               uint32_t bits, cudaStream_t stream) {
-  fill_kernel<<<1024, kThreads, 0, stream>>>(words, n, seed, mask, bits);
-  return cudaGetLastError();
+  return pdl::launch(fill_kernel, 1024, kThreads, 0, stream, words, n, seed, mask, bits);
 }
 
 cudaError_t advance(const int* src, int* dst, int* pos, cudaStream_t stream) {
-  advance_kernel<<<1, 1, 0, stream>>>(src, dst, pos);
-  return cudaGetLastError();
+  return pdl::launch(advance_kernel, 1, 1, 0, stream, src, dst, pos);
 }
 
 }  // namespace qf::kern

@@ -84,21 +84,27 @@ HostRows repack_rows(const StoredLinear& s, int64_t r0, int64_t r1) {
       const int per = 32 / s.bits;
       const int64_t words = s.k / per, groups = (s.k + s.group - 1) / s.group;
       h.w.resize(static_cast<size_t>(n * words) * 4);
-      auto* w = reinterpret_cast<uint32_t*>(h.w.data());
-      for (int64_t p = 0; p < words; ++p) {  // [K/per, N] -> [N, K/per]
-        for (int64_t r = r0; r < r1; ++r) w[(r - r0) * words + p] = s.qweight[p * s.n + r];
-      }
       h.scales.resize(static_cast<size_t>(n * groups));
       h.zeros.resize(static_cast<size_t>(n * groups));
+      auto* w = reinterpret_cast<uint32_t*>(h.w.data());
       const uint32_t mask = (1u << s.bits) - 1;
-      for (int64_t g = 0; g < groups; ++g) {
-        for (int64_t r = r0; r < r1; ++r) {
-          h.scales[(r - r0) * groups + g] = s.scales[g * s.n + r];
-          const uint32_t zw = s.qzeros[g * (s.n / per) + r / per];
-          h.zeros[(r - r0) * groups + g] =
-              static_cast<uint8_t>(((zw >> (s.bits * (r % per))) & mask) + 1);
+      // Row ranges in parallel: the transpose from [K/per, N] to [N, K/per] is the loader's
+      // main host cost.
+      quant::parallel_for(n, 0, 64, [&](int64_t a, int64_t b) {
+        for (int64_t p = 0; p < words; ++p) {
+          for (int64_t r = r0 + a; r < r0 + b; ++r) {
+            w[(r - r0) * words + p] = s.qweight[p * s.n + r];
+          }
         }
-      }
+        for (int64_t g = 0; g < groups; ++g) {
+          for (int64_t r = r0 + a; r < r0 + b; ++r) {
+            h.scales[(r - r0) * groups + g] = s.scales[g * s.n + r];
+            const uint32_t zw = s.qzeros[g * (s.n / per) + r / per];
+            h.zeros[(r - r0) * groups + g] =
+                static_cast<uint8_t>(((zw >> (s.bits * (r % per))) & mask) + 1);
+          }
+        }
+      });
       return h;
     }
     case StoredLinear::Kind::kFp8: {
