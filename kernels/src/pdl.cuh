@@ -11,8 +11,11 @@
 //     without waiting would let the grid complete ahead of its predecessor, and the next kernel's
 //     wait would no longer cover the predecessor). Loads of data no kernel writes during the
 //     decode step (weights) may be issued before it.
-//   * no griddepcontrol.launch_dependents: the next kernel starts when every block has exited,
-//     so at most one grid runs ahead of its wait, and the chain of waits orders all of them.
+//   * wait() also triggers the next kernel (griddepcontrol.launch_dependents): its blocks may be
+//     scheduled as soon as every block of this grid has passed its own wait, i.e. once the grid
+//     before it has completed; they stop at their wait() until this grid completes. So at most
+//     one grid runs ahead of its wait and the chain of waits orders all of them. (H200, 122B
+//     synthetic: 4.88 -> 4.65 ms per step against waiting for exits only.)
 // In stream capture the attribute becomes a programmatic edge of the graph. On a launch without
 // the attribute (or on an arch without it) pdl::wait() returns at once.
 #pragma once
@@ -23,10 +26,13 @@
 
 namespace qf::kern::pdl {
 
-// Waits until the previous grid on the stream has completed and its writes are visible.
+// Waits until the previous grid on the stream has completed and its writes are visible, then
+// lets the next kernel's blocks be scheduled (they stop at their own wait(), which needs this
+// grid to complete: the chain of waits still orders every kernel).
 __device__ __forceinline__ void wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
 
