@@ -44,11 +44,11 @@ void rope(float* x, const float* cos, const float* sin, int64_t rot) {
 }  // namespace
 
 struct CpuEngine::Scratch {
-  std::vector<float> x, u, mix, ffn;
-  std::vector<float> qkv, z, b, a, core;              // GDN
-  std::vector<float> q, k, v, att, scores, cos, sin;  // attention
-  std::vector<float> router, eg, eu, eo, acc;         // MoE
-  std::vector<float> emb, cat, t1, t2;                // MTP
+  std::vector<float> x, u, mix;
+  std::vector<float> qkv, z, b, a, core;       // GDN
+  std::vector<float> q, k, v, att, cos, sin;   // attention
+  std::vector<float> router, eg, eu, eo, acc;  // MoE
+  std::vector<float> emb, cat, t1;             // MTP
 };
 
 CpuEngine::CpuEngine(const Model& model, int threads)
