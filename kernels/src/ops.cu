@@ -21,6 +21,18 @@ __device__ float block_sum(float v, float* shared) {
   return v;
 }
 
+// (v, idx) <- the largest v over the warp, the lowest idx among equal maxima; every lane gets it.
+__device__ void warp_argmax(float& v, int& idx) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+    if (ov > v || (ov == v && oi < idx)) {
+      v = ov;
+      idx = oi;
+    }
+  }
+}
+
 __device__ float sigmoid(float x) {
   return 1.0f / (1.0f + expf(-x));
 }
@@ -83,14 +95,7 @@ __global__ void router_kernel(const float* logits, int e, int k, int* ids, float
         idx = i;
       }
     }
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
-      if (ov > v || (ov == v && oi < idx)) {
-        v = ov;
-        idx = oi;
-      }
-    }
+    warp_argmax(v, idx);
     picked += v;
     if (lane == 0) {
       ids[j] = idx;
@@ -118,18 +123,8 @@ __global__ void add_rms_norm_kernel(float* x, const float* y, const float* w, in
   for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = x[i] * inv * (1.0f + w[i]);
 }
 
-__global__ void moe_combine_kernel(const float* y, const float* weights, int k, const float* shared,
-                                   const float* shared_gate, int h, float* x) {
-  pdl::wait();
-  const float sg = sigmoid(*shared_gate);
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < h; i += gridDim.x * blockDim.x) {
-    float acc = 0;
-    for (int j = 0; j < k; ++j) acc += weights[j] * y[static_cast<size_t>(j) * h + i];
-    x[i] += acc + sg * shared[i];
-  }
-}
-
-// The MoE combine (as moe_combine_kernel) followed by the next norm over the whole row.
+// The MoE output (k routed experts and the gated shared expert) added to the residual, then
+// the next norm over the whole row.
 __global__ void moe_combine_norm_kernel(const float* y, const float* weights, int k,
                                         const float* shared, const float* shared_gate, int h,
                                         float* x, const float* w, float eps, float* out) {
@@ -149,13 +144,6 @@ __global__ void moe_combine_norm_kernel(const float* y, const float* weights, in
   for (int i = threadIdx.x; i < h; i += blockDim.x) out[i] = x[i] * inv * (1.0f + w[i]);
 }
 
-__global__ void add_kernel(float* x, const float* y, int n) {
-  pdl::wait();
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-    x[i] += y[i];
-  }
-}
-
 // Pass 1: each block writes its (first) maximum's index; pass 2: one block reduces them.
 __global__ void argmax_kernel(const float* logits, const int* candidates, int n, int* out) {
   pdl::wait();
@@ -172,14 +160,7 @@ __global__ void argmax_kernel(const float* logits, const int* candidates, int n,
       idx = id;
     }
   }
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-    const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
-    if (ov > v || (ov == v && oi < idx)) {
-      v = ov;
-      idx = oi;
-    }
-  }
+  warp_argmax(v, idx);
   if (threadIdx.x % 32 == 0) {
     best_v[threadIdx.x / 32] = v;
     best_i[threadIdx.x / 32] = idx;
@@ -248,21 +229,11 @@ cudaError_t router_topk(const float* logits, int e, int k, int* ids, float* weig
   return pdl::launch(router_kernel, 1, 32, 0, stream, logits, e, k, ids, weights);
 }
 
-cudaError_t moe_combine(const float* y, const float* weights, int k, const float* shared,
-                        const float* shared_gate, int h, float* x, cudaStream_t stream) {
-  return pdl::launch(moe_combine_kernel, blocks_for(h), kThreads, 0, stream, y, weights, k, shared,
-                     shared_gate, h, x);
-}
-
 cudaError_t moe_combine_norm(const float* y, const float* weights, int k, const float* shared,
                              const float* shared_gate, int h, float* x, const float* w, float eps,
                              float* out, cudaStream_t stream) {
   return pdl::launch(moe_combine_norm_kernel, 1, 1024, 0, stream, y, weights, k, shared,
                      shared_gate, h, x, w, eps, out);
-}
-
-cudaError_t add(float* x, const float* y, int n, cudaStream_t stream) {
-  return pdl::launch(add_kernel, blocks_for(n), kThreads, 0, stream, x, y, n);
 }
 
 int argmax_scratch_ints(int) {

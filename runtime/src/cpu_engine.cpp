@@ -25,7 +25,7 @@ float sum_squares(const float* x, int64_t n) {
   return static_cast<float>(s);
 }
 
-// Zero-centred RMSNorm: x / rms(x) * (1 + w).
+// Zero-centred RMSNorm: x / rms(x) * (1 + w). `out` may be `x`.
 void rms_norm_1p(const float* x, const float* w, int64_t n, float eps, float* out) {
   const float inv = 1.0f / std::sqrt(sum_squares(x, n) / static_cast<float>(n) + eps);
   for (int64_t i = 0; i < n; ++i) out[i] = x[i] * inv * (1.0f + w[i]);
@@ -106,17 +106,14 @@ void CpuEngine::attention(const AttentionWeights& w, std::vector<float>& kc, std
     s.sin[i] = std::sin(angle);
   }
   // q_proj is per head [query (hd) | gate (hd)]; q/k get the zero-centred norm, then RoPE.
-  std::vector<float> tmp(static_cast<size_t>(hd));
   for (int64_t h = 0; h < nq; ++h) {
     float* qh = s.q.data() + h * 2 * hd;
-    rms_norm_1p(qh, w.q_norm.data(), hd, eps, tmp.data());
-    std::copy(tmp.begin(), tmp.end(), qh);
+    rms_norm_1p(qh, w.q_norm.data(), hd, eps, qh);
     rope(qh, s.cos.data(), s.sin.data(), rot);
   }
   for (int64_t h = 0; h < nkv; ++h) {
     float* kh = s.k.data() + h * hd;
-    rms_norm_1p(kh, w.k_norm.data(), hd, eps, tmp.data());
-    std::copy(tmp.begin(), tmp.end(), kh);
+    rms_norm_1p(kh, w.k_norm.data(), hd, eps, kh);
     rope(kh, s.cos.data(), s.sin.data(), rot);
   }
   kc.insert(kc.end(), s.k.begin(), s.k.end());

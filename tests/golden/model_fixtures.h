@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -15,6 +16,13 @@ namespace qf::test {
 inline const std::vector<std::string>& model_fixtures() {
   static const std::vector<std::string> names = {"r1-hd64-e4k2", "r2-hd256-e8k3", "r4-hd64-e16k4"};
   return names;
+}
+
+// gtest parameter names: "r1-hd64-e4k2" -> "r1_hd64_e4k2".
+inline std::string fixture_test_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string s = info.param;
+  std::replace(s.begin(), s.end(), '-', '_');
+  return s;
 }
 
 // Intel INT4 + Qwen FP8 from the fixture (synth --from), build-hybrid, and the INT8 LM head when

@@ -98,11 +98,7 @@ TEST_P(CudaGolden, HybridEqualsTheCpuReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGolden, ::testing::ValuesIn(test::model_fixtures()),
-                         [](const auto& p) {
-                           std::string s = p.param;
-                           std::replace(s.begin(), s.end(), '-', '_');
-                           return s;
-                         });
+                         test::fixture_test_name);
 
 }  // namespace
 }  // namespace qf::rt

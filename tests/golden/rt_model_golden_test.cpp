@@ -147,11 +147,7 @@ TEST_P(ModelGolden, ReleaseLayoutsMatchTheirDequantizedCopies) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ModelGolden, ::testing::ValuesIn(test::model_fixtures()),
-                         [](const auto& p) {
-                           std::string s = p.param;
-                           std::replace(s.begin(), s.end(), '-', '_');
-                           return s;
-                         });
+                         test::fixture_test_name);
 
 }  // namespace
 }  // namespace qf::rt

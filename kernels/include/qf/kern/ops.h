@@ -34,18 +34,12 @@ cudaError_t swiglu(const float* gate, const float* up, int n, int rows, size_t s
 cudaError_t router_topk(const float* logits, int e, int k, int* ids, float* weights,
                         cudaStream_t stream);
 
-// x[i] += sum_j weights[j] * y[j * h + i] + sigmoid(*shared_gate) * shared[i]: the MoE output
-// (k routed experts and the gated shared expert) added to the residual stream.
-cudaError_t moe_combine(const float* y, const float* weights, int k, const float* shared,
-                        const float* shared_gate, int h, float* x, cudaStream_t stream);
-
-// moe_combine, then out = rms_norm_1p(x; w): the next layer's input norm (or the final norm).
+// x[i] += sum_j weights[j] * y[j * h + i] + sigmoid(*shared_gate) * shared[i] (the MoE output:
+// k routed experts and the gated shared expert, added to the residual stream), then
+// out = rms_norm_1p(x; w): the next layer's input norm (or the final norm).
 cudaError_t moe_combine_norm(const float* y, const float* weights, int k, const float* shared,
                              const float* shared_gate, int h, float* x, const float* w, float eps,
                              float* out, cudaStream_t stream);
-
-// x[i] += y[i]
-cudaError_t add(float* x, const float* y, int n, cudaStream_t stream);
 
 // *out = the first index of the maximum of logits[0..n); scratch: argmax_scratch_ints(n) ints.
 cudaError_t argmax(const float* logits, int n, int* out, int* scratch, cudaStream_t stream);
