@@ -16,6 +16,7 @@ Command add_add_mtp(CLI::App& app);
 Command add_bench(CLI::App& app);
 Command add_build_hybrid(CLI::App& app);
 Command add_dequantize(CLI::App& app);
+Command add_eval_ppl(CLI::App& app);
 Command add_generate(CLI::App& app);
 Command add_inspect(CLI::App& app);
 Command add_logits(CLI::App& app);

@@ -20,12 +20,19 @@ int main(int argc, char** argv) {
       "Example:\n  qforge inspect /models/Qwen3.5-122B-A10B-int4-AutoRound");
 
   const std::vector<qf::tools::Command> commands = {
-      qf::tools::add_add_mtp(app),      qf::tools::add_bench(app),
-      qf::tools::add_build_hybrid(app), qf::tools::add_dequantize(app),
-      qf::tools::add_generate(app),     qf::tools::add_inspect(app),
-      qf::tools::add_logits(app),       qf::tools::add_quantize_lm_head(app),
-      qf::tools::add_recipe(app),       qf::tools::add_synth(app),
-      qf::tools::add_tokenize(app),     qf::tools::add_validate(app),
+      qf::tools::add_add_mtp(app),
+      qf::tools::add_bench(app),
+      qf::tools::add_build_hybrid(app),
+      qf::tools::add_dequantize(app),
+      qf::tools::add_eval_ppl(app),
+      qf::tools::add_generate(app),
+      qf::tools::add_inspect(app),
+      qf::tools::add_logits(app),
+      qf::tools::add_quantize_lm_head(app),
+      qf::tools::add_recipe(app),
+      qf::tools::add_synth(app),
+      qf::tools::add_tokenize(app),
+      qf::tools::add_validate(app),
   };
   try {
     app.parse(argc, argv);

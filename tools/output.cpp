@@ -70,9 +70,10 @@ nlohmann::json problems_json(const std::vector<ckpt::Problem>& problems) {
   return arr;
 }
 
-ProgressBar::ProgressBar(std::string label, const ckpt::Progress& progress)
+ProgressBar::ProgressBar(std::string label, const ckpt::Progress& progress, std::string unit)
     : label_(std::move(label)),
       progress_(progress),
+      unit_(std::move(unit)),
       tty_(::isatty(STDERR_FILENO) == 1),
       start_(now_seconds()) {
   thread_ = std::thread([this] {
@@ -108,10 +109,17 @@ void ProgressBar::draw(bool final) {
   const int filled = static_cast<int>(frac * 30.0 + 0.5);
   for (int i = 0; i < 30; ++i) bar[i] = i < filled ? '#' : '.';
   bar[30] = '\0';
-  std::fprintf(stderr, "%s%s [%s] %5.1f%%  %s / %s  %.2f GB/s  %.1f s%s", tty_ ? "\r" : "",
-               label_.c_str(), bar, frac * 100.0, human_bytes(done).c_str(),
-               human_bytes(total).c_str(), static_cast<double>(done) / elapsed / 1e9, elapsed,
-               tty_ && !final ? "" : "\n");
+  char amounts[96];
+  if (unit_.empty()) {
+    std::snprintf(amounts, sizeof amounts, "%s / %s  %.2f GB/s", human_bytes(done).c_str(),
+                  human_bytes(total).c_str(), static_cast<double>(done) / elapsed / 1e9);
+  } else {
+    std::snprintf(amounts, sizeof amounts, "%s / %s %s  %.1f %s/s", with_commas(done).c_str(),
+                  with_commas(total).c_str(), unit_.c_str(), static_cast<double>(done) / elapsed,
+                  unit_.c_str());
+  }
+  std::fprintf(stderr, "%s%s [%s] %5.1f%%  %s  %.1f s%s", tty_ ? "\r" : "", label_.c_str(), bar,
+               frac * 100.0, amounts, elapsed, tty_ && !final ? "" : "\n");
   std::fflush(stderr);
 }
 

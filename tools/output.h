@@ -28,10 +28,11 @@ void print_problems(std::FILE* out, const std::vector<ckpt::Problem>& problems,
 nlohmann::json problems_json(const std::vector<ckpt::Problem>& problems);
 
 // Renders a Progress on stderr until destroyed: a redrawn bar on a terminal, a line every few
-// seconds otherwise.
+// seconds otherwise. `unit` names what the Progress counts: empty for bytes (sizes and GB/s),
+// else a plural noun such as "tokens" (counts and tokens/s).
 class ProgressBar {
  public:
-  ProgressBar(std::string label, const ckpt::Progress& progress);
+  ProgressBar(std::string label, const ckpt::Progress& progress, std::string unit = "");
   ~ProgressBar();
   ProgressBar(const ProgressBar&) = delete;
   ProgressBar& operator=(const ProgressBar&) = delete;
@@ -41,6 +42,7 @@ class ProgressBar {
 
   std::string label_;
   const ckpt::Progress& progress_;
+  std::string unit_;
   bool tty_;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -9,6 +9,9 @@
 namespace qf::rt {
 namespace {
 
+// Work per thread-pool task, in multiply-adds.
+constexpr int64_t kGrainMacs = 131072;
+
 float sigmoid(float x) {
   return 1.0f / (1.0f + std::exp(-x));
 }
@@ -76,8 +79,8 @@ void CpuEngine::reset() {
 }
 
 void CpuEngine::matvec(const Linear& w, const float* x, float* y) {
-  // About 16k multiply-adds per task keeps small products on one thread.
-  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, w.k));
+  // At least 128k multiply-adds per task: waking a worker costs more than a smaller share.
+  const int64_t grain = std::max<int64_t>(1, kGrainMacs / std::max<int64_t>(1, w.k));
   pool_.run(w.n, grain, [&](int64_t r0, int64_t r1) { w.matvec_rows(x, y + r0, r0, r1); });
 }
 
@@ -124,7 +127,7 @@ void CpuEngine::attention(const AttentionWeights& w, std::vector<float>& kc, std
   s.att.assign(static_cast<size_t>(nq * hd), 0.0f);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int64_t group = nq / nkv;
-  pool_.run(nq, 1, [&](int64_t h0, int64_t h1) {
+  pool_.run(nq, std::max<int64_t>(1, kGrainMacs / (2 * t_len * hd)), [&](int64_t h0, int64_t h1) {
     std::vector<float> scores(static_cast<size_t>(t_len));
     for (int64_t h = h0; h < h1; ++h) {
       const float* qh = s.q.data() + h * 2 * hd;
@@ -196,7 +199,7 @@ void CpuEngine::gdn(const GdnWeights& w, size_t index, const float* u, float* ou
   s.core.resize(static_cast<size_t>(nv * dv));
   const int64_t r = nv / nk;
   std::vector<float>& ssm = state_.ssm[index];
-  pool_.run(nv, 1, [&](int64_t j0, int64_t j1) {
+  pool_.run(nv, std::max<int64_t>(1, kGrainMacs / (4 * dk * dv)), [&](int64_t j0, int64_t j1) {
     std::vector<float> delta(static_cast<size_t>(dv));
     for (int64_t j = j0; j < j1; ++j) {
       const float beta = sigmoid(s.b[j]);
