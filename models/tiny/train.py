@@ -47,12 +47,11 @@ import time
 import torch
 import tokenizers
 import transformers
-from safetensors.torch import save_file
 from transformers import Qwen3_5MoeConfig, Qwen3_5MoeForConditionalGeneration
 from transformers.models.qwen3_5_moe import modeling_qwen3_5_moe as qm
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "golden"))
-from make_model_goldens import NON_SPECIAL, QWEN35_SPLIT, SPECIALS  # noqa: E402
+from make_model_goldens import SPECIALS, save_release_layout, train_tokenizer  # noqa: E402
 
 VOCAB = 4096
 WINDOW = 512
@@ -109,26 +108,6 @@ def corpus(limit_files=None):
                 docs.append((rel, text, int.from_bytes(digest[:8], "little") % 50 == 0))
     docs.sort(key=lambda d: d[0])
     return docs[::max(1, len(docs) // limit_files)] if limit_files else docs
-
-
-def train_tokenizer(texts, out_dir):
-    tok = tokenizers.Tokenizer(tokenizers.models.BPE())
-    tok.normalizer = tokenizers.normalizers.NFC()
-    tok.pre_tokenizer = tokenizers.pre_tokenizers.Sequence([
-        tokenizers.pre_tokenizers.Split(tokenizers.Regex(QWEN35_SPLIT), behavior="isolated"),
-        tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    tok.decoder = tokenizers.decoders.ByteLevel()
-    trainer = tokenizers.trainers.BpeTrainer(
-        vocab_size=VOCAB - len(SPECIALS), show_progress=False,
-        initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(texts, trainer)
-    tok.add_tokens([tokenizers.AddedToken(s, special=False, normalized=False) for s in SPECIALS
-                    if s in NON_SPECIAL])
-    tok.add_special_tokens([tokenizers.AddedToken(s, special=True, normalized=False)
-                            for s in SPECIALS if s not in NON_SPECIAL])
-    assert tok.get_vocab_size() == VOCAB, tok.get_vocab_size()
-    tok.save(os.path.join(out_dir, "tokenizer.json"))
-    return tok
 
 
 def pack(tok, texts):
@@ -266,15 +245,7 @@ def evaluate(model, mtp, ids, device, batch=16):
 # ---------------------------------------------------------------------------------------- export
 def save_release(model, mtp, cfg, tok, out_dir):
     os.makedirs(out_dir, exist_ok=True)
-    tensors = {}
-    for name, p in model.state_dict().items():
-        if name.startswith("model.visual."):
-            continue
-        keep_f32 = name.endswith("A_log") or name.endswith("linear_attn.norm.weight")
-        tensors[name] = p.detach().to(torch.float32 if keep_f32 else torch.bfloat16).cpu().contiguous()
-    for name, p in mtp.release_tensors().items():
-        tensors[name] = p.detach().to(torch.bfloat16).cpu().contiguous()
-    save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    tensors = save_release_layout(model, mtp.release_tensors(), out_dir)
     cfg.save_pretrained(out_dir)
     tok.save(os.path.join(out_dir, "tokenizer.json"))
     gen = {"bos_token_id": tok.token_to_id(EOT),
@@ -380,7 +351,8 @@ def main():
     held = [d for d in docs if d[2]]
     log(logf, f"corpus: {len(docs)} files, {sum(len(d[1]) for d in docs) / 1e6:.1f} M chars; "
               f"held out {len(held)} files, {sum(len(d[1]) for d in held) / 1e6:.2f} M chars")
-    tok = train_tokenizer([d[1] for d in train_docs[::4]], a.out)
+    tok = train_tokenizer(a.out, [d[1] for d in train_docs[::4]], VOCAB - len(SPECIALS))
+    assert tok.get_vocab_size() == VOCAB, tok.get_vocab_size()
     train_ids = pack(tok, [d[1] for d in train_docs])
     held_ids = pack(tok, [d[1] for d in held])
     stdlib_held = [d for d in held if d[0].startswith("stdlib/")]

@@ -92,7 +92,8 @@ SHAPES = {
 N_GREEDY = 24
 
 
-def train_tokenizer(out_dir):
+def train_tokenizer(out_dir, texts=TRAIN_TEXT, vocab_size=700):
+    """Byte-level BPE of `vocab_size` learned ids on `texts`, then Qwen3.5's specials."""
     tok = tokenizers.Tokenizer(tokenizers.models.BPE())
     tok.normalizer = tokenizers.normalizers.NFC()
     tok.pre_tokenizer = tokenizers.pre_tokenizers.Sequence([
@@ -100,9 +101,9 @@ def train_tokenizer(out_dir):
         tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tok.decoder = tokenizers.decoders.ByteLevel()
     trainer = tokenizers.trainers.BpeTrainer(
-        vocab_size=700, show_progress=False,
+        vocab_size=vocab_size, show_progress=False,
         initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(TRAIN_TEXT, trainer)
+    tok.train_from_iterator(texts, trainer)
     tok.add_tokens([tokenizers.AddedToken(s, special=False, normalized=False) for s in SPECIALS
                     if s in NON_SPECIAL])
     tok.add_special_tokens([tokenizers.AddedToken(s, special=True, normalized=False)
@@ -178,16 +179,18 @@ def mtp_tensors(cfg, gen):
 
 
 def save_release_layout(model, mtp, out_dir):
-    """Text model + MTP in Qwen's BF16 release layout (A_log and the gated norm F32)."""
+    """Text model + MTP in Qwen's BF16 release layout (A_log and the gated norm F32); returns
+    the tensors saved."""
     tensors = {}
     for name, p in model.state_dict().items():
         if name.startswith("model.visual."):
             continue
         keep_f32 = name.endswith("A_log") or name.endswith("linear_attn.norm.weight")
-        tensors[name] = p.detach().to(torch.float32 if keep_f32 else torch.bfloat16).contiguous()
+        tensors[name] = p.detach().to(torch.float32 if keep_f32 else torch.bfloat16).cpu().contiguous()
     for name, p in mtp.items():
-        tensors[name] = p.to(torch.bfloat16).contiguous()
+        tensors[name] = p.detach().to(torch.bfloat16).cpu().contiguous()
     save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    return tensors
 
 
 def argmax_margin(logits):
