@@ -51,7 +51,8 @@ from transformers import Qwen3_5MoeConfig, Qwen3_5MoeForConditionalGeneration
 from transformers.models.qwen3_5_moe import modeling_qwen3_5_moe as qm
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "golden"))
-from make_model_goldens import SPECIALS, save_release_layout, train_tokenizer  # noqa: E402
+from make_model_goldens import (SPECIALS, fused_experts, save_release_layout,  # noqa: E402
+                                 train_tokenizer)
 
 VOCAB = 4096
 WINDOW = 512
@@ -272,11 +273,8 @@ def reload(out_dir, device):
         if not name.startswith("mtp.") or ".experts." in name:
             continue
         sd[("layer." + name[len(p):]) if name.startswith(p) else name[len("mtp."):]] = v.float()
-    sd["layer.mlp.experts.gate_up_proj"] = torch.stack([torch.cat(
-        [saved[f"{p}mlp.experts.{x}.gate_proj.weight"], saved[f"{p}mlp.experts.{x}.up_proj.weight"]])
-        for x in range(e)]).float()
-    sd["layer.mlp.experts.down_proj"] = torch.stack(
-        [saved[f"{p}mlp.experts.{x}.down_proj.weight"] for x in range(e)]).float()
+    sd["layer.mlp.experts.gate_up_proj"], sd["layer.mlp.experts.down_proj"] = fused_experts(
+        saved, p, e)
     mtp.load_state_dict(sd, strict=True)
     return model, mtp.to(device).eval()
 

@@ -198,6 +198,14 @@ def argmax_margin(logits):
     return ((top[..., 0] - top[..., 1]) / logits.abs().amax(dim=-1)).min().item()
 
 
+def fused_experts(tensors, prefix, n):
+    """The per-expert `prefix`mlp.experts.{x}.{gate,up,down}_proj weights as transformers' fused
+    gate_up_proj [n, 2I, H] and down_proj [n, H, I], in f32."""
+    w = lambda x, k: tensors[f"{prefix}mlp.experts.{x}.{k}_proj.weight"]
+    gate_up = torch.stack([torch.cat([w(x, "gate"), w(x, "up")]) for x in range(n)]).float()
+    return gate_up, torch.stack([w(x, "down") for x in range(n)]).float()
+
+
 def mtp_reference(model, tensors, ids, cfg):
     """qwen35-architecture.md §5.2 over the whole prompt, with transformers' building blocks."""
     from transformers.models.qwen3_5_moe import modeling_qwen3_5_moe as m
@@ -207,12 +215,8 @@ def mtp_reference(model, tensors, ids, cfg):
     layer = m.Qwen3_5MoeDecoderLayer(t, full).float().eval()
     p = "mtp.layers.0."
     sd = {k[len(p):]: v.float() for k, v in tensors.items() if k.startswith(p) and ".experts." not in k}
-    e = t.num_experts
-    sd["mlp.experts.gate_up_proj"] = torch.stack([torch.cat(
-        [tensors[f"{p}mlp.experts.{x}.gate_proj.weight"], tensors[f"{p}mlp.experts.{x}.up_proj.weight"]])
-        for x in range(e)]).float()
-    sd["mlp.experts.down_proj"] = torch.stack(
-        [tensors[f"{p}mlp.experts.{x}.down_proj.weight"] for x in range(e)]).float()
+    sd["mlp.experts.gate_up_proj"], sd["mlp.experts.down_proj"] = fused_experts(
+        tensors, p, t.num_experts)
     layer.load_state_dict(sd, strict=True)
     norm = lambda key: _rmsnorm(t, tensors[key].float())
     with torch.no_grad():
