@@ -3,6 +3,11 @@
     qforge build-hybrid   vs   cp -r of the INT4 input   vs   the Python baseline
 (bench/hybrid_baseline.py: safetensors load_file/save_file per shard, index rebuilt).
 
+On a filesystem that shares extents (XFS, btrfs) `cp -r` reflinks and build-hybrid shares the
+unchanged tensors' blocks, so two more rows show what writing every byte costs there:
+`cp -r --reflink=never`, and build-hybrid without its checksum manifest (the manifest is the
+one thing that still reads every byte). The filesystem type is printed with the table.
+
     hybrid_bench.py --qforge build/bin/qforge --python PY_WITH_TORCH --dir WORKDIR
                     [--preset 35b-a3b] [--layers 8] [--runs 3] [--keep-inputs]
 
@@ -37,6 +42,12 @@ def timed(cmd):
     return time.perf_counter() - t0, usage.ru_maxrss * 1024
 
 
+def used(path):
+    """Bytes in use on the filesystem holding path (shared blocks count once)."""
+    st = os.statvfs(path)
+    return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+
 def du(path):
     return int(subprocess.run(["du", "-sb", path], capture_output=True, text=True).stdout.split()[0])
 
@@ -60,22 +71,28 @@ def main():
             subprocess.run([a.qforge, "synth", path, "--preset", a.preset, "--layers", str(a.layers),
                             "--layout", layout], check=True, stdout=subprocess.DEVNULL)
     out = os.path.join(a.dir, "out")
+    hybrid = [a.qforge, "build-hybrid", "--no-check", "--int4", int4, "--fp8", fp8, "--out", out]
     tools = {
         "cp -r (INT4 input)": ["cp", "-r", int4, out],
-        "qforge build-hybrid": [a.qforge, "build-hybrid", "--no-check", "--int4", int4, "--fp8", fp8,
-                                "--out", out],
+        "cp -r --reflink=never": ["cp", "-r", "--reflink=never", int4, out],
+        "qforge build-hybrid": hybrid,
+        "  --no-checksums": hybrid + ["--no-checksums"],
         "python baseline": [a.python, os.path.join(HERE, "hybrid_baseline.py"), int4, fp8, out],
     }
+    fs_type = subprocess.run(["stat", "-f", "-c", "%T", a.dir], capture_output=True,
+                             text=True).stdout.strip()
     results = {name: {"seconds": [], "rss": []} for name in tools}
-    out_bytes = {}
+    out_bytes, disk_bytes = {}, {}
     for run in range(a.runs):
         for name, cmd in tools.items():
             shutil.rmtree(out, ignore_errors=True)
             subprocess.run(["sync"], check=True)
+            before = used(a.dir)
             s, rss = timed(cmd)
             results[name]["seconds"].append(s)
             results[name]["rss"].append(rss)
             out_bytes[name] = du(out)
+            disk_bytes[name] = used(a.dir) - before
             print(f"run {run + 1}/{a.runs} {name}: {s:.2f} s, peak RSS {rss / 2**20:.0f} MiB",
                   file=sys.stderr)
     shutil.rmtree(out, ignore_errors=True)
@@ -89,16 +106,19 @@ def main():
         med = statistics.median(r["seconds"])
         rows.append({"tool": name, "median_s": med, "min_s": min(r["seconds"]), "max_s": max(r["seconds"]),
                      "vs_cp": med / cp, "vs_qforge": med / qf, "peak_rss_bytes": max(r["rss"]),
-                     "output_bytes": out_bytes[name]})
+                     "output_bytes": out_bytes[name], "disk_bytes_used": disk_bytes[name]})
     if a.json:
-        print(json.dumps({"preset": a.preset, "layers": a.layers, "runs": a.runs, "rows": rows}, indent=2))
+        print(json.dumps({"preset": a.preset, "layers": a.layers, "runs": a.runs, "filesystem": fs_type,
+                          "rows": rows}, indent=2))
         return
-    print(f"build-hybrid benchmark: {a.preset}, {a.layers} layers, {a.runs} runs, warm cache, each + sync")
-    print(f"{'tool':<22} {'median s':>9} {'min..max s':>14} {'x cp -r':>8} {'x qforge':>9} {'peak RSS':>10} {'output':>10}")
+    print(f"build-hybrid benchmark: {a.preset}, {a.layers} layers, {a.runs} runs, warm cache, each + sync, "
+          f"filesystem {fs_type}")
+    print(f"{'tool':<22} {'median s':>9} {'min..max s':>14} {'x cp -r':>8} {'x qforge':>9} {'peak RSS':>10} "
+          f"{'output':>10} {'new disk use':>13}")
     for r in rows:
         print(f"{r['tool']:<22} {r['median_s']:>9.2f} {r['min_s']:>6.2f}..{r['max_s']:<6.2f} "
               f"{r['vs_cp']:>8.2f} {r['vs_qforge']:>9.2f} {r['peak_rss_bytes'] / 2**20:>7.0f} MiB "
-              f"{r['output_bytes'] / 2**20:>7.0f} MiB")
+              f"{r['output_bytes'] / 2**20:>7.0f} MiB {r['disk_bytes_used'] / 2**20:>9.0f} MiB")
 
 
 if __name__ == "__main__":

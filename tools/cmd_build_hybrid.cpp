@@ -33,6 +33,7 @@ void print_json(const HybridArgs& a, const quant::HybridReport& r) {
       {"min_cosine", r.min_cosine},
       {"tensor_bytes_in", r.bytes_in},
       {"tensor_bytes_out", r.bytes_out},
+      {"tensor_bytes_shared", r.bytes_shared},
       {"fp8_files_read", r.fp8_files_read},
       {"seconds", r.seconds}};
   j["unused_fp8"] = nlohmann::json::array();
@@ -83,7 +84,15 @@ void print_human(const HybridArgs& a, const quant::HybridReport& r) {
     std::printf("  %-36s %10s tensors %14s\n", f.name.c_str(), with_commas(f.n_tensors).c_str(),
                 human_bytes(f.tensor_bytes).c_str());
   }
-  if (!a.dry_run) std::printf("wrote %s in %.2f s\n", a.out.c_str(), r.seconds);
+  if (!a.dry_run) {
+    std::printf("wrote %s in %.2f s", a.out.c_str(), r.seconds);
+    if (r.bytes_shared > 0) {
+      std::printf(" (%s shared with the inputs' blocks, %s written)",
+                  human_bytes(r.bytes_shared).c_str(),
+                  human_bytes(r.bytes_out - r.bytes_shared).c_str());
+    }
+    std::printf("\n");
+  }
 }
 
 int run(const HybridArgs& a) {

@@ -3,6 +3,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 #include <xxhash.h>
+#if defined(__x86_64__) && __has_include(<xxh_x86dispatch.h>)
+// libxxhash's run-time choice of AVX2 / AVX-512 for XXH3 (about twice its SSE2 baseline); the
+// header redirects the XXH3 calls below. Same hashes on every path; aarch64 uses NEON as built.
+#include <xxh_x86dispatch.h>
+#endif
 
 #include <algorithm>
 #include <cerrno>

@@ -217,6 +217,22 @@ CopyMethod copy_file_atomic(const std::filesystem::path& src, const std::filesys
   return method;
 }
 
+bool can_clone(const std::filesystem::path& src, const std::filesystem::path& dir) {
+  constexpr uint64_t kBlock = 4096;
+  struct stat st {};
+  if (::stat(src.c_str(), &st) != 0 || static_cast<uint64_t>(st.st_size) < kBlock) return false;
+  const int in = ::open(src.c_str(), O_RDONLY | O_CLOEXEC);
+  if (in < 0) return false;
+  UniqueFd in_fd(in);
+  const int out = ::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+  if (out < 0) return false;
+  UniqueFd out_fd(out);
+  file_clone_range r{};
+  r.src_fd = in;
+  r.src_length = kBlock;
+  return ::ioctl(out, FICLONERANGE, &r) == 0;
+}
+
 bool is_sparse_file(const std::filesystem::path& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0 &&

@@ -1,12 +1,16 @@
 #include "qf/ckpt/writer.h"
 
 #include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <unordered_set>
+#include <utility>
 
 #include "qf/ckpt/json.h"
 
@@ -36,14 +40,13 @@ uint64_t tensor_bytes(const TensorSpec& spec) {
   return bits / 8;
 }
 
-HeaderPlan plan_safetensors(std::vector<TensorSpec> tensors,
-                            const std::optional<Metadata>& metadata) {
-  // The reference writer's order: descending dtype (enum order is increasing alignment), then
-  // name by bytes. std::string comparison is bytewise, as Rust's String Ord.
-  std::sort(tensors.begin(), tensors.end(), [](const TensorSpec& a, const TensorSpec& b) {
-    if (a.dtype != b.dtype) return a.dtype > b.dtype;
-    return a.name < b.name;
-  });
+namespace {
+
+// The header and offsets of `tensors` in the order given. The JSON is padded with spaces to a
+// multiple of 8, or further so that the data section starts at `data_start_mod` modulo
+// kCloneBlock when given.
+HeaderPlan lay_out(std::vector<TensorSpec>& tensors, const std::optional<Metadata>& metadata,
+                   std::optional<uint64_t> data_start_mod) {
   HeaderPlan plan;
   std::string& h = plan.header;
   h.reserve(64 + tensors.size() * 96);
@@ -92,12 +95,36 @@ HeaderPlan plan_safetensors(std::vector<TensorSpec> tensors,
   }
   h += '}';
   h.resize((h.size() + 7) / 8 * 8, ' ');
+  if (data_start_mod) {
+    QF_ASSERT(*data_start_mod % 8 == 0 && *data_start_mod < kCloneBlock, "bad data start residue");
+    const uint64_t now = (8 + h.size()) % kCloneBlock;
+    h.resize(h.size() + (*data_start_mod + kCloneBlock - now) % kCloneBlock, ' ');
+  }
   if (h.size() > kMaxHeaderBytes) {
     throw Error(Errc::kHeaderTooLarge, "planned header is " + std::to_string(h.size()) +
                                            " bytes, above the 100 MB limit readers enforce");
   }
   plan.data_bytes = offset;
   return plan;
+}
+
+}  // namespace
+
+HeaderPlan plan_safetensors(std::vector<TensorSpec> tensors,
+                            const std::optional<Metadata>& metadata) {
+  // The reference writer's order: descending dtype (enum order is increasing alignment), then
+  // name by bytes. std::string comparison is bytewise, as Rust's String Ord.
+  std::sort(tensors.begin(), tensors.end(), [](const TensorSpec& a, const TensorSpec& b) {
+    if (a.dtype != b.dtype) return a.dtype > b.dtype;
+    return a.name < b.name;
+  });
+  return lay_out(tensors, metadata, std::nullopt);
+}
+
+HeaderPlan plan_safetensors_in_order(std::vector<TensorSpec> tensors,
+                                     const std::optional<Metadata>& metadata,
+                                     std::optional<uint64_t> data_start_mod) {
+  return lay_out(tensors, metadata, data_start_mod);
 }
 
 SafetensorsWriter::SafetensorsWriter(std::filesystem::path path, HeaderPlan plan,
@@ -110,7 +137,8 @@ SafetensorsWriter::SafetensorsWriter(std::filesystem::path path, HeaderPlan plan
   const int fd = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw_io("cannot create", tmp_.string(), errno);
   fd_ = UniqueFd(fd);
-  if (options_.preallocate && !options_.sparse_zeros && plan_.file_bytes() > 0) {
+  if (options_.preallocate && !options_.sparse_zeros && !options_.clone &&
+      plan_.file_bytes() > 0) {
     if (::fallocate(fd, 0, 0, static_cast<off_t>(plan_.file_bytes())) != 0 && errno != EOPNOTSUPP &&
         errno != ENOSYS) {
       const int err = errno;
@@ -169,6 +197,7 @@ void SafetensorsWriter::flush() {
 
 void SafetensorsWriter::write(const void* data, size_t n) {
   check_room(n);
+  settle();
   const auto* p = static_cast<const std::byte*>(data);
   if (hasher_) hasher_->data(p, n);
   if (n >= buf_.size()) {  // large writes go straight from the caller's memory
@@ -236,11 +265,97 @@ void SafetensorsWriter::copy_from(int fd, uint64_t offset, uint64_t n,
   }
 }
 
-// Appends n bytes of fd from in_off (advanced): through the kernel when allowed and nobody
-// needs to see the bytes, else through the buffer.
+// Appends n bytes of fd from in_off (advanced). When cloning, contiguous copies from one file
+// gather into one pending run, settled when anything else is written: one clone per run, and
+// only its unaligned ends copied.
 void SafetensorsWriter::copy_data(int fd, loff_t& in_off, uint64_t n,
                                   const std::filesystem::path& source) {
+  const auto src = static_cast<uint64_t>(in_off);
+  in_off += static_cast<loff_t>(n);
+  if (options_.clone) {
+    if (pending_.n > 0 && pending_.fd == fd && pending_.src + pending_.n == src) {
+      pending_.n += n;
+    } else {
+      settle();
+      flush();
+      pending_ = {fd, src, n, 8 + plan_.header.size() + written_, source};
+    }
+    written_ += n;
+    return;
+  }
   flush();
+  loff_t at = static_cast<loff_t>(src);
+  copy_bytes(fd, at, n, source);
+  written_ += n;
+}
+
+// Writes the pending run at its place (the current file position): whole blocks shared with the
+// source where the offsets agree modulo kCloneBlock and the filesystem allows, the rest copied.
+void SafetensorsWriter::settle() {
+  if (pending_.n == 0) return;
+  const Pending p = std::exchange(pending_, Pending{});
+  auto in = static_cast<loff_t>(p.src);
+  uint64_t n = p.n;
+  if (options_.clone && p.dst % kCloneBlock == p.src % kCloneBlock) {
+    const uint64_t head = (kCloneBlock - p.src % kCloneBlock) % kCloneBlock;
+    const uint64_t body = n > head ? (n - head) / kCloneBlock * kCloneBlock : 0;
+    if (body > 0) {
+      copy_bytes(p.fd, in, head, p.source);
+      n -= head;
+      if (clone_blocks(p.fd, static_cast<uint64_t>(in), body, p.dst + head, p.source)) {
+        in += static_cast<loff_t>(body);
+        n -= body;
+      }
+    }
+  }
+  copy_bytes(p.fd, in, n, p.source);
+}
+
+// Shares n bytes (whole blocks) of fd at src into the output at dst, leaves the file position
+// after them and hashes them from the source. False, and cloning off, where the filesystem
+// refuses.
+bool SafetensorsWriter::clone_blocks(int fd, uint64_t src, uint64_t n, uint64_t dst,
+                                     const std::filesystem::path& source) {
+  file_clone_range r{};
+  r.src_fd = fd;
+  r.src_offset = src;
+  r.src_length = n;
+  r.dest_offset = dst;
+  if (::ioctl(fd_.get(), FICLONERANGE, &r) != 0) {
+    options_.clone = false;  // EOPNOTSUPP (ext4, tmpfs), EXDEV (another filesystem), ...
+    return false;
+  }
+  if (::lseek(fd_.get(), static_cast<off_t>(dst + n), SEEK_SET) < 0) {
+    throw_io("cannot seek in", tmp_.string(), errno);
+  }
+  if (hasher_) hash_source(fd, src, n, source);
+  cloned_ += n;
+  return true;
+}
+
+// Feeds n bytes of fd at src to the hasher straight from a read-only mapping of the source, a
+// window at a time: no copy (pread of the same bytes ran at 2.5 GB/s, all of it in the copy).
+void SafetensorsWriter::hash_source(int fd, uint64_t src, uint64_t n,
+                                    const std::filesystem::path& source) {
+  static const uint64_t kPage = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  constexpr uint64_t kWindow = 64u << 20;
+  for (uint64_t done = 0; done < n;) {
+    const uint64_t at = src + done, lo = at / kPage * kPage;
+    const uint64_t take = std::min(n - done, kWindow);
+    const size_t len = static_cast<size_t>(at + take - lo);
+    void* p = ::mmap(nullptr, len, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(lo));
+    if (p == MAP_FAILED) throw_io("cannot map", source.string(), errno);
+    ::madvise(p, len, MADV_SEQUENTIAL);
+    hasher_->data(static_cast<const std::byte*>(p) + (at - lo), static_cast<size_t>(take));
+    ::munmap(p, len);
+    done += take;
+  }
+}
+
+// Writes n bytes of fd from in_off (advanced) at the file position: through the kernel when
+// allowed and nobody needs to see the bytes, else through the (empty) buffer.
+void SafetensorsWriter::copy_bytes(int fd, loff_t& in_off, uint64_t n,
+                                   const std::filesystem::path& source) {
   bool kernel_copy = options_.kernel_copy && !hasher_;
   while (n > 0 && kernel_copy) {
     const ssize_t r = ::copy_file_range(fd, &in_off, fd_.get(), nullptr, n, 0);
@@ -256,7 +371,6 @@ void SafetensorsWriter::copy_data(int fd, loff_t& in_off, uint64_t n,
       throw Error(Errc::kIo, "unexpected end of file copying from '" + source.string() + "'");
     }
     n -= static_cast<uint64_t>(r);
-    written_ += static_cast<uint64_t>(r);
   }
   while (n > 0) {
     const size_t take = static_cast<size_t>(std::min<uint64_t>(n, buf_.size()));
@@ -265,12 +379,12 @@ void SafetensorsWriter::copy_data(int fd, loff_t& in_off, uint64_t n,
     write_all(fd_.get(), buf_.data(), take, tmp_);
     in_off += static_cast<loff_t>(take);
     n -= take;
-    written_ += take;
   }
 }
 
 void SafetensorsWriter::write_zeros(uint64_t n) {
   check_room(n);
+  settle();
   if (hasher_) {
     static const std::vector<std::byte> kZeros(1u << 16);
     for (uint64_t left = n; left > 0;) {
@@ -304,6 +418,7 @@ void SafetensorsWriter::commit() {
                                                " of " + std::to_string(plan_.data_bytes) +
                                                " data bytes written at commit");
   }
+  settle();
   flush();
   // A trailing hole left by sparse write_zeros does not extend the file by itself.
   if (::ftruncate(fd_.get(), static_cast<off_t>(plan_.file_bytes())) != 0) {

@@ -1,5 +1,6 @@
 #include "qf/quant/hybrid.h"
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -255,6 +256,39 @@ double cosine(const Replacement& r) {
   return error_stats(ref.data(), deq.data(), n * k).cosine;
 }
 
+struct Source {
+  const ckpt::SafetensorsFile* file;
+  const ckpt::TensorInfo* info;
+};
+
+// The tensors of one output file in the order given, the data section placed so that the most
+// bytes sit at their source position modulo the block size (those can share the source's
+// blocks). Falls back to the sorted layout when the order would misalign a tensor for its dtype.
+ckpt::HeaderPlan sharing_layout(std::vector<ckpt::TensorSpec> specs,
+                                const std::map<std::string, Source>& source_of) {
+  const ckpt::Metadata meta{{"format", "pt"}};
+  constexpr uint64_t kB = ckpt::kCloneBlock;
+  const ckpt::HeaderPlan base = ckpt::plan_safetensors_in_order(specs, meta);
+  std::map<uint64_t, uint64_t> bytes_at;  // data start modulo kB -> bytes in place
+  for (const ckpt::TensorInfo& t : base.layout) {
+    const Source& s = source_of.at(t.name);
+    const uint64_t src = s.file->header().data_offset() + s.info->begin;
+    const uint64_t start = (src % kB + kB - t.begin % kB) % kB;
+    if (start % 8 == 0) bytes_at[start] += t.n_bytes();
+  }
+  uint64_t best = 8 + base.header.size(), most = 0;
+  for (const auto& [start, n] : bytes_at) {
+    if (n > most) best = start, most = n;
+  }
+  ckpt::HeaderPlan plan = ckpt::plan_safetensors_in_order(specs, meta, best % kB);
+  for (const ckpt::TensorInfo& t : plan.layout) {
+    if (t.begin % std::max<uint64_t>(1, ckpt::dtype_bits(t.dtype) / 8) != 0) {
+      return ckpt::plan_safetensors(std::move(specs), meta);
+    }
+  }
+  return plan;
+}
+
 }  // namespace
 
 HybridReport build_hybrid(const fs::path& int4_dir, const fs::path& fp8_dir,
@@ -288,14 +322,13 @@ HybridReport build_hybrid(const fs::path& int4_dir, const fs::path& fp8_dir,
     if (f.role == ckpt::FileRole::kStray) rep.strays_ignored.push_back(f.name);
   }
 
-  // The output plan: Intel's files, each replaced weight now F8_E4M3 with its scale beside it.
+  // The output plan: Intel's files with their tensors in the same data order, each replaced
+  // weight now F8_E4M3 in its place and the scales at the end of the file. Unchanged runs keep
+  // their byte positions modulo the block size (see layout below), so a filesystem that shares
+  // extents stores them once.
   std::map<std::string, const Replacement*> by_weight;
   for (const Replacement& r : repl) by_weight[r.module + ".weight"] = &r;
   SynthPlan plan;
-  struct Source {
-    const ckpt::SafetensorsFile* file;
-    const ckpt::TensorInfo* info;
-  };
   std::map<std::string, Source> source_of;
   bool sparse = false;
   for (const ckpt::SafetensorsFile& f : int4.tensor_files()) {
@@ -314,17 +347,25 @@ HybridReport build_hybrid(const fs::path& int4_dir, const fs::path& fp8_dir,
       rf.tensor_bytes += t->n_bytes();
       plan.tensor_bytes += t->n_bytes();
     };
-    for (const ckpt::TensorInfo& t : f.tensors()) {
-      rep.bytes_in += t.n_bytes();
-      const auto it = by_weight.find(t.name);
+    std::vector<const ckpt::TensorInfo*> in_data_order;
+    for (const ckpt::TensorInfo& t : f.tensors()) in_data_order.push_back(&t);
+    std::stable_sort(in_data_order.begin(), in_data_order.end(),
+                     [](const ckpt::TensorInfo* a, const ckpt::TensorInfo* b) {
+                       return a->begin < b->begin;
+                     });
+    std::vector<const Replacement*> scales;
+    for (const ckpt::TensorInfo* t : in_data_order) {
+      rep.bytes_in += t->n_bytes();
+      const auto it = by_weight.find(t->name);
       if (it == by_weight.end()) {
-        add(&f, &t);
+        add(&f, t);
       } else {
         add(it->second->fp8_file, it->second->weight);
-        add(it->second->fp8_file, it->second->scale);
+        scales.push_back(it->second);
         sparse |= ckpt::is_sparse_file(it->second->fp8_file->path());
       }
     }
+    for (const Replacement* r : scales) add(r->fp8_file, r->scale);
     rep.files.push_back(rf);
   }
   rep.bytes_out = plan.tensor_bytes;
@@ -387,6 +428,13 @@ HybridReport build_hybrid(const fs::path& int4_dir, const fs::path& fp8_dir,
   pw.hash = o.checksums;
   pw.threads = o.threads;
   pw.digests = &digests;
+  pw.layout = [&](size_t, std::vector<ckpt::TensorSpec> specs) {
+    return sharing_layout(std::move(specs), source_of);
+  };
+  const fs::path out_parent = out_dir.has_parent_path() ? out_dir.parent_path() : fs::path(".");
+  pw.clone = ckpt::can_clone(int4.tensor_files().front().path(), out_parent);
+  std::atomic<uint64_t> cloned{0};
+  pw.cloned_bytes = &cloned;
   auto produce = [&](const ckpt::TensorDecl& d, ckpt::SafetensorsWriter& w) {
     const Source& s = source_of.at(d.name);
     w.copy_from(s.file->map().fd(), s.file->header().data_offset() + s.info->begin,
@@ -406,6 +454,7 @@ HybridReport build_hybrid(const fs::path& int4_dir, const fs::path& fp8_dir,
     }
     if (o.checksums) detail::write_stage_manifest(stage, digests);
   });
+  rep.bytes_shared = cloned.load();
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return rep;
 }

@@ -33,7 +33,11 @@ ckpt::FileDigest write_file(const fs::path& path, const SynthPlan& plan, size_t 
   wo.overwrite = true;  // inside our own staging directory
   wo.sparse_zeros = o.sparse_zeros;
   wo.hash = o.hash;
-  ckpt::SafetensorsWriter w(path, ckpt::plan_safetensors(specs, ckpt::Metadata{{"format", "pt"}}),
+  wo.clone = o.clone;
+  ckpt::SafetensorsWriter w(path,
+                            o.layout ? o.layout(file, std::move(specs))
+                                     : ckpt::plan_safetensors(std::move(specs),
+                                                              ckpt::Metadata{{"format", "pt"}}),
                             wo);
   for (const ckpt::TensorInfo& t : w.plan().layout) {
     const uint64_t before = w.bytes_written();
@@ -41,6 +45,7 @@ ckpt::FileDigest write_file(const fs::path& path, const SynthPlan& plan, size_t 
     QF_ASSERT(w.bytes_written() - before == t.n_bytes(), "producer wrote the wrong byte count");
   }
   w.commit();
+  if (o.cloned_bytes) o.cloned_bytes->fetch_add(w.bytes_cloned(), std::memory_order_relaxed);
   return o.hash ? w.digest() : ckpt::FileDigest{};
 }
 

@@ -3,6 +3,7 @@
 // synth --from.
 #pragma once
 
+#include <atomic>
 #include <filesystem>
 #include <functional>
 
@@ -17,8 +18,12 @@ struct PlannedWrite {
   bool overwrite = false;
   bool sparse_zeros = false;  // WriterOptions::sparse_zeros for every file
   bool hash = false;          // hash while writing; digests land in `digests` (sorted by name)
+  bool clone = false;         // WriterOptions::clone for every file
   int threads = 0;            // files written in parallel; 0 = hardware concurrency
   std::vector<ckpt::FileDigest>* digests = nullptr;
+  // The layout of file f given its tensors in plan order; unset: plan_safetensors (sorted).
+  std::function<ckpt::HeaderPlan(size_t f, std::vector<ckpt::TensorSpec> tensors)> layout;
+  std::atomic<uint64_t>* cloned_bytes = nullptr;  // adds the bytes that share source blocks
 };
 
 // Appends the bytes of tensor `decl` to `w` (exactly its planned size). Called on the thread

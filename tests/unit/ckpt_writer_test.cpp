@@ -321,5 +321,93 @@ TEST(Writer, StreamedDigestEqualsDigestOfTheFileOnEveryPath) {
   }
 }
 
+// In-order plans keep the order given and place the data section at the residue asked for.
+TEST(Writer, InOrderPlanKeepsOrderAndPlacesTheDataSection) {
+  const std::vector<TensorSpec> specs = {
+      {"b", DType::kBF16, {3}}, {"a", DType::kF32, {2}}, {"c", DType::kU8, {5}}};
+  for (uint64_t residue : {uint64_t{0}, uint64_t{8}, uint64_t{200}, kCloneBlock - 8}) {
+    SCOPED_TRACE(residue);
+    const HeaderPlan plan = plan_safetensors_in_order(specs, Metadata{{"format", "pt"}}, residue);
+    EXPECT_EQ((8 + plan.header.size()) % kCloneBlock, residue);
+    EXPECT_LT(plan.header.size(), plan_safetensors_in_order(specs, std::nullopt).header.size() +
+                                      kCloneBlock + 64);
+    ASSERT_EQ(plan.layout.size(), 3u);
+    EXPECT_EQ(plan.layout[0].name, "b");
+    EXPECT_EQ(plan.layout[1].name, "a");
+    EXPECT_EQ(plan.layout[1].begin, 6u);
+    EXPECT_EQ(plan.layout[2].begin, 14u);
+    TempDir dir;
+    const fs::path p = dir / "x.safetensors";
+    SafetensorsWriter w(p, plan);
+    w.write(pattern_bytes(19, 1).data(), 19);
+    w.commit();
+    const SafetensorsFile f = SafetensorsFile::open(p);
+    EXPECT_EQ(f.header().data_offset() % kCloneBlock, residue);
+    EXPECT_EQ(f.find("a")->begin, 6u);
+  }
+}
+
+// Copies with cloning on give the same file and digest as plain copies, whether the filesystem
+// shares blocks (TMPDIR on XFS or btrfs) or refuses (then the copy falls back). Contiguous copies
+// from one source gather into one run, so only its two ragged ends are copied.
+TEST(Writer, ClonedCopiesEqualPlainCopies) {
+  TempDir dir;
+  const fs::path src = dir / "src.bin";
+  const uint64_t kA = (3u << 20) + 1000, kB = (1u << 20) + 5;
+  {
+    SafetensorsWriter w(src, plan_safetensors_in_order({{"a", DType::kU8, {kA}},
+                                                        {"b", DType::kU8, {kB}}},
+                                                       std::nullopt, 24));
+    w.write(pattern_bytes(kA, 7).data(), kA);
+    w.write(pattern_bytes(kB, 8).data(), kB);
+    w.commit();
+  }
+  const SafetensorsFile s = SafetensorsFile::open(src);
+  const uint64_t src_a = s.header().data_offset() + s.find("a")->begin;
+  // The output starts "a" 104 bytes into its data section; place that at a's residue.
+  const std::vector<TensorSpec> specs = {{"gen", DType::kU8, {104}},
+                                         {"a", DType::kU8, {kA}},
+                                         {"mid", DType::kU8, {4096 * 3 + 8}},
+                                         {"b", DType::kU8, {kB}}};
+  const uint64_t residue = (src_a % kCloneBlock + kCloneBlock - 104) % kCloneBlock;
+  ASSERT_EQ(residue % 8, 0u);
+  const bool can = can_clone(src, dir.path());
+  std::string want;
+  for (bool clone : {false, true}) {
+    SCOPED_TRACE(clone);
+    WriterOptions o;
+    o.hash = true;
+    o.clone = clone;
+    o.buffer_bytes = 1u << 16;
+    const fs::path out = dir / (clone ? "cloned" : "plain");
+    SafetensorsWriter w(out, plan_safetensors_in_order(specs, std::nullopt, residue), o);
+    w.write(pattern_bytes(104, 3).data(), 104);
+    // "a" in three contiguous pieces: one run.
+    w.copy_from(s.map().fd(), src_a, 5000, src);
+    w.copy_from(s.map().fd(), src_a + 5000, 1u << 20, src);
+    w.copy_from(s.map().fd(), src_a + 5000 + (1u << 20), kA - 5000 - (1u << 20), src);
+    w.write_zeros(4096 * 3 + 8);
+    w.copy_from(s.map().fd(), s.header().data_offset() + s.find("b")->begin, kB, src);
+    w.commit();
+    const SafetensorsFile f = SafetensorsFile::open(out);
+    EXPECT_EQ(w.digest().xxh3, digest_file({out, out.filename().string(), &f.header()}).xxh3);
+    const std::string got = qf::test::read_file(out);
+    if (want.empty()) want = got;
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(f.view("a").bytes.size(), kA);
+    EXPECT_TRUE(std::equal(f.view("a").bytes.begin(), f.view("a").bytes.end(),
+                           s.view("a").bytes.begin()));
+    if (clone && can) {
+      // a: all whole blocks of one run; b lands at another residue: copied.
+      EXPECT_EQ(w.bytes_cloned(), (src_a + kA) / kCloneBlock * kCloneBlock -
+                                      (src_a + kCloneBlock - 1) / kCloneBlock * kCloneBlock);
+    } else {
+      EXPECT_EQ(w.bytes_cloned(), 0u);
+    }
+  }
+  if (!can) std::printf("note: %s does not share blocks; TMPDIR on XFS or btrfs tests it\n",
+                        dir.path().c_str());
+}
+
 }  // namespace
 }  // namespace qf::ckpt

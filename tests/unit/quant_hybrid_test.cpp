@@ -91,6 +91,54 @@ TEST_F(Hybrid, ReplacesSharedExpertsAndCopiesEverythingElse) {
   EXPECT_EQ(v.checksums, ckpt::ChecksumAction::kVerified);
 }
 
+// Output shards keep the input's data order with each FP8 weight in its BF16 weight's place and
+// the scales last; unchanged tensors keep their file offsets modulo the block size, which is
+// what lets a copy-on-write filesystem share them. There (TMPDIR on XFS or btrfs) the report
+// counts the shared bytes; elsewhere nothing is shared and the output is the same.
+TEST_F(Hybrid, KeepsTheInputLayoutSoUnchangedBytesCanBeShared) {
+  HybridOptions o;
+  const HybridReport r = build_hybrid(d("int4"), d("fp8"), d("layout"), o);
+  const ckpt::Checkpoint in = ckpt::Checkpoint::open(d("int4"));
+  const ckpt::Checkpoint out = ckpt::Checkpoint::open(d("layout"));
+  uint64_t unchanged = 0;
+  for (const ckpt::SafetensorsFile& f : out.tensor_files()) {
+    std::vector<const ckpt::TensorInfo*> by_offset;
+    for (const ckpt::TensorInfo& t : f.tensors()) by_offset.push_back(&t);
+    std::sort(by_offset.begin(), by_offset.end(),
+              [](const auto* a, const auto* b) { return a->begin < b->begin; });
+    uint64_t last_in = 0;
+    bool scales = false;
+    for (const ckpt::TensorInfo* t : by_offset) {
+      const bool scale = t->name.ends_with(".weight_scale_inv");
+      EXPECT_TRUE(scale || !scales) << t->name << " after the scales";
+      scales |= scale;
+      if (scale) continue;
+      const ckpt::TensorRef* src = in.find(t->name);
+      ASSERT_NE(src, nullptr) << t->name;
+      EXPECT_EQ(in.file_name(*src->file), out.file_name(f)) << t->name;
+      EXPECT_GE(src->info->begin, last_in) << t->name << " out of the input's order";
+      last_in = src->info->begin;
+      if (t->dtype != src->info->dtype) continue;  // a replaced weight
+      unchanged += t->n_bytes();
+      EXPECT_EQ((f.header().data_offset() + t->begin) % ckpt::kCloneBlock,
+                (src->file->header().data_offset() + src->info->begin) % ckpt::kCloneBlock)
+          << t->name;
+      EXPECT_EQ(t->begin % (ckpt::dtype_bits(t->dtype) / 8), 0u) << t->name;
+    }
+    EXPECT_TRUE(scales) << out.file_name(f);
+  }
+  const ckpt::SafetensorsFile& first = in.tensor_files().front();
+  if (ckpt::can_clone(first.path(), d(""))) {
+    // Whole blocks of every run of unchanged tensors; the runs' ragged ends are copied.
+    EXPECT_GT(r.bytes_shared, unchanged * 9 / 10);
+    EXPECT_LE(r.bytes_shared, unchanged);
+  } else {
+    std::printf("note: %s does not share blocks; TMPDIR on XFS or btrfs tests sharing\n",
+                d("").c_str());
+    EXPECT_EQ(r.bytes_shared, 0u);
+  }
+}
+
 TEST_F(Hybrid, DeterministicAndNoMtpOption) {
   HybridOptions o;
   o.threads = 1;

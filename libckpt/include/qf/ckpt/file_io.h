@@ -83,6 +83,10 @@ enum class CopyMethod { kReflink, kHardLink, kCopy };
 CopyMethod copy_file_atomic(const std::filesystem::path& src, const std::filesystem::path& dst,
                             bool allow_hardlink, bool overwrite);
 
+// True when a new file in `dir` can share blocks of `src` (FICLONERANGE: XFS, btrfs), tried
+// on an unnamed temporary file. False for files shorter than one block.
+bool can_clone(const std::filesystem::path& src, const std::filesystem::path& dir);
+
 // True when less than 90% of the file's length is allocated on disk (it has holes, e.g. a
 // synthetic checkpoint of zeros): writers copying from it should keep the holes.
 bool is_sparse_file(const std::filesystem::path& path);

@@ -48,6 +48,19 @@ struct HeaderPlan {
 HeaderPlan plan_safetensors(std::vector<TensorSpec> tensors,
                             const std::optional<Metadata>& metadata);
 
+// Block size of extent sharing: a byte range can be cloned only between offsets that agree
+// modulo this (the common 4 KiB filesystem block; XFS and btrfs use it by default).
+inline constexpr uint64_t kCloneBlock = 4096;
+
+// As plan_safetensors, but in the order given, and with the header padded (spaces) so that the
+// data section starts at `data_start_mod` modulo kCloneBlock when given (a multiple of 8). Lets
+// a rewritten file keep the source's byte positions modulo the block size, so that unchanged
+// runs of tensors can share the source's blocks (WriterOptions::clone). Alignment of each
+// tensor to its dtype is the caller's to check.
+HeaderPlan plan_safetensors_in_order(std::vector<TensorSpec> tensors,
+                                     const std::optional<Metadata>& metadata,
+                                     std::optional<uint64_t> data_start_mod = std::nullopt);
+
 struct WriterOptions {
   bool overwrite = false;   // replace an existing file (the CLI's --force)
   bool preallocate = true;  // reserve the final size up front: a full disk fails at once
@@ -58,6 +71,11 @@ struct WriterOptions {
   // Hash the file as it is written (digest() after commit): the checksum manifest without a
   // second read. copy_from then passes bytes through the buffer instead of the kernel.
   bool hash = false;
+  // copy_from shares the source's blocks (FICLONERANGE) for every whole block whose source and
+  // destination offsets agree modulo kCloneBlock, on filesystems that can (XFS, btrfs); the rest
+  // is copied. The bytes are read from the source only when hashing. Implies no preallocation:
+  // shared blocks take no space. The first refusal turns it off for this writer.
+  bool clone = false;
   size_t buffer_bytes = 8u << 20;
 };
 
@@ -75,6 +93,8 @@ class SafetensorsWriter {
   const std::filesystem::path& path() const { return path_; }
   // Data-section bytes written so far.
   uint64_t bytes_written() const { return written_; }
+  // Of those, bytes that share the source's blocks (WriterOptions::clone).
+  uint64_t bytes_cloned() const { return cloned_; }
   // Layout index of the tensor the next byte belongs to; zero-size tensors never are (they are
   // complete from the start). layout.size() once every byte is written.
   size_t current_tensor() const;
@@ -101,6 +121,18 @@ class SafetensorsWriter {
   void flush();
   void check_room(uint64_t n) const;
   void copy_data(int fd, loff_t& in_off, uint64_t n, const std::filesystem::path& source);
+  void copy_bytes(int fd, loff_t& in_off, uint64_t n, const std::filesystem::path& source);
+  void settle();
+  void hash_source(int fd, uint64_t src, uint64_t n, const std::filesystem::path& source);
+  bool clone_blocks(int fd, uint64_t src, uint64_t n, uint64_t dst,
+                    const std::filesystem::path& source);
+
+  struct Pending {  // a copy not yet written (WriterOptions::clone)
+    int fd = -1;
+    uint64_t src = 0, n = 0;  // source range
+    uint64_t dst = 0;         // its file offset in the output
+    std::filesystem::path source;
+  };
 
   std::filesystem::path path_;
   std::filesystem::path tmp_;
@@ -110,6 +142,8 @@ class SafetensorsWriter {
   std::vector<std::byte> buf_;
   size_t buf_used_ = 0;
   uint64_t written_ = 0;
+  uint64_t cloned_ = 0;
+  Pending pending_;
   bool committed_ = false;
   std::unique_ptr<StreamHasher> hasher_;
   std::optional<FileDigest> digest_;

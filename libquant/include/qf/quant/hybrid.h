@@ -2,8 +2,10 @@
 // replaced by the FP8 block-128 weight and weight_scale_inv of Qwen's FP8 release.
 //
 // Everything else is copied byte for byte (including the MTP sidecar, listed in the rebuilt
-// index). Output shards keep the input's names; each replaced weight keeps its shard and gains
-// its scale beside it. Streams through the kernel or a fixed buffer (memory does not depend on
+// index). Output shards keep the input's names and data order; each replaced weight keeps its
+// place and its scale goes to the end of the shard. Unchanged tensors keep their byte positions
+// modulo 4 KiB, so on a filesystem that shares extents (XFS, btrfs) they are reflinked rather
+// than written: the output then costs the space of the new FP8 tensors only. Streams through the kernel or a fixed buffer (memory does not depend on
 // model size), writes through "<out>.tmp" and renames at the end, and hashes while writing to
 // produce the checksum manifest.
 //
@@ -55,6 +57,7 @@ struct HybridReport {
   double min_cosine = 1.0;                  // FP8 vs BF16 over replaced modules (check)
   std::string min_cosine_module;
   uint64_t bytes_in = 0, bytes_out = 0;  // tensor bytes
+  uint64_t bytes_shared = 0;  // of bytes_out, sharing the inputs' blocks (XFS, btrfs reflinks)
   struct File {
     std::string name;
     size_t n_tensors = 0;
