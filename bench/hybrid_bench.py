@@ -43,9 +43,21 @@ def timed(cmd):
 
 
 def used(path):
-    """Bytes in use on the filesystem holding path (shared blocks count once)."""
-    st = os.statvfs(path)
-    return (st.f_blocks - st.f_bfree) * st.f_frsize
+    """Bytes in use on the filesystem holding path (shared blocks count once), once the
+    filesystem has finished freeing what was deleted (XFS frees in the background)."""
+    def now():
+        st = os.statvfs(path)
+        return (st.f_blocks - st.f_bfree) * st.f_frsize
+    subprocess.run(["sync", "-f", path], check=True)
+    last, steady = now(), 0
+    for _ in range(100):
+        time.sleep(0.1)
+        cur = now()
+        steady = steady + 1 if cur == last else 0
+        if steady >= 5:
+            break
+        last = cur
+    return last
 
 
 def du(path):

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <unordered_set>
 #include <utility>
 
@@ -125,6 +126,32 @@ HeaderPlan plan_safetensors_in_order(std::vector<TensorSpec> tensors,
                                      const std::optional<Metadata>& metadata,
                                      std::optional<uint64_t> data_start_mod) {
   return lay_out(tensors, metadata, data_start_mod);
+}
+
+HeaderPlan plan_safetensors_sharing(std::vector<TensorSpec> tensors,
+                                    const std::optional<Metadata>& metadata,
+                                    const std::vector<std::optional<uint64_t>>& source_offsets) {
+  QF_ASSERT(source_offsets.size() == tensors.size(), "one source offset per tensor");
+  constexpr uint64_t kB = kCloneBlock;
+  const HeaderPlan base = plan_safetensors_in_order(tensors, metadata);
+  std::map<uint64_t, uint64_t> bytes_at;  // data start modulo kB -> bytes in place
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (!source_offsets[i]) continue;
+    const TensorInfo& t = base.layout[i];
+    const uint64_t start = (*source_offsets[i] % kB + kB - t.begin % kB) % kB;
+    if (start % 8 == 0) bytes_at[start] += t.n_bytes();
+  }
+  uint64_t best = (8 + base.header.size()) % kB, most = 0;
+  for (const auto& [start, n] : bytes_at) {
+    if (n > most) best = start, most = n;
+  }
+  HeaderPlan plan = plan_safetensors_in_order(tensors, metadata, best);
+  for (const TensorInfo& t : plan.layout) {
+    if (t.begin % std::max<uint64_t>(1, dtype_bits(t.dtype) / 8) != 0) {
+      return plan_safetensors(std::move(tensors), metadata);
+    }
+  }
+  return plan;
 }
 
 SafetensorsWriter::SafetensorsWriter(std::filesystem::path path, HeaderPlan plan,

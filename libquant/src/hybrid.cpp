@@ -261,34 +261,6 @@ struct Source {
   const ckpt::TensorInfo* info;
 };
 
-// The tensors of one output file in the order given, the data section placed so that the most
-// bytes sit at their source position modulo the block size (those can share the source's
-// blocks). Falls back to the sorted layout when the order would misalign a tensor for its dtype.
-ckpt::HeaderPlan sharing_layout(std::vector<ckpt::TensorSpec> specs,
-                                const std::map<std::string, Source>& source_of) {
-  const ckpt::Metadata meta{{"format", "pt"}};
-  constexpr uint64_t kB = ckpt::kCloneBlock;
-  const ckpt::HeaderPlan base = ckpt::plan_safetensors_in_order(specs, meta);
-  std::map<uint64_t, uint64_t> bytes_at;  // data start modulo kB -> bytes in place
-  for (const ckpt::TensorInfo& t : base.layout) {
-    const Source& s = source_of.at(t.name);
-    const uint64_t src = s.file->header().data_offset() + s.info->begin;
-    const uint64_t start = (src % kB + kB - t.begin % kB) % kB;
-    if (start % 8 == 0) bytes_at[start] += t.n_bytes();
-  }
-  uint64_t best = 8 + base.header.size(), most = 0;
-  for (const auto& [start, n] : bytes_at) {
-    if (n > most) best = start, most = n;
-  }
-  ckpt::HeaderPlan plan = ckpt::plan_safetensors_in_order(specs, meta, best % kB);
-  for (const ckpt::TensorInfo& t : plan.layout) {
-    if (t.begin % std::max<uint64_t>(1, ckpt::dtype_bits(t.dtype) / 8) != 0) {
-      return ckpt::plan_safetensors(std::move(specs), meta);
-    }
-  }
-  return plan;
-}
-
 }  // namespace
 
 HybridReport build_hybrid(const fs::path& int4_dir, const fs::path& fp8_dir,
@@ -429,7 +401,12 @@ HybridReport build_hybrid(const fs::path& int4_dir, const fs::path& fp8_dir,
   pw.threads = o.threads;
   pw.digests = &digests;
   pw.layout = [&](size_t, std::vector<ckpt::TensorSpec> specs) {
-    return sharing_layout(std::move(specs), source_of);
+    std::vector<std::optional<uint64_t>> at;
+    for (const ckpt::TensorSpec& t : specs) {
+      const Source& s = source_of.at(t.name);
+      at.push_back(s.file->header().data_offset() + s.info->begin);
+    }
+    return ckpt::plan_safetensors_sharing(std::move(specs), ckpt::Metadata{{"format", "pt"}}, at);
   };
   const fs::path out_parent = out_dir.has_parent_path() ? out_dir.parent_path() : fs::path(".");
   pw.clone = ckpt::can_clone(int4.tensor_files().front().path(), out_parent);

@@ -338,25 +338,39 @@ LmHeadReport quantize_lm_head(const fs::path& dir_arg, const LmHeadOptions& o,
                                                std::string(ckpt::kManifestFileName)};
     carry_files(dir, stage, regenerated, o.in_place, nullptr);
 
-    // The shard: its tensors but lm_head.weight, plus the GPTQ triplet.
-    std::vector<ckpt::TensorSpec> specs;
+    // The shard: its tensors but lm_head.weight in their data order, then the GPTQ triplet; the
+    // kept tensors can share the source's blocks (build-hybrid does the same).
+    const ckpt::Header& src_header = hd.file->header();
+    std::vector<const ckpt::TensorInfo*> kept;
     for (const ckpt::TensorInfo& t : hd.file->tensors()) {
-      if (t.name != "lm_head.weight") specs.push_back({t.name, t.dtype, t.shape});
+      if (t.name != "lm_head.weight") kept.push_back(&t);
+    }
+    std::stable_sort(kept.begin(), kept.end(), [](const auto* a, const auto* b) {
+      return a->begin < b->begin;
+    });
+    std::vector<ckpt::TensorSpec> specs;
+    std::vector<std::optional<uint64_t>> at;
+    for (const ckpt::TensorInfo* t : kept) {
+      specs.push_back({t->name, t->dtype, t->shape});
+      at.push_back(src_header.data_offset() + t->begin);
     }
     const auto u = [](int64_t x) { return static_cast<uint64_t>(x); };
     specs.push_back({"lm_head.qweight", DType::kI32, {u(hd.h / kInt8PerWord), u(hd.v)}});
     specs.push_back({"lm_head.qzeros", DType::kI32, {1, u(hd.v / kInt8PerWord)}});
     specs.push_back({"lm_head.scales", DType::kF16, {1, u(hd.v)}});
-    const ckpt::Header& src_header = hd.file->header();
+    at.resize(specs.size());
     ckpt::WriterOptions wo;
     wo.overwrite = true;
     wo.hash = has_manifest;
     wo.sparse_zeros = ckpt::is_sparse_file(hd.file->path());
+    wo.clone = ckpt::can_clone(hd.file->path(), stage);
     ckpt::SafetensorsWriter w(
         stage / shard,
-        ckpt::plan_safetensors(specs, src_header.has_metadata
-                                          ? std::optional<ckpt::Metadata>(src_header.metadata)
-                                          : std::nullopt),
+        ckpt::plan_safetensors_sharing(specs,
+                                       src_header.has_metadata
+                                           ? std::optional<ckpt::Metadata>(src_header.metadata)
+                                           : std::nullopt,
+                                       at),
         wo);
     for (const ckpt::TensorInfo& t : w.plan().layout) {
       if (t.name == "lm_head.qweight") {

@@ -116,7 +116,13 @@ TEST_F(PythonWrites, ChecksumsMatchPythonXxhash) {
   }
 }
 
-TEST(QforgeWrites, PythonReadsEveryDtypeBitExact) {
+// Both layouts: the reference writer's order, and the in-order layout build-hybrid uses to share
+// blocks (names in reverse order within each dtype, the header padded to put the data section
+// 8 bytes short of a 4 KiB boundary).
+class QforgeWrites : public ::testing::TestWithParam<bool> {};
+
+TEST_P(QforgeWrites, PythonReadsEveryDtypeBitExact) {
+  const bool in_order = GetParam();
   TempDir dir;
   std::vector<TensorSpec> specs;
   const std::vector<Shape> shapes = {{3, 5}, {1}, {0}, {2, 0, 3}, {}, {4, 2, 2}};
@@ -130,7 +136,15 @@ TEST(QforgeWrites, PythonReadsEveryDtypeBitExact) {
   }
   const Metadata meta = {{"format", "pt"}, {"qforge.note", "caf\xC3\xA9 \"q\"\n"}};
   const fs::path path = dir / "qforge.safetensors";
-  SafetensorsWriter w(path, plan_safetensors(specs, meta));
+  std::sort(specs.begin(), specs.end(), [](const TensorSpec& a, const TensorSpec& b) {
+    return a.dtype != b.dtype ? a.dtype > b.dtype : a.name > b.name;
+  });
+  SafetensorsWriter w(path, in_order ? plan_safetensors_in_order(specs, meta, kCloneBlock - 8)
+                                     : plan_safetensors(specs, meta));
+  if (in_order) {
+    EXPECT_EQ((8 + w.plan().header.size()) % kCloneBlock, kCloneBlock - 8);
+    EXPECT_EQ(w.plan().layout.front().name, specs.front().name);
+  }
   json expected = {{"metadata", {{"format", "pt"}, {"qforge.note", "caf\xC3\xA9 \"q\"\n"}}},
                    {"tensors", json::object()}};
   uint64_t seed = 7;
@@ -155,6 +169,9 @@ TEST(QforgeWrites, PythonReadsEveryDtypeBitExact) {
             std::string::npos)
       << r.out;
 }
+
+INSTANTIATE_TEST_SUITE_P(Layouts, QforgeWrites, ::testing::Values(false, true),
+                         [](const auto& p) { return p.param ? "InOrder" : "Sorted"; });
 
 }  // namespace
 }  // namespace qf::ckpt

@@ -61,6 +61,14 @@ HeaderPlan plan_safetensors_in_order(std::vector<TensorSpec> tensors,
                                      const std::optional<Metadata>& metadata,
                                      std::optional<uint64_t> data_start_mod = std::nullopt);
 
+// The plan for a file rebuilt from others: `tensors` in the order given, with the data section
+// placed (plan_safetensors_in_order) so that the most bytes sit at their source's file offset
+// modulo kCloneBlock; `source_offsets[i]` is that offset for tensor i, nullopt for new bytes.
+// Falls back to plan_safetensors (sorted) when the order would misalign a tensor for its dtype.
+HeaderPlan plan_safetensors_sharing(std::vector<TensorSpec> tensors,
+                                    const std::optional<Metadata>& metadata,
+                                    const std::vector<std::optional<uint64_t>>& source_offsets);
+
 struct WriterOptions {
   bool overwrite = false;   // replace an existing file (the CLI's --force)
   bool preallocate = true;  // reserve the final size up front: a full disk fails at once
