@@ -118,9 +118,9 @@ __device__ __forceinline__ void stage_segment(const float4& f, int s, int lane, 
   const uint32_t limb[4] = {__byte_perm(b01, b23, 0x7632), __byte_perm(b01, b23, 0x5410),
                             __byte_perm(a01, a23, 0x7632), __byte_perm(a01, a23, 0x5410)};
   // Columns 4 lane .. + 3: block 4 s + lane / 8, fragment half (lane / 4) % 2, t = lane % 4.
-  const int kb = 4 * s + lane / 8, half = (lane / 4) & 1, t = lane & 3;
+  const int kb = 4 * s + lane / 8, frag_half = (lane / 4) & 1, t = lane & 3;
 #pragma unroll
-  for (int g = 0; g < 4; ++g) xq[2 * (kb * 16 + g * 4 + t) + half] = limb[g];
+  for (int g = 0; g < 4; ++g) xq[2 * (kb * 16 + g * 4 + t) + frag_half] = limb[g];
   if (lane == 0) {
     const bool finite = mx < 0x7F800000u;
     stat[s] = {finite ? static_cast<uint32_t>(e - 18 + 127) << 23 : 0x7FC00000u, sum_hi,
