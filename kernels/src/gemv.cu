@@ -1,8 +1,9 @@
 // gemv: y = W x for batch-1 decode, every weight format of gemv.h, one launch per call
-// (all expert slots of a GemvBatch in the same launch, ids read on the device).
+// (all expert slots of a GemvBatch in the same launch, ids read on the device). INT4 runs on the
+// integer tensor cores (gemv_int4.cu) where its layout allows, else on the generic path here.
 //
-// Fast path (rows 16-byte aligned, K <= kMaxSmemK, groups/blocks a power-of-two number of
-// 16-byte chunks: 128 and 64 always, 32 except for INT4):
+// Fast path for BF16, F32, INT8 and FP8 (rows 16-byte aligned, K <= kMaxSmemK, groups/blocks a
+// power-of-two number of 16-byte chunks):
 //   * a block of up to 8 warps stages x in shared memory once (padded: conflict-free float4
 //     reads), after issuing its first weight loads;
 //   * each warp owns kR (1, 2 or 4) consecutive rows; lane l streams 16-byte chunks l, l+32, ...
@@ -11,20 +12,14 @@
 //     x chunk for its kR rows;
 //   * dequantization in registers, then one fma per weight into two accumulators per row;
 //   * a transposed warp-shuffle reduction; one lane per row writes it.
-//   Large grids become persistent (grid-stride over row tiles) so x is staged once per block;
-//   INT4 rows of at most 3 chunks per lane issue the next tile's loads before computing the
-//   current one (Walk::kPipe). Small N (router, shared expert) splits K over the warps of a
-//   block, sums meeting in shared memory in a fixed order (Walk::kSplit).
+//   Large grids become persistent (grid-stride over row tiles) so x is staged once per block.
+//   Small N (router, shared expert) splits K over the warps of a block, sums meeting in shared
+//   memory in a fixed order (Walk::kSplit).
 // Generic path (any alignment, any group/block, any K): one warp per row, a 4-byte word (INT4/INT8)
 // or one element per lane step, x read through the read-only cache.
 //
 // Exactness (the weights are those of qf/quant/formats.h, bit for bit):
-//   INT4  w = scale * (code - zero) is formed as fma(f, scale * 2^-s, -(2^(23-s) + zero) * scale)
-//         with f = 2^23 + code * 2^s (the code OR-ed into the mantissa of 2^23 at bit s = 12 or
-//         16). For s >= 11 both operands' significands fit in 24 bits (f: 24 - s bits,
-//         (2^(23-s) + zero) * scale: 24 - s + 11 bits), the power-of-two scalings are exact, and
-//         (code - zero) * scale needs 16 bits, so the single rounding of the fma is exact:
-//         two instructions per weight plus one LOP3 (and a rotate per 2.7 weights).
+//   INT4  (generic path) w = scale * (code - zero) as formats.h computes it.
 //   INT8  f = 2^23 + code by PRMT, w = (f - (2^23 + zero)) * scale: both steps exact.
 //   FP8   e4m3 -> f16 (cvt.rn.f16x2.e4m3x2, exact) -> f32 (exact), then w = e4m3 * block_scale,
 //         the rounded f32 product, as the CPU reference.
@@ -42,6 +37,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "gemv_common.cuh"
 #include "pdl.cuh"
 #include "qf/kern/gemv.h"
 #include "qf/quant/formats.h"
@@ -49,35 +45,26 @@
 namespace qf::kern {
 namespace {
 
-constexpr int kWarps = 8;  // warps per block (both paths)
-constexpr int kThreads = kWarps * 32;
-constexpr int kMaxSmemK = 10240;   // x in shared memory: 4.5 K bytes <= 48 KiB (no opt-in)
+using gemv_detail::expert;
+using gemv_detail::kMaxSmemK;
+using gemv_detail::kThreads;
+using gemv_detail::kWarps;
+using gemv_detail::ld_stream;
+using gemv_detail::Mat;
+using gemv_detail::w_elem_bytes;
+
 constexpr int kPersistFactor = 4;  // go persistent beyond this many waves of tiles
 // Fast-path blocks per SM the register budget is cut for (ptxas must not spill): 4 x 256 threads
-// = 64 registers where a lane holds at most 4 chunks; INT4 (four f32 constants per row and
-// chunk) and 8 chunks in flight need 80 (3 blocks). sm_12x (GB10: 1536 threads per SM,
-// 273 GB/s over 48 SMs, so a few KiB in flight per SM suffice) gets 128 registers (2 blocks).
-// A pipelined INT4 warp of 2 rows x 3 chunks holds twice that in registers: 2 blocks.
-template <WeightKind kKind, int kR, int kU, bool kPipe>
+// = 64 registers where a lane holds at most 4 chunks; 8 chunks in flight need 80 (3 blocks).
+// sm_12x (GB10: 1536 threads per SM, 273 GB/s over 48 SMs, so a few KiB in flight per SM
+// suffice) gets 128 registers (2 blocks).
+template <int kR, int kU>
 constexpr int min_blocks() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
   return 2;
 #else
-  return kPipe && kR * kU >= 6 ? 2 : kKind == WeightKind::kInt4 || kR * kU >= 8 ? 3 : 4;
+  return kR * kU >= 8 ? 3 : 4;
 #endif
-}
-
-// One expert's arrays, resolved from ids on the device.
-struct Mat {
-  const char* w;
-  const __half* scales;
-  const uint8_t* zeros;
-  const float* block_scale;
-};
-
-// Bytes of one stored weight element of w.w (int4/int8: the u32 words).
-__host__ __device__ constexpr size_t w_elem_bytes(WeightKind k) {
-  return k == WeightKind::kBf16 ? 2 : k == WeightKind::kFp8 ? 1 : 4;
 }
 
 // Bytes of one row of codes.
@@ -96,25 +83,6 @@ __host__ __device__ constexpr size_t row_bytes(WeightKind kind, int k) {
   return 0;
 }
 
-__device__ __forceinline__ Mat expert(const DeviceLinear& w, const GemvBatch& b, int slot) {
-  const size_t e = b.ids ? static_cast<size_t>(__ldg(b.ids + slot)) : static_cast<size_t>(slot);
-  Mat m;
-  m.w = static_cast<const char*>(w.w) + e * w.w_stride * w_elem_bytes(w.kind);
-  m.scales = w.scales ? w.scales + e * w.scale_stride : nullptr;
-  m.zeros = w.zeros ? w.zeros + e * w.zero_stride : nullptr;
-  m.block_scale = w.block_scale ? w.block_scale + e * w.block_scale_stride : nullptr;
-  return m;
-}
-
-// Streaming 16-byte load: read once, keep it out of L1 so x and the scales stay there.
-__device__ __forceinline__ uint4 ld_stream(const uint4* p) {
-  uint4 r;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-      : "l"(p));
-  return r;
-}
-
 __device__ __forceinline__ uint32_t word(const uint4& v, int q) {
   return q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w;
 }
@@ -125,11 +93,11 @@ __device__ __forceinline__ float f16_bits_to_f32(uint32_t h) {
 
 // ---- fast path: per-format chunk decoders --------------------------------------------------
 
-// Index of row r's first scale: INT4/INT8 r * G (its group scales and zeros), FP8 its row of
+// Index of row r's first scale: INT8 r * G (its group scales and zeros), FP8 its row of
 // block scales (32-bit: a matrix has fewer than 2^32 scales).
 template <WeightKind kKind>
 __device__ __forceinline__ uint32_t scale_row(const DeviceLinear& w, int r) {
-  if constexpr (kKind == WeightKind::kInt4 || kKind == WeightKind::kInt8) {
+  if constexpr (kKind == WeightKind::kInt8) {
     return static_cast<uint32_t>(r) * static_cast<uint32_t>((w.k + w.group - 1) / w.group);
   } else if constexpr (kKind == WeightKind::kFp8) {
     return static_cast<uint32_t>(r / w.block) *
@@ -138,7 +106,7 @@ __device__ __forceinline__ uint32_t scale_row(const DeviceLinear& w, int r) {
   return 0;
 }
 
-// Run-time constants of the fast kernel. The group (INT4/INT8) or column block (FP8) of chunk v
+// Run-time constants of the fast kernel. The group (INT8) or column block (FP8) of chunk v
 // is v >> gshift (2^gshift chunks per group: the fast path takes power-of-two multiples of a
 // chunk). `magic` is 0x4B000000 (the bits of 2^23): passed at run time so that it lives in a
 // register and (u & mask) | magic is one LOP3; as a literal the compiler splits it into two (a
@@ -152,7 +120,7 @@ struct FastArgs {
 
 // Per format: kCols columns per 16-byte chunk; Raw, the chunk's scale data as loaded; Param,
 // the constants its decoder uses; dot(), the chunk of kR rows against x into the accumulators.
-// INT4/INT8 group scale (f16 bits, low half) and zero (bits 16..23) in one register, loaded with
+// INT8 group scale (f16 bits, low half) and zero (bits 16..23) in one register, loaded with
 // the chunk and decoded when used.
 struct ScaleZero {
   uint32_t bits;
@@ -166,57 +134,6 @@ __device__ __forceinline__ ScaleZero load_scale_zero(const Mat& m, uint32_t i) {
 
 template <WeightKind kKind>
 struct Fmt;
-
-template <>
-struct Fmt<WeightKind::kInt4> {
-  static constexpr int kCols = 32;
-  using Raw = ScaleZero;
-  struct Param {
-    float sc12, sc16, k12, k16;
-  };
-  static __device__ __forceinline__ Raw load_raw(const Mat& m, uint32_t i) {
-    return load_scale_zero(m, i);
-  }
-  static __device__ __forceinline__ Param param(const Raw& raw) {
-    const float s = raw.scale(), z = raw.zero();
-    return {s * 0x1p-12f, s * 0x1p-16f, (2048.0f + z) * s, (128.0f + z) * s};
-  }
-  // The code at bits [12, 16) / [16, 20) of u, as (code - zero) * scale (exact; file comment).
-  static __device__ __forceinline__ float at12(uint32_t u, const Param& p, uint32_t magic) {
-    return fmaf(__uint_as_float((u & 0xF000u) | magic), p.sc12, -p.k12);
-  }
-  static __device__ __forceinline__ float at16(uint32_t u, const Param& p, uint32_t magic) {
-    return fmaf(__uint_as_float((u & 0xF0000u) | magic), p.sc16, -p.k16);
-  }
-  // Columns 8q .. 8q+7 of the chunk: nibble j of the word is column 8q + j.
-  static __device__ __forceinline__ void dot_word(uint32_t u, const Param& p, const float4& xa,
-                                                  const float4& xb, float& a0, float& a1,
-                                                  uint32_t m) {
-    const uint32_t r8 = __funnelshift_l(u, u, 8);    // nibble 1 at 12, nibble 2 at 16
-    const uint32_t r16 = __funnelshift_l(u, u, 16);  // nibble 7 at 12, nibble 0 at 16
-    const uint32_t r24 = __funnelshift_l(u, u, 24);  // nibble 5 at 12, nibble 6 at 16
-    a0 = fmaf(at16(r16, p, m), xa.x, a0);
-    a1 = fmaf(at12(r8, p, m), xa.y, a1);
-    a0 = fmaf(at16(r8, p, m), xa.z, a0);
-    a1 = fmaf(at12(u, p, m), xa.w, a1);
-    a0 = fmaf(at16(u, p, m), xb.x, a0);
-    a1 = fmaf(at12(r24, p, m), xb.y, a1);
-    a0 = fmaf(at16(r24, p, m), xb.z, a0);
-    a1 = fmaf(at12(r16, p, m), xb.w, a1);
-  }
-  template <int kR, class XAt>
-  static __device__ __forceinline__ void dot(const uint4 (&wv)[kR], const Param (&p)[kR], XAt x_at,
-                                             float (&acc)[kR][2], uint32_t magic) {
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const float4 xa = x_at(2 * q), xb = x_at(2 * q + 1);
-#pragma unroll
-      for (int r = 0; r < kR; ++r) {
-        dot_word(word(wv[r], q), p[r], xa, xb, acc[r][0], acc[r][1], magic);
-      }
-    }
-  }
-};
 
 template <>
 struct Fmt<WeightKind::kInt8> {
@@ -374,16 +291,13 @@ __device__ __forceinline__ float reduce_rows(float (&s)[kR], int lane) {
 //           warps of a group take K slices of the same kR rows (warp slice s reads chunks
 //           l + 32 (s + n_slices u)), and their sums meet in shared memory, added in slice
 //           order by slice 0 (deterministic). One tile per block, every warp reaches the barrier.
-//   kPipe   persistent, at most kU chunks of a row per lane (one load round per tile): the next
-//           tile's loads are issued before the current tile is computed (register double
-//           buffer), so a warp's loads overlap its own compute across tiles.
-enum class Walk { kPlain, kSplit, kPipe };
+enum class Walk { kPlain, kSplit };
 
 // A block of blockDim.x / 32 warps (1..kWarps); warp w of tile t owns rows (t * warps + w) * kR
 // .. + kR - 1 (kSplit: row group w / n_slices) and loads kU chunks of each at a time before
 // using them.
 template <WeightKind kKind, int kR, int kU, Walk kWalk>
-__global__ void __launch_bounds__(kThreads, min_blocks<kKind, kR, kU, kWalk == Walk::kPipe>())
+__global__ void __launch_bounds__(kThreads, min_blocks<kR, kU>())
     gemv_fast_kernel(const DeviceLinear w, const float* __restrict__ x, float* __restrict__ y,
                      const GemvBatch b, const FastArgs args) {
   using F = Fmt<kKind>;
@@ -524,32 +438,6 @@ __global__ void __launch_bounds__(kThreads, min_blocks<kKind, kR, kU, kWalk == W
       const int row = r_first + i;
       if (row < n) yg[row] = s;
     }
-  } else if constexpr (kWalk == Walk::kPipe) {
-    if (r_first >= n) return;  // warp-uniform; no barrier follows
-    const int tile_rows = n_warps * kR;
-    int r0 = r_first;
-    for (;;) {
-      const int r1 = r0 + static_cast<int>(gridDim.x) * tile_rows;
-      uint4 wn[kU][kR];
-      typename F::Raw rn[kU][kR];
-      if (r1 < n) {
-        set_rows(r1);
-        load_into(wn, rn, v_first, std::false_type{});
-      }
-      float acc[kR][2] = {};
-      compute(wv, raw, acc, v_first, std::false_type{});
-      store(r0, finish(acc));
-      if (r1 >= n) break;
-#pragma unroll
-      for (int u = 0; u < kU; ++u) {
-#pragma unroll
-        for (int r = 0; r < kR; ++r) {
-          wv[u][r] = wn[u][r];
-          raw[u][r] = rn[u][r];
-        }
-      }
-      r0 = r1;
-    }
   } else {
     if (r_first >= n) return;  // warp-uniform; no barrier follows
     {
@@ -596,11 +484,14 @@ __device__ __forceinline__ float generic_unit(const Mat& m, const DeviceLinear& 
   } else {
     constexpr int kBits = kKind == WeightKind::kInt4 ? 4 : 8;
     constexpr int kPer = 32 / kBits;
-    const auto* row = reinterpret_cast<const uint32_t*>(m.w) + static_cast<size_t>(r) * (k / kPer);
-    const uint32_t wd = __ldg(row + u);
+    const auto* words = reinterpret_cast<const uint32_t*>(m.w);
+    const uint32_t wd =
+        __ldg(words + (kKind == WeightKind::kInt4 ? int4_word_index(w.n, k, r, u)
+                                                  : static_cast<size_t>(r) * (k / kPer) + u));
 #pragma unroll
     for (int j = 0; j < kPer; ++j) {
-      const int c = u * kPer + j;
+      // INT4: the kernel layout's column of nibble j (gemv.h); INT8: byte j is column 4u + j.
+      const int c = kKind == WeightKind::kInt4 ? int4_column(k, u, j) : u * kPer + j;
       const size_t gi = static_cast<size_t>(r) * n_groups + c / w.group;
       const uint32_t code = (wd >> (kBits * j)) & ((1u << kBits) - 1u);
       const float wf =
@@ -646,7 +537,7 @@ bool fast_path_ok(const DeviceLinear& w, const GemvBatch& b) {
     const int c = edge / Fmt<kKind>::kCols;
     return edge >= w.k || (edge % Fmt<kKind>::kCols == 0 && (c & (c - 1)) == 0);
   };
-  if constexpr (kKind == WeightKind::kInt4 || kKind == WeightKind::kInt8) {
+  if constexpr (kKind == WeightKind::kInt8) {
     return pow2_chunks(w.group);
   } else if constexpr (kKind == WeightKind::kFp8) {
     return pow2_chunks(w.block);
@@ -683,8 +574,6 @@ FastArgs fast_args(const DeviceLinear& w, int n_slices) {
 //           persistent grid of the resident blocks (grid-stride over tiles, x staged once per
 //           block) when there are many waves of tiles.
 //   kSplit: blocks of 8 warps, kWarps / n_slices row groups, one tile per block.
-//   kPipe:  persistent as soon as the tiles exceed the resident blocks, with every block given
-//           the same number of tiles (the last one fewer).
 template <WeightKind kKind, int kR, int kU, Walk kWalk>
 cudaError_t launch_fast(const DeviceLinear& w, const float* x, float* y, const GemvBatch& b,
                         int n_sm, cudaStream_t stream, int n_slices = 1) {
@@ -701,15 +590,7 @@ cudaError_t launch_fast(const DeviceLinear& w, const float* x, float* y, const G
     long resident = 0;
     const cudaError_t e = resident_blocks<kKind, kR, kU, kWalk>(w.k, n_sm, &resident);
     if (e != cudaSuccess) return e;
-    const long per_slot = std::max(1L, resident / b.n_slots);
-    if constexpr (kWalk == Walk::kPipe) {
-      if (tiles > per_slot) {
-        const long per_block = (tiles + per_slot - 1) / per_slot;
-        grid_x = (tiles + per_block - 1) / per_block;
-      }
-    } else if (tiles * b.n_slots > kPersistFactor * resident) {
-      grid_x = per_slot;
-    }
+    if (tiles * b.n_slots > kPersistFactor * resident) grid_x = std::max(1L, resident / b.n_slots);
   }
   return pdl::launch(gemv_fast_kernel<kKind, kR, kU, kWalk>,
                      dim3(static_cast<unsigned>(grid_x), b.n_slots), n_warps * 32,
@@ -743,36 +624,28 @@ bool launch_split(const DeviceLinear& w, const float* x, float* y, const GemvBat
 // Shape of the fast path. Loads in flight per lane (kR rows x kU chunks) carry the bandwidth:
 // decode launches are a few microseconds long, so each warp should fetch its rows in one or two
 // round trips. Small N splits K (launch_split). Rows per warp divide the x reads from shared
-// memory: INT4 reads 8 bytes of x per weight byte, so it keeps 2 rows per warp (its 4 f32
-// constants per row and chunk make 4 rows spill, and limit it to 6 chunks in flight), pipelined
-// across tiles where a row is at most 3 chunks per lane (H200, 8 x [2048 x 3072]: +7%; 1 row per
-// warp pipelined was no faster than unpipelined 2, the x reads from shared memory then bound);
-// the other formats use 1 row per warp when that is needed to give every SM warps, else 4 (x
-// reuse, fewer reductions).
+// memory: 1 row per warp when that is needed to give every SM warps, else 4 (x reuse, fewer
+// reductions). INT4 goes to the tensor-core kernel where its layout allows, else generic.
 template <WeightKind kKind>
 cudaError_t launch(const DeviceLinear& w, const float* x, float* y, const GemvBatch& b,
                    cudaStream_t stream) {
-  if (!fast_path_ok<kKind>(w, b)) {
+  bool fast = false;
+  if constexpr (kKind == WeightKind::kInt4) {
+    if (gemv_detail::int4_mma_ok(w, b)) return gemv_detail::launch_int4_mma(w, x, y, b, stream);
+  } else {
+    fast = fast_path_ok<kKind>(w, b);
+  }
+  if (!fast) {
     const dim3 grid((w.n + kWarps - 1) / kWarps, b.n_slots);
     return pdl::launch(gemv_generic_kernel<kKind>, grid, kThreads, 0, stream, w, x, y, b);
   }
-  int device = 0, n_sm = 0;
-  cudaError_t e = cudaGetDevice(&device);
-  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, device);
-  if (e != cudaSuccess) return e;
-  if (launch_split<kKind>(w, x, y, b, n_sm, stream, &e)) return e;
-  const int per_lane = (w.k / Fmt<kKind>::kCols + 31) / 32;  // chunks of a row per lane
-  if constexpr (kKind == WeightKind::kInt4) {
-    const long tiles = (static_cast<long>(w.n) + kWarps - 1) / kWarps * b.n_slots;
-    if (per_lane <= 3 && tiles > 2L * n_sm) {  // many tiles, one load round each: pipeline
-      if (per_lane <= 1) return launch_fast<kKind, 2, 1, Walk::kPipe>(w, x, y, b, n_sm, stream);
-      if (per_lane == 2) return launch_fast<kKind, 2, 2, Walk::kPipe>(w, x, y, b, n_sm, stream);
-      return launch_fast<kKind, 2, 3, Walk::kPipe>(w, x, y, b, n_sm, stream);
-    }
-    if (per_lane <= 1) return launch_fast<kKind, 2, 1, Walk::kPlain>(w, x, y, b, n_sm, stream);
-    if (per_lane == 2) return launch_fast<kKind, 2, 2, Walk::kPlain>(w, x, y, b, n_sm, stream);
-    return launch_fast<kKind, 2, 3, Walk::kPlain>(w, x, y, b, n_sm, stream);
-  } else {
+  if constexpr (kKind != WeightKind::kInt4) {
+    int device = 0, n_sm = 0;
+    cudaError_t e = cudaGetDevice(&device);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, device);
+    if (e != cudaSuccess) return e;
+    if (launch_split<kKind>(w, x, y, b, n_sm, stream, &e)) return e;
+    const int per_lane = (w.k / Fmt<kKind>::kCols + 31) / 32;  // chunks of a row per lane
     const long rows = static_cast<long>(w.n) * b.n_slots;
     if (rows >= 4L * kWarps * n_sm) {  // 4 rows per warp still fills every SM with 8 warps
       // INT8 / FP8 at 4 x 2 chunks would spill at 80 registers; 4 x 1 already keeps 64 KiB per
@@ -793,6 +666,7 @@ cudaError_t launch(const DeviceLinear& w, const float* x, float* y, const GemvBa
       return launch_fast<kKind, 1, 8, Walk::kPlain>(w, x, y, b, n_sm, stream);
     }
   }
+  return cudaSuccess;
 }
 
 bool valid(const DeviceLinear& w, const float* x, const float* y, const GemvBatch& b) {

@@ -1,4 +1,4 @@
-// CPU twin of gemv.cu on host copies of the kernel layouts (gemv.h). Each weight is
+// CPU twin of gemv.cu / gemv_int4.cu on host copies of the kernel layouts (gemv.h). Each weight is
 // reconstructed in f32 with the scalar decoders of qf/quant/formats.h, exactly as the kernel does
 // (INT4/INT8 scale * (code - zero), FP8 e4m3(code) * block_scale as a rounded f32 product), and
 // the products are summed in double: w * x of two floats is exact in double, so the reference is
@@ -47,14 +47,22 @@ void weight_row(const DeviceLinear& w, size_t e, int64_t r, float* out) {
       const int bits = w.kind == WeightKind::kInt4 ? 4 : 8;
       const int per = 32 / bits;
       const uint32_t mask = (1u << bits) - 1u;
-      const auto* row = reinterpret_cast<const uint32_t*>(base) + r * (k / per);
+      const auto* words = reinterpret_cast<const uint32_t*>(base);
       const int64_t g_row = r * n_groups(w);
       const __half* scales = w.scales + e * w.scale_stride + g_row;
       const uint8_t* zeros = w.zeros + e * w.zero_stride + g_row;
-      for (int64_t c = 0; c < k; ++c) {
-        const uint32_t code = (row[c / per] >> (bits * (c % per))) & mask;
-        const int64_t g = c / w.group;
-        out[c] = quant::int4_dequant(code, zeros[g], half_bits(scales + g));  // any bit width
+      for (int64_t p = 0; p < k / per; ++p) {
+        for (int j = 0; j < per; ++j) {
+          // INT4: the kernel layout's column of nibble j (gemv.h); INT8: byte j is column 4p + j.
+          const int64_t c =
+              bits == 4 ? int4_column(static_cast<int>(k), static_cast<int>(p), j) : p * per + j;
+          const size_t word = bits == 4 ? int4_word_index(w.n, static_cast<int>(k),
+                                                          static_cast<int>(r), static_cast<int>(p))
+                                        : static_cast<size_t>(r * (k / per) + p);
+          const uint32_t code = (words[word] >> (bits * j)) & mask;
+          const int64_t g = c / w.group;
+          out[c] = quant::int4_dequant(code, zeros[g], half_bits(scales + g));  // any bit width
+        }
       }
       return;
     }

@@ -212,9 +212,26 @@ float weight_at(const TestLinear& t, size_t e, int64_t r, int64_t c) {
     }
     case WeightKind::kInt4:
     case WeightKind::kInt8: {
-      const int bits = t.kind == WeightKind::kInt4 ? 4 : 8;
-      const int64_t byte = (r * k + c) * bits / 8;  // rows are whole words: K % (32 / bits) == 0
-      const uint32_t code = (w[byte] >> (bits == 4 ? 4 * (c % 2) : 0)) & ((1u << bits) - 1);
+      const int bits = t.kind == WeightKind::kInt4 ? 4 : 8, per = 32 / bits;
+      // Word and nibble/byte of column c in its row (rows are whole words: K % per == 0). INT4
+      // 128-column segments (gemv.h): column 32 b + 16 half + 4 q + i of a segment sits in word
+      // 4 q + 2 (b / 2) + half, byte i, high nibble for odd b.
+      int64_t word = c / per, pos = c % per;
+      if (bits == 4 && c < k / 128 * 128) {
+        const int64_t cc = c % 128, b = cc / 32, half = cc % 32 / 16, q = cc % 16 / 4, i = cc % 4;
+        word = c / 128 * 16 + 4 * q + 2 * (b / 2) + half;
+        pos = 2 * i + b % 2;
+      }
+      // Tiled INT4 (K % 128 == 0, K <= 10240): whole tiles of 16 rows hold, per segment, 64
+      // quarters: quarter q of row 16T + 8h + g at slot 32h + 4g + q.
+      int64_t index = r * (k / per) + word;
+      if (bits == 4 && k % 128 == 0 && k <= 10240 && r < t.n / 16 * 16) {
+        const int64_t rl = r % 16, slot = 32 * (rl / 8) + 4 * (rl % 8) + word % 16 / 4;
+        index = r / 16 * 16 * (k / 8) + word / 16 * 256 + slot * 4 + word % 4;
+      }
+      uint32_t u;
+      std::memcpy(&u, w + 4 * index, 4);
+      const uint32_t code = (u >> (bits * pos)) & ((1u << bits) - 1);
       const size_t g =
           e * t.n_scales + static_cast<size_t>(r * ((k + t.group - 1) / t.group) + c / t.group);
       const float scale = quant::f16_to_f32(t.scales[g]);
@@ -332,8 +349,8 @@ void check_exact_columns(const TestLinear& t) {
 // whole 16-byte chunks) and generic ones (K = 136: 68-byte INT4 rows; odd K for float kinds).
 std::vector<int> awkward_k(WeightKind kind) {
   switch (kind) {
-    case WeightKind::kInt4:
-      return {8, 24, 32, 136, 1000, 1056, 3072, 4128};
+    case WeightKind::kInt4:  // multiples of 128 (and <= 10240): the tensor-core kernel
+      return {8, 24, 32, 128, 136, 1000, 1056, 1152, 3072, 4128};
     case WeightKind::kInt8:
       return {4, 12, 16, 136, 1000, 1040, 3072};
     default:
@@ -361,7 +378,7 @@ TEST_P(GemvKinds, ManyRows) {
   const WeightKind kind = GetParam();
   uint64_t seed = 300;
   for (const auto& [n, k] : {std::pair{4500, 1040}, std::pair{4500, 3072}, std::pair{100000, 64}}) {
-    const int kk = kind == WeightKind::kInt4 && k == 1040 ? 1056 : k;  // INT4 fast path: K % 32
+    const int kk = kind == WeightKind::kInt4 && k == 1040 ? 1152 : k;  // INT4 tensor cores: K % 128
     const auto t = make_linear(kind, n, kk, 1, 128, 128, ++seed);
     check(*t, Batch{}, ++seed);
   }
@@ -393,6 +410,10 @@ TEST_P(GemvKinds, ExactPerElement) {
   const int group = kind == WeightKind::kInt4 ? 64 : 32;
   for (size_t offset : {size_t{0}, size_t{4}}) {  // fast path, generic path
     const auto t = make_linear(kind, 37, k, 1, group, 32, 7 + offset, offset);
+    check_exact_columns(*t);
+  }
+  if (kind == WeightKind::kInt4) {  // the tensor-core kernel: K % 128 == 0, groups of 128
+    const auto t = make_linear(kind, 37, 256, 1, 128, 32, 9);
     check_exact_columns(*t);
   }
 }

@@ -64,6 +64,25 @@ RowLayout layout_of(const StoredLinear& s) {
   return l;
 }
 
+// Nibbles 0..3 of a 16-bit value at bits 0, 8, 16, 24.
+uint32_t spread_nibbles(uint32_t x16) {
+  x16 = (x16 | x16 << 8) & 0x00FF00FFu;
+  return (x16 | x16 << 4) & 0x0F0F0F0Fu;
+}
+
+// Word p (inside the 128-column segments) of row r of the INT4 kernel layout from GPTQ qweight
+// [K/8, N] (gemv.h): quarter q, word w of segment p / 16 holds, byte i, the columns
+// 32 (2 (w / 2)) + 16 (w % 2) + 4q + i (low nibble) and 32 more (high nibble), i.e. half q % 2
+// of GPTQ words A and A + 4 of the segment, A = 8 (w / 2) + 2 (w % 2) + q / 2.
+uint32_t int4_segment_word(const uint32_t* qweight, int64_t n, int64_t r, int64_t p) {
+  const int64_t w = p & 3, q = (p >> 2) & 3;
+  const int64_t src = (p & ~int64_t{15}) + 8 * (w >> 1) + 2 * (w & 1) + (q >> 1);
+  const int shift = 16 * static_cast<int>(q & 1);
+  const uint32_t lo = (qweight[src * n + r] >> shift) & 0xFFFFu;
+  const uint32_t hi = (qweight[(src + 4) * n + r] >> shift) & 0xFFFFu;
+  return spread_nibbles(lo) | spread_nibbles(hi) << 4;
+}
+
 HostRows repack_rows(const StoredLinear& s, int64_t r0, int64_t r1) {
   HostRows h;
   const int64_t n = r1 - r0;
@@ -89,11 +108,13 @@ HostRows repack_rows(const StoredLinear& s, int64_t r0, int64_t r1) {
       auto* w = reinterpret_cast<uint32_t*>(h.w.data());
       const uint32_t mask = (1u << s.bits) - 1;
       // Row ranges in parallel: the transpose from [K/per, N] to [N, K/per] is the loader's
-      // main host cost.
+      // main host cost. INT4 rows are then permuted within each 128-column segment (gemv.h).
+      const int64_t seg_words = s.bits == 4 ? s.k / 128 * 16 : 0;
       quant::parallel_for(n, 0, 64, [&](int64_t a, int64_t b) {
         for (int64_t p = 0; p < words; ++p) {
           for (int64_t r = r0 + a; r < r0 + b; ++r) {
-            w[(r - r0) * words + p] = s.qweight[p * s.n + r];
+            w[(r - r0) * words + p] =
+                p < seg_words ? int4_segment_word(s.qweight, s.n, r, p) : s.qweight[p * s.n + r];
           }
         }
         for (int64_t g = 0; g < groups; ++g) {
@@ -138,7 +159,7 @@ constexpr size_t kChunkBytes = 32u << 20;  // host staging per copy: bounds the 
 class StackWriter {
  public:
   StackWriter(DeviceModel& m, const std::vector<RowLayout>& parts, size_t count, std::string what)
-      : m_(m), parts_(parts), what_(std::move(what)) {
+      : m_(m), parts_(parts), what_(std::move(what)), count_(count) {
     d_ = parts[0].shape;
     d_.n = 0;
     for (const RowLayout& p : parts) {
@@ -190,9 +211,15 @@ class StackWriter {
     }
   }
 
-  // Strides count elements of each array; w's element depends on the kind (gemv.h).
+  // Strides count elements of each array; w's element depends on the kind (gemv.h). INT4 rows,
+  // written untiled, are tiled in place on the GPU (the kernel layout, gemv.h).
   DeviceLinear done() const {
     DeviceLinear d = d_;
+    if (d.kind == WeightKind::kInt4) {
+      check(kern::int4_tile(const_cast<void*>(d.w), d.n, d.k, count_, d.w_stride / 4, nullptr),
+            "tiling INT4 weights");
+      check(cudaDeviceSynchronize(), "tiling INT4 weights");
+    }
     if (d.kind == WeightKind::kBf16) d.w_stride /= 2;
     if (d.kind == WeightKind::kF32 || d.kind == WeightKind::kInt4 || d.kind == WeightKind::kInt8) {
       d.w_stride /= 4;
@@ -213,6 +240,7 @@ class StackWriter {
   std::string what_;
   DeviceLinear d_;
   std::vector<int> offsets_;
+  size_t count_;
 };
 
 // stack[e] lists the parts of matrix e (one e for a plain group). Fused when the parts can be

@@ -2,15 +2,30 @@
 // "kernel layouts" below (produced once at load from the checkpoint's layouts by repack_*).
 // fp32 activations in and out, fp32 accumulation; each weight element is reconstructed exactly
 // as qf/quant/formats.h defines it, so results equal the CPU reference (quant::StoredLinear)
-// up to summation order.
+// up to summation order. INT4 products run on integer tensor cores with exact integer sums; x
+// enters them rounded to 31 bits relative to the largest |x| of its 128-column segment (exact
+// for elements within 2^7 of it), see gemv_int4.cu.
 //
 // Kernel layouts (all row-major over the N output rows, so one row is one contiguous stream):
 //   kBf16 / kF32  w: [N, K] as stored.
-//   kInt4         w: [N, K/8] u32, word p of row r = columns 8p..8p+7, nibble j = column 8p+j
-//                 (the GPTQ nibble order, transposed from qweight [K/8, N]);
-//                 scales: [N, G] f16; zeros: [N, G] u8 holding the v1 zero point + 1;
+//   kInt4         w: N * K/8 u32 words (from qweight [K/8, N]). Row order: a row is K/128
+//                 segments of 128 columns (16 words = four 16-byte quarters), then the K % 128
+//                 tail in the GPTQ order (nibble j of word p = column 8p + j). In a segment,
+//                 quarter q, word w (0..3), byte i, nibble h (0 low, 1 high) hold column
+//                 32 (2 (w / 2) + h) + 16 (w % 2) + 4q + i: for the m16n8k32 mma, lane (g, q) of
+//                 a warp loads quarter q of rows g and g + 8 and masks out A fragments of four
+//                 codes (low nibbles: 32-column blocks 0 and 2; high nibbles, 16 x code: blocks 1
+//                 and 3). int4_column() below is the map.
+//                 Placement: when int4_tiled(K) (K % 128 == 0, K <= 10240), rows 16T .. 16T+15
+//                 of each whole tile T < N / 16 occupy the same words as untiled rows would, as
+//                 K/128 blocks of 1 KB: segment s's block holds quarter q of row 16T + g at
+//                 16-byte slot 4g + q and of row 16T + 8 + g at 32 + 4g + q, so a warp reads one
+//                 contiguous 1 KB per segment of 16 rows. Other rows (the last N % 16, or all
+//                 when K is not tiled): row r at words r * K/8 ... int4_word_index() is the map.
+//                 scales: [N, G] f16; zeros: [N, G] u8 holding the v1 zero point + 1 (<= 16);
 //                 w = scale * (code - zero), G = ceil(K / group).
-//   kInt8         as kInt4 with 4 columns per word (byte j = column 4p+j).
+//   kInt8         w: [N, K/4] u32, byte j of word p = column 4p + j; scales, zeros as kInt4
+//                 (zeros: any u8).
 //   kFp8          w: [N, K] E4M3FN codes; block_scale: [ceil(N/block), ceil(K/block)] f32,
 //                 w = e4m3(code) * block_scale[r / block][c / block].
 // Experts: `n_slots` products in one launch. Slot s uses matrix ids[s] (nullptr: matrix s) of a
@@ -27,6 +42,29 @@
 namespace qf::kern {
 
 enum class WeightKind { kBf16, kF32, kInt4, kInt8, kFp8 };
+
+// kInt4 rows are tiled (layout above) when K is a multiple of 128 and at most this.
+inline constexpr int kInt4TileMaxK = 10240;
+__host__ __device__ constexpr bool int4_tiled(int k) {
+  return k % 128 == 0 && k <= kInt4TileMaxK;
+}
+
+// Index in u32 words from the matrix start of word p (0 .. k/8 - 1, the row order below) of
+// row r of a kInt4 matrix of n rows (layout above).
+__host__ __device__ constexpr size_t int4_word_index(int n, int k, int r, int p) {
+  const size_t row_words = static_cast<size_t>(k / 8);
+  if (!int4_tiled(k) || r >= n / 16 * 16) return static_cast<size_t>(r) * row_words + p;
+  const int rl = r % 16, s = p / 16, q = (p / 4) % 4, w = p % 4;
+  return static_cast<size_t>(r / 16) * 16 * row_words + static_cast<size_t>(s) * 256 +
+         static_cast<size_t>(32 * (rl / 8) + 4 * (rl % 8) + q) * 4 + w;
+}
+
+// Column of nibble j (bits 4j .. 4j + 3) of word p of a kInt4 row of k columns (layout above).
+__host__ __device__ constexpr int int4_column(int k, int p, int j) {
+  if (p >= k / 128 * 16) return 8 * p + j;  // the tail: GPTQ order
+  const int w = p & 3, q = (p >> 2) & 3, i = j >> 1, h = j & 1;
+  return (p >> 4) * 128 + 32 * (2 * (w >> 1) + h) + 16 * (w & 1) + 4 * q + i;
+}
 
 struct DeviceLinear {
   WeightKind kind = WeightKind::kBf16;
@@ -56,6 +94,11 @@ cudaError_t gemv(const DeviceLinear& w, const float* x, float* y, const GemvBatc
 // Host twin on host copies of the same kernel-layout arrays (pointers in `w` are host pointers).
 void gemv_ref(const DeviceLinear& w, const float* x, float* y, const GemvBatch& batch,
               const int* host_ids);
+
+// Turns n_mats kInt4 matrices (mat_words u32 words apart) written with untiled rows (every row
+// as the layout's row order, row r at word r * k / 8) into the kernel layout, in place: their
+// tiles of 16 rows when int4_tiled(k) (nothing to do otherwise). The loader's last step.
+cudaError_t int4_tile(void* w, int n, int k, size_t n_mats, size_t mat_words, cudaStream_t stream);
 
 // Bytes of weights (codes, scales, zeros) one product of `w` reads: for bandwidth figures.
 size_t weight_bytes(const DeviceLinear& w);

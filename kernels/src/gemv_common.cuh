@@ -1,0 +1,58 @@
+// Pieces shared by the gemv kernels (gemv.cu: every format; gemv_int4.cu: the INT4 tensor-core
+// kernel): block shape, the expert lookup and the streaming load. Internal to kernels/src.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "qf/kern/gemv.h"
+
+namespace qf::kern::gemv_detail {
+
+constexpr int kWarps = 8;  // warps per block (every gemv kernel)
+constexpr int kThreads = kWarps * 32;
+constexpr int kMaxSmemK = 10240;  // x in shared memory: at most 4.5 K bytes <= 48 KiB (no opt-in)
+
+// One expert's arrays, resolved from ids on the device.
+struct Mat {
+  const char* w;
+  const __half* scales;
+  const uint8_t* zeros;
+  const float* block_scale;
+};
+
+// Bytes of one stored weight element of w.w (int4/int8: the u32 words).
+__host__ __device__ constexpr size_t w_elem_bytes(WeightKind k) {
+  return k == WeightKind::kBf16 ? 2 : k == WeightKind::kFp8 ? 1 : 4;
+}
+
+__device__ __forceinline__ Mat expert(const DeviceLinear& w, const GemvBatch& b, int slot) {
+  const size_t e = b.ids ? static_cast<size_t>(__ldg(b.ids + slot)) : static_cast<size_t>(slot);
+  Mat m;
+  m.w = static_cast<const char*>(w.w) + e * w.w_stride * w_elem_bytes(w.kind);
+  m.scales = w.scales ? w.scales + e * w.scale_stride : nullptr;
+  m.zeros = w.zeros ? w.zeros + e * w.zero_stride : nullptr;
+  m.block_scale = w.block_scale ? w.block_scale + e * w.block_scale_stride : nullptr;
+  return m;
+}
+
+// Streaming 16-byte load: read once, keep it out of L1 so x and the scales stay there.
+__device__ __forceinline__ uint4 ld_stream(const uint4* p) {
+  uint4 r;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "l"(p));
+  return r;
+}
+
+// INT4 through the tensor-core kernel (gemv_int4.cu): whether it takes `w` (K a multiple of 128
+// and at most kMaxSmemK, 16-byte aligned rows and experts, groups a power-of-two multiple of 128
+// columns or one group per row), and its launch.
+bool int4_mma_ok(const DeviceLinear& w, const GemvBatch& b);
+cudaError_t launch_int4_mma(const DeviceLinear& w, const float* x, float* y, const GemvBatch& b,
+                            cudaStream_t stream);
+
+}  // namespace qf::kern::gemv_detail
