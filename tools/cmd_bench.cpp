@@ -23,6 +23,7 @@ struct BenchArgs {
   int64_t context = 512;
   uint64_t seed = 1;
   bool json = false;
+  bool serial_shared = false;
 };
 
 int run(const BenchArgs& a) {
@@ -32,6 +33,7 @@ int run(const BenchArgs& a) {
   if (a.steps < 1 || a.context < 1) throw Error(Errc::kUsage, "--steps and --context must be >= 1");
   rt::CudaOptions o;
   o.max_context = a.context + a.steps + 2;
+  o.parallel_shared = !a.serial_shared;
   std::unique_ptr<rt::Model> model;
   std::unique_ptr<rt::CudaEngine> engine;
   if (!a.synthetic.empty()) {
@@ -111,6 +113,8 @@ Command add_bench(CLI::App& app) {
   sub->add_option("--context", a->context, "tokens in the context when timing")
       ->capture_default_str();
   sub->add_option("--seed", a->seed, "--synthetic: value seed")->capture_default_str();
+  sub->add_flag("--serial-shared", a->serial_shared,
+                "run the shared expert after the routed experts, not beside them (to compare)");
   sub->add_flag("--json", a->json, "machine-readable report on stdout");
   sub->footer(
       "Bytes per step count what the step reads and writes: every weight it uses (routed\n"

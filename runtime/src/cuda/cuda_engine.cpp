@@ -41,6 +41,10 @@ struct CudaEngine::Impl {
   CudaOptions o;
   CudaLoadStats stats;
   cudaStream_t stream = nullptr;
+  // The shared expert runs beside the router and routed experts (a branch of the graph): its
+  // three short launches are latency-bound and hide behind the routed experts' loads.
+  cudaStream_t side = nullptr;
+  cudaEvent_t fork = nullptr, join = nullptr;
   cudaGraphExec_t graph = nullptr;
   kern::GdnShape gdn;
   kern::AttnShape attn;
@@ -59,6 +63,9 @@ struct CudaEngine::Impl {
       : m(std::move(model)), o(options) {
     const ckpt::Qwen35Config& c = m->config;
     check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    check(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), "cudaStreamCreate");
+    check(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming), "cudaEventCreate");
+    check(cudaEventCreateWithFlags(&join, cudaEventDisableTiming), "cudaEventCreate");
     check(cudaMallocHost(&pinned, 2 * sizeof(int)), "cudaMallocHost");
     gdn = {static_cast<int>(c.linear_num_key_heads),   static_cast<int>(c.linear_num_value_heads),
            static_cast<int>(c.linear_key_head_dim),    static_cast<int>(c.linear_value_head_dim),
@@ -115,6 +122,9 @@ struct CudaEngine::Impl {
   ~Impl() {
     if (graph) cudaGraphExecDestroy(graph);
     if (pinned) cudaFreeHost(pinned);
+    if (fork) cudaEventDestroy(fork);
+    if (join) cudaEventDestroy(join);
+    if (side) cudaStreamDestroy(side);
     if (stream) cudaStreamDestroy(stream);
   }
 
@@ -143,20 +153,20 @@ struct CudaEngine::Impl {
   }
 
   void gemv(const kern::DeviceLinear& w, const float* in, float* out, const kern::GemvBatch& batch,
-            const char* family) {
-    check(kern::gemv(w, in, out, batch, stream), std::string("gemv ") + family);
+            const char* family, cudaStream_t on = nullptr) {
+    check(kern::gemv(w, in, out, batch, on ? on : stream), std::string("gemv ") + family);
     mark(family, kern::weight_bytes(w) * static_cast<uint64_t>(batch.n_slots));
   }
 
   // All parts of a group in one launch when fused; outputs at out + offset either way.
   void gemv(const cuda::RowGroup& g, const float* in, float* out, const kern::GemvBatch& batch,
-            const char* family) {
+            const char* family, cudaStream_t on = nullptr) {
     if (g.fused.n > 0) {
-      gemv(g.fused, in, out, batch, family);
+      gemv(g.fused, in, out, batch, family, on);
       return;
     }
     for (size_t j = 0; j < g.parts.size(); ++j) {
-      gemv(g.parts[j], in, out + g.offsets[j], batch, family);
+      gemv(g.parts[j], in, out + g.offsets[j], batch, family, on);
     }
   }
 
@@ -166,6 +176,17 @@ struct CudaEngine::Impl {
     const int h = static_cast<int>(c.hidden_size), k = static_cast<int>(c.num_experts_per_tok),
               im = static_cast<int>(c.moe_intermediate_size),
               is = static_cast<int>(c.shared_expert_intermediate_size);
+    // The profile (marks) times families one after another: no branch then.
+    const bool branch = o.parallel_shared && !marks;
+    const cudaStream_t sh_stream = branch ? side : stream;
+    if (branch) {
+      check(cudaEventRecord(fork, stream), "cudaEventRecord");
+      check(cudaStreamWaitEvent(side, fork), "cudaStreamWaitEvent");
+    }
+    gemv(w.shared_gate_up, u, sgu, {}, "shared expert", sh_stream);
+    check(kern::swiglu(sgu, sgu + is, is, 1, is, sh, sh_stream), "swiglu");
+    gemv(w.shared_down, sh, sy, {}, "shared expert", sh_stream);
+    if (branch) check(cudaEventRecord(join, side), "cudaEventRecord");
     gemv(w.router, u, rl, {}, "router");  // router logits and the shared expert's gate logit
     check(kern::router_topk(rlogits, static_cast<int>(c.num_experts), k, ids, rweights, stream),
           "router_topk");
@@ -174,9 +195,7 @@ struct CudaEngine::Impl {
     check(kern::swiglu(egu, egu + im, im, k, 2 * static_cast<size_t>(im), eh, stream), "swiglu");
     gemv(w.down, eh, ey, {k, ids, static_cast<size_t>(im), static_cast<size_t>(h)},
          "experts (INT4 MoE)");
-    gemv(w.shared_gate_up, u, sgu, {}, "shared expert");
-    check(kern::swiglu(sgu, sgu + is, is, 1, is, sh, stream), "swiglu");
-    gemv(w.shared_down, sh, sy, {}, "shared expert");
+    if (branch) check(cudaStreamWaitEvent(stream, join), "cudaStreamWaitEvent");
     check(kern::moe_combine_norm(ey, rweights, k, sy, sgl, h, x, next_norm,
                                  static_cast<float>(c.rms_norm_eps), next_out, stream),
           "moe_combine_norm");

@@ -19,6 +19,9 @@ struct CudaOptions {
   int device = 0;
   int64_t max_context = 4096;  // KV cache rows per attention layer
   bool graph = true;           // false: launch kernel by kernel (profiling)
+  // The shared expert on a second stream, a branch of the step's graph beside the router and
+  // the routed experts (its short launches hide behind theirs); false: one after the other.
+  bool parallel_shared = true;
 };
 
 // One line per kernel family of a profiled step.
