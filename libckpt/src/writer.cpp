@@ -164,8 +164,7 @@ SafetensorsWriter::SafetensorsWriter(std::filesystem::path path, HeaderPlan plan
   const int fd = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw_io("cannot create", tmp_.string(), errno);
   fd_ = UniqueFd(fd);
-  if (options_.preallocate && !options_.sparse_zeros && !options_.clone &&
-      plan_.file_bytes() > 0) {
+  if (options_.preallocate && !options_.sparse_zeros && !options_.clone && plan_.file_bytes() > 0) {
     if (::fallocate(fd, 0, 0, static_cast<off_t>(plan_.file_bytes())) != 0 && errno != EOPNOTSUPP &&
         errno != ENOSYS) {
       const int err = errno;

@@ -321,10 +321,9 @@ HybridReport build_hybrid(const fs::path& int4_dir, const fs::path& fp8_dir,
     };
     std::vector<const ckpt::TensorInfo*> in_data_order;
     for (const ckpt::TensorInfo& t : f.tensors()) in_data_order.push_back(&t);
-    std::stable_sort(in_data_order.begin(), in_data_order.end(),
-                     [](const ckpt::TensorInfo* a, const ckpt::TensorInfo* b) {
-                       return a->begin < b->begin;
-                     });
+    std::stable_sort(
+        in_data_order.begin(), in_data_order.end(),
+        [](const ckpt::TensorInfo* a, const ckpt::TensorInfo* b) { return a->begin < b->begin; });
     std::vector<const Replacement*> scales;
     for (const ckpt::TensorInfo* t : in_data_order) {
       rep.bytes_in += t->n_bytes();

@@ -345,9 +345,8 @@ LmHeadReport quantize_lm_head(const fs::path& dir_arg, const LmHeadOptions& o,
     for (const ckpt::TensorInfo& t : hd.file->tensors()) {
       if (t.name != "lm_head.weight") kept.push_back(&t);
     }
-    std::stable_sort(kept.begin(), kept.end(), [](const auto* a, const auto* b) {
-      return a->begin < b->begin;
-    });
+    std::stable_sort(kept.begin(), kept.end(),
+                     [](const auto* a, const auto* b) { return a->begin < b->begin; });
     std::vector<ckpt::TensorSpec> specs;
     std::vector<std::optional<uint64_t>> at;
     for (const ckpt::TensorInfo* t : kept) {

@@ -34,11 +34,11 @@ ckpt::FileDigest write_file(const fs::path& path, const SynthPlan& plan, size_t 
   wo.sparse_zeros = o.sparse_zeros;
   wo.hash = o.hash;
   wo.clone = o.clone;
-  ckpt::SafetensorsWriter w(path,
-                            o.layout ? o.layout(file, std::move(specs))
-                                     : ckpt::plan_safetensors(std::move(specs),
-                                                              ckpt::Metadata{{"format", "pt"}}),
-                            wo);
+  ckpt::SafetensorsWriter w(
+      path,
+      o.layout ? o.layout(file, std::move(specs))
+               : ckpt::plan_safetensors(std::move(specs), ckpt::Metadata{{"format", "pt"}}),
+      wo);
   for (const ckpt::TensorInfo& t : w.plan().layout) {
     const uint64_t before = w.bytes_written();
     produce(*decl_of.at(t.name), w);

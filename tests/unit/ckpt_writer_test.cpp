@@ -329,8 +329,8 @@ TEST(Writer, InOrderPlanKeepsOrderAndPlacesTheDataSection) {
     SCOPED_TRACE(residue);
     const HeaderPlan plan = plan_safetensors_in_order(specs, Metadata{{"format", "pt"}}, residue);
     EXPECT_EQ((8 + plan.header.size()) % kCloneBlock, residue);
-    EXPECT_LT(plan.header.size(), plan_safetensors_in_order(specs, std::nullopt).header.size() +
-                                      kCloneBlock + 64);
+    EXPECT_LT(plan.header.size(),
+              plan_safetensors_in_order(specs, std::nullopt).header.size() + kCloneBlock + 64);
     ASSERT_EQ(plan.layout.size(), 3u);
     EXPECT_EQ(plan.layout[0].name, "b");
     EXPECT_EQ(plan.layout[1].name, "a");
@@ -355,9 +355,9 @@ TEST(Writer, ClonedCopiesEqualPlainCopies) {
   const fs::path src = dir / "src.bin";
   const uint64_t kA = (3u << 20) + 1000, kB = (1u << 20) + 5;
   {
-    SafetensorsWriter w(src, plan_safetensors_in_order({{"a", DType::kU8, {kA}},
-                                                        {"b", DType::kU8, {kB}}},
-                                                       std::nullopt, 24));
+    SafetensorsWriter w(
+        src, plan_safetensors_in_order({{"a", DType::kU8, {kA}}, {"b", DType::kU8, {kB}}},
+                                       std::nullopt, 24));
     w.write(pattern_bytes(kA, 7).data(), kA);
     w.write(pattern_bytes(kB, 8).data(), kB);
     w.commit();
@@ -395,8 +395,8 @@ TEST(Writer, ClonedCopiesEqualPlainCopies) {
     if (want.empty()) want = got;
     EXPECT_EQ(got, want);
     EXPECT_EQ(f.view("a").bytes.size(), kA);
-    EXPECT_TRUE(std::equal(f.view("a").bytes.begin(), f.view("a").bytes.end(),
-                           s.view("a").bytes.begin()));
+    EXPECT_TRUE(
+        std::equal(f.view("a").bytes.begin(), f.view("a").bytes.end(), s.view("a").bytes.begin()));
     if (clone && can) {
       // a: all whole blocks of one run; b lands at another residue: copied.
       EXPECT_EQ(w.bytes_cloned(), (src_a + kA) / kCloneBlock * kCloneBlock -
@@ -405,8 +405,9 @@ TEST(Writer, ClonedCopiesEqualPlainCopies) {
       EXPECT_EQ(w.bytes_cloned(), 0u);
     }
   }
-  if (!can) std::printf("note: %s does not share blocks; TMPDIR on XFS or btrfs tests it\n",
-                        dir.path().c_str());
+  if (!can)
+    std::printf("note: %s does not share blocks; TMPDIR on XFS or btrfs tests it\n",
+                dir.path().c_str());
 }
 
 }  // namespace

@@ -5,9 +5,9 @@
 // index). Output shards keep the input's names and data order; each replaced weight keeps its
 // place and its scale goes to the end of the shard. Unchanged tensors keep their byte positions
 // modulo 4 KiB, so on a filesystem that shares extents (XFS, btrfs) they are reflinked rather
-// than written: the output then costs the space of the new FP8 tensors only. Streams through the kernel or a fixed buffer (memory does not depend on
-// model size), writes through "<out>.tmp" and renames at the end, and hashes while writing to
-// produce the checksum manifest.
+// than written: the output then costs the space of the new FP8 tensors only. Streams through the
+// kernel or a fixed buffer (memory does not depend on model size), writes through "<out>.tmp" and
+// renames at the end, and hashes while writing to produce the checksum manifest.
 //
 // config.json gains a "qforge" object describing the hybrid (read by qforge's runtime):
 //   "qforge": {"hybrid": {"fp8_format": "float8_e4m3fn", "weight_block_size": [128, 128],
