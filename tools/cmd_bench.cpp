@@ -24,6 +24,7 @@ struct BenchArgs {
   uint64_t seed = 1;
   bool json = false;
   bool serial_shared = false;
+  bool unfused_swiglu = false;
 };
 
 int run(const BenchArgs& a) {
@@ -34,6 +35,7 @@ int run(const BenchArgs& a) {
   rt::CudaOptions o;
   o.max_context = a.context + a.steps + 2;
   o.parallel_shared = !a.serial_shared;
+  o.fused_swiglu = !a.unfused_swiglu;
   std::unique_ptr<rt::Model> model;
   std::unique_ptr<rt::CudaEngine> engine;
   if (!a.synthetic.empty()) {
@@ -115,6 +117,8 @@ Command add_bench(CLI::App& app) {
   sub->add_option("--seed", a->seed, "--synthetic: value seed")->capture_default_str();
   sub->add_flag("--serial-shared", a->serial_shared,
                 "run the shared expert after the routed experts, not beside them (to compare)");
+  sub->add_flag("--unfused-swiglu", a->unfused_swiglu,
+                "routed experts: gate|up product, then a separate SwiGLU launch (to compare)");
   sub->add_flag("--json", a->json, "machine-readable report on stdout");
   sub->footer(
       "Bytes per step count what the step reads and writes: every weight it uses (routed\n"

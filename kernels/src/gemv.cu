@@ -707,4 +707,29 @@ cudaError_t gemv(const DeviceLinear& w, const float* x, float* y, const GemvBatc
   return cudaErrorInvalidValue;
 }
 
+bool gemv_swiglu_ok(const DeviceLinear& w, const GemvBatch& batch) {
+  return w.kind == WeightKind::kInt4 && w.n % (2 * kSwigluPairRows) == 0 &&
+         gemv_detail::int4_mma_ok(w, batch);
+}
+
+bool gemv_swiglu_shape_ok(WeightKind kind, int n_h, int k, int group) {
+  if (kind != WeightKind::kInt4 || n_h <= 0 || k <= 0 || group <= 0) return false;
+  DeviceLinear w;
+  w.kind = kind;
+  w.n = 2 * n_h;
+  w.k = k;
+  w.group = group;
+  w.w = reinterpret_cast<const void*>(uintptr_t{256});  // the loader's alignment
+  w.w_stride = static_cast<size_t>(w.n) * (k / 8);
+  return k % 8 == 0 && gemv_swiglu_ok(w, GemvBatch{2, nullptr, 0, 0});
+}
+
+cudaError_t gemv_swiglu(const DeviceLinear& w, const float* x, float* h, const GemvBatch& batch,
+                        cudaStream_t stream) {
+  if (!valid(w, x, h, batch)) return cudaErrorInvalidValue;
+  if (w.n == 0 || batch.n_slots == 0) return cudaSuccess;
+  if (!gemv_swiglu_ok(w, batch)) return cudaErrorNotSupported;
+  return gemv_detail::launch_int4_mma(w, x, h, batch, stream, true);
+}
+
 }  // namespace qf::kern

@@ -52,7 +52,8 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
 // and at most kMaxSmemK, 16-byte aligned rows and experts, groups a power-of-two multiple of 128
 // columns or one group per row), and its launch.
 bool int4_mma_ok(const DeviceLinear& w, const GemvBatch& b);
+// swiglu: w in the paired row order (gemv.h), y = silu(gate) * up (n / 2 per slot).
 cudaError_t launch_int4_mma(const DeviceLinear& w, const float* x, float* y, const GemvBatch& b,
-                            cudaStream_t stream);
+                            cudaStream_t stream, bool swiglu = false);
 
 }  // namespace qf::kern::gemv_detail

@@ -33,6 +33,10 @@
 // added in slice order (deterministic). Every block turns its slot's x into limbs in shared
 // memory (one warp per segment): first the segments of every slice's first kU items, behind a
 // barrier, while the first weight loads are in flight; then the rest, while the refills are.
+//
+// SwiGLU epilogue (gemv_swiglu, gemv.h): with paired rows a tile's rows g and g + 8 are a gate
+// row and its up row, so lane (g, 0) (or, with slices, lane g of the slice reduction) holds both
+// sums and writes silu(gate) * up; the sums are formed exactly as without it.
 #include <algorithm>
 #include <cstdint>
 
@@ -53,7 +57,13 @@ struct Int4Args {
   int per_slice;      // segments per slice: ceil(K / 128 / n_slices)
   int seg_shift;      // segment s lies in group s >> seg_shift
   uint32_t n_groups;  // scales per row: ceil(K / group)
+  bool swiglu;        // paired rows (gemv.h): y = silu(gate) * up, n / 2 per slot
 };
+
+// silu(g) * u exactly as swiglu_kernel (ops.cu) evaluates it, so fusing changes no bit.
+__device__ __forceinline__ float silu_mul(float g, float u) {
+  return g * (1.0f / (1.0f + expf(-g))) * u;
+}
 
 // Shared memory: per 32-column block kb, 16 uint2 (lane g * 4 + t, g < 4): the B fragment of
 // limb column g, .x = columns 32 kb + 4t .. +3, .y = columns 32 kb + 16 + 4t .. +3 (one byte
@@ -270,6 +280,26 @@ __global__ void __launch_bounds__(kThreads, kU <= 2 ? 3 : 2)  // 80 / 128 regist
   acc_a += __shfl_xor_sync(0xFFFFFFFFu, acc_a, 2);
   acc_b += __shfl_xor_sync(0xFFFFFFFFu, acc_b, 2);
   float* yg = y + slot * b.y_stride;
+  if (args.swiglu) {  // block-uniform; paired rows: a tile holds gate 8T + g (a), up 8T + g (b)
+    if (n_slices == 1) {
+      if (active && t == 0) yg[tile * 8 + g] = silu_mul(acc_a, acc_b);
+      return;
+    }
+    if (t == 0) {
+      part[warp][g] = acc_a;
+      part[warp][g + 8] = acc_b;
+    }
+    __syncthreads();
+    if (active && slice == 0 && lane < 8) {  // the slices in order, as for unpaired rows
+      float sg = part[warp][lane], su = part[warp][lane + 8];
+      for (int sl = 1; sl < n_slices; ++sl) {
+        sg += part[warp + sl][lane];
+        su += part[warp + sl][lane + 8];
+      }
+      yg[tile * 8 + lane] = silu_mul(sg, su);
+    }
+    return;
+  }
   if (n_slices == 1) {
     if (active && t == 0) {
       if (tile * 16 + g < n) yg[tile * 16 + g] = acc_a;
@@ -342,7 +372,7 @@ bool int4_mma_ok(const DeviceLinear& w, const GemvBatch& b) {
 // 8 x [3072 x 1024]: 2 beats 4 by 19% (two slices instead of one); 8 x [1024 x 3072]: 6 beats 4
 // by 8%. One block per 8 tiles of 16 rows (no slices) loses a further 15%.
 cudaError_t launch_int4_mma(const DeviceLinear& w, const float* x, float* y, const GemvBatch& b,
-                            cudaStream_t stream) {
+                            cudaStream_t stream, bool swiglu) {
   int device = 0, n_sm = 0;
   cudaError_t e = cudaGetDevice(&device);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, device);
@@ -376,6 +406,7 @@ cudaError_t launch_int4_mma(const DeviceLinear& w, const float* x, float* y, con
   args.per_slice = per_slice;
   args.seg_shift = w.group >= w.k ? 30 : __builtin_ctz(static_cast<unsigned>(w.group / kSegCols));
   args.n_groups = static_cast<uint32_t>((w.k + w.group - 1) / w.group);
+  args.swiglu = swiglu;
   if (u == 2) return launch_u<2>(w, x, y, b, stream, args, tiles);
   if (u == 4) return launch_u<4>(w, x, y, b, stream, args, tiles);
   return launch_u<6>(w, x, y, b, stream, args, tiles);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "qf/kern/gemv.h"
+#include "qf/kern/ops.h"
 #include "qf/quant/formats.h"
 
 namespace qf::kern {
@@ -91,6 +92,23 @@ void gemv_ref(const DeviceLinear& w, const float* x, float* y, const GemvBatch& 
       for (int64_t c = 0; c < w.k; ++c) acc += static_cast<double>(row[c]) * xs[c];
       ys[r] = static_cast<float>(acc);
     }
+  }
+}
+
+void gemv_swiglu_ref(const DeviceLinear& w, const float* x, float* h, const GemvBatch& batch,
+                     const int* host_ids) {
+  // gemv_ref per slot, then swiglu_ref (ops.h) on each pair of gate and up rows.
+  const int n_h = w.n / 2;
+  std::vector<float> y(static_cast<size_t>(w.n)), gate(static_cast<size_t>(n_h)),
+      up(static_cast<size_t>(n_h));
+  for (int s = 0; s < batch.n_slots; ++s) {
+    const int id = host_ids ? host_ids[s] : s;
+    gemv_ref(w, x + s * batch.x_stride, y.data(), GemvBatch{}, &id);  // one slot: expert id
+    for (int j = 0; j < n_h; ++j) {
+      gate[j] = y[swiglu_pair_row(j, false)];
+      up[j] = y[swiglu_pair_row(j, true)];
+    }
+    swiglu_ref(gate.data(), up.data(), n_h, 1, 0, h + s * batch.y_stride);
   }
 }
 

@@ -2,7 +2,8 @@
 // directly in the kernel layouts (gemv.h): awkward sizes (N = 1..129, K not a multiple of 128,
 // partial groups and FP8 blocks, misaligned rows and inputs: the generic path) and the real
 // Qwen3.5-122B-A10B shapes (expert gate/up/down, q_proj, the INT8 LM head, the FP8 shared expert,
-// the BF16 router), expert batches with repeated and out-of-order ids, and graph replay.
+// the BF16 router), expert batches with repeated and out-of-order ids, and graph replay; and
+// gemv_swiglu, the gate|up product with SwiGLU in its epilogue (its own tolerance, below).
 //
 // Tolerance: gemv_ref is the exact dot product of the exactly reconstructed weights, rounded once
 // (it sums the exact products in double). The kernel forms the same products exactly (fma) and
@@ -24,6 +25,7 @@
 #include "gpu_test.h"
 #include "qf/kern/device_buffer.h"
 #include "qf/kern/gemv.h"
+#include "qf/kern/ops.h"
 #include "qf/quant/formats.h"
 
 namespace qf::kern {
@@ -515,6 +517,160 @@ TEST(GemvGraph, ReplayFollowsDeviceIds) {
   QF_CUDA_CHECK(cudaGraphExecDestroy(exec));
   QF_CUDA_CHECK(cudaGraphDestroy(graph));
   QF_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+// ---- gemv_swiglu: gate|up in the paired row order, SwiGLU in the epilogue --------------------
+//
+// Checked two ways. (1) Bit for bit against the unfused GPU path on the same weights: gemv, then
+// swiglu (ops.h) reading the paired rows (gate = y + 16T, up = y + 16T + 8: n = 8, rows = tiles,
+// stride 16); the epilogue sums the slices in the same order and evaluates silu(g) * u as
+// swiglu does. (2) Against gemv_swiglu_ref, the tolerance propagated from gemv's (file comment):
+// with |g' - g| <= tg and |u' - u| <= tu that bound per row, silu 1.1-Lipschitz (|silu'| <=
+// 1.0999) and |silu(g)| <= |g|,
+//   |h' - h| <= 1.1 tg (|u| + tu) + |silu(g)| tu + 16 * 2^-24 (|silu(g)| + 1.1 tg)(|u| + tu),
+// the last term the two evaluations' own roundings (GPU expf within 2 ulps, a division, two
+// products; the reference's std::exp, division, two products: under 16 ulps together). The
+// reference's pairing is checked against weight_at's own sums.
+float silu_mul_f(float g, float u) {  // swiglu_ref's formula
+  return g * (1.0f / (1.0f + std::exp(-g))) * u;
+}
+
+void check_swiglu(const TestLinear& t, const Batch& b, uint64_t seed) {
+  SCOPED_TRACE("swiglu n " + std::to_string(t.n) + " k " + std::to_string(t.k) + " group " +
+               std::to_string(t.group) + " slots " + std::to_string(b.n_slots) + " x_stride " +
+               std::to_string(b.x_stride) + " h_stride " + std::to_string(b.y_stride));
+  Rng rng{seed};
+  const int n_h = t.n / 2;
+  const size_t h_stride = b.n_slots > 1 ? b.y_stride : 0;
+  const size_t nx = (b.n_slots - 1) * b.x_stride + t.k;
+  const size_t nh = (b.n_slots - 1) * h_stride + n_h;
+  std::vector<float> x(nx);
+  for (float& v : x) v = rng.uniform(-1.0f, 1.0f);
+  DeviceBuffer<float> d_x(nx), d_h(nh), d_y(static_cast<size_t>(b.n_slots) * t.n),
+      d_h2(static_cast<size_t>(b.n_slots) * n_h);
+  DeviceBuffer<int> d_ids(b.ids.size());
+  QF_CUDA_CHECK(cudaMemcpy(d_x.data(), x.data(), nx * sizeof(float), cudaMemcpyHostToDevice));
+  if (!b.ids.empty()) {
+    QF_CUDA_CHECK(
+        cudaMemcpy(d_ids.data(), b.ids.data(), b.ids.size() * sizeof(int), cudaMemcpyHostToDevice));
+  }
+  QF_CUDA_CHECK(cudaMemset(d_h.data(), 0xFF, d_h.bytes()));  // NaN poison
+  GemvBatch gb;
+  gb.n_slots = b.n_slots;
+  gb.ids = b.ids.empty() ? nullptr : d_ids.data();
+  gb.x_stride = b.x_stride;
+  gb.y_stride = h_stride;
+  ASSERT_TRUE(gemv_swiglu_ok(t.view(true), gb));
+  ASSERT_EQ(gemv_swiglu(t.view(true), d_x.data(), d_h.data(), gb, nullptr), cudaSuccess);
+  GemvBatch gy = gb;  // the unfused path: every slot's n rows back to back
+  gy.y_stride = static_cast<size_t>(t.n);
+  ASSERT_EQ(gemv(t.view(true), d_x.data(), d_y.data(), gy, nullptr), cudaSuccess);
+  ASSERT_EQ(
+      swiglu(d_y.data(), d_y.data() + kSwigluPairRows, kSwigluPairRows,
+             b.n_slots * t.n / (2 * kSwigluPairRows), 2 * kSwigluPairRows, d_h2.data(), nullptr),
+      cudaSuccess);
+  QF_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<float> got(nh), unfused(static_cast<size_t>(b.n_slots) * n_h), want(nh, 0.0f);
+  QF_CUDA_CHECK(cudaMemcpy(got.data(), d_h.data(), nh * sizeof(float), cudaMemcpyDeviceToHost));
+  QF_CUDA_CHECK(cudaMemcpy(unfused.data(), d_h2.data(), d_h2.bytes(), cudaMemcpyDeviceToHost));
+  gemv_swiglu_ref(t.view(false), x.data(), want.data(), gb, b.ids.empty() ? nullptr : b.ids.data());
+
+  std::vector<bool> written(nh, false);
+  int bad = 0;
+  for (int s = 0; s < b.n_slots; ++s) {
+    const size_t e = b.ids.empty() ? s : b.ids[s];
+    const float* xs = x.data() + s * b.x_stride;
+    for (int j = 0; j < n_h; ++j) {
+      const size_t i = s * h_stride + j;
+      written[i] = true;
+      double sum[2] = {0, 0}, abs_sum[2] = {0, 0};
+      for (int up = 0; up < 2; ++up) {
+        const int64_t r = (j / 8) * 16 + 8 * up + j % 8;  // the paired row order, spelled out
+        for (int64_t c = 0; c < t.k; ++c) {
+          const double p = static_cast<double>(weight_at(t, e, r, c)) * xs[c];
+          sum[up] += p;
+          abs_sum[up] += std::fabs(p);
+        }
+      }
+      const double tg = (std::ceil(t.k / 32.0) + 16) * 0x1p-24 * abs_sum[0];
+      const double tu = (std::ceil(t.k / 32.0) + 16) * 0x1p-24 * abs_sum[1];
+      const float g = static_cast<float>(sum[0]), u = static_cast<float>(sum[1]);
+      const double sg = std::fabs(silu_mul_f(g, 1.0f)), au = std::fabs(u);
+      const double tol =
+          1.1 * tg * (au + tu) + sg * tu + 16 * 0x1p-24 * (sg + 1.1 * tg) * (au + tu);
+      const bool ok_ref = want[i] == silu_mul_f(g, u);
+      const bool ok = std::fabs(static_cast<double>(got[i]) - want[i]) <= tol;
+      const float f = unfused[static_cast<size_t>(s) * n_h + j];
+      const bool same = std::memcmp(&got[i], &f, 4) == 0;
+      if ((!ok || !ok_ref || !same) && ++bad <= 5) {
+        ADD_FAILURE() << "slot " << s << " pair " << j << ": gpu " << got[i] << " unfused gpu " << f
+                      << " ref " << want[i] << " own " << silu_mul_f(g, u) << " tol " << tol;
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  for (size_t i = 0; i < nh; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &got[i], 4);
+    if (!written[i]) {
+      ASSERT_EQ(bits, 0xFFFFFFFFu) << "h[" << i << "] outside the slots' rows written";
+    }
+  }
+}
+
+// Awkward sizes: one pair tile (n_h = 8), a few, an odd count of tiles (136 = 17 x 8), many;
+// K from one segment to 4096 (1 to 8 slices), groups of 128, 256 and one per row.
+TEST(GemvSwiglu, AwkwardSizes) {
+  QF_REQUIRE_GPU();
+  uint64_t seed = 500;
+  for (int k : {128, 384, 1152, 3072, 4096}) {
+    for (int n_h : {8, 24, 136, 1032}) {
+      for (int group : {128, 256, 1 << 20}) {
+        if (group == 256 && k % 256 != 0) continue;
+        const auto t = make_linear(WeightKind::kInt4, 2 * n_h, k, 1, group, 128, ++seed);
+        check_swiglu(*t, Batch{}, ++seed);
+      }
+    }
+  }
+}
+
+TEST(GemvSwiglu, ExpertBatch) {
+  QF_REQUIRE_GPU();
+  const auto t = make_linear(WeightKind::kInt4, 2 * 40, 1024, 12, 128, 128, 541);
+  const std::vector<int> ids = {7, 2, 7, 0, 11, 3, 3, 5};
+  check_swiglu(*t, Batch{8, ids, 0, 40}, 542);         // one shared x
+  check_swiglu(*t, Batch{8, ids, 1024 + 4, 45}, 543);  // x per slot, gaps between outputs
+  check_swiglu(*t, Batch{3, {}, 1024, 40}, 544);       // no ids: slot s uses expert s
+  check_swiglu(*t, Batch{1, {11}, 0, 0}, 545);         // one slot through ids
+}
+
+// Qwen3.5-122B-A10B routed experts (hidden 3072, inter 1024, 256 experts, top 8) and 35B-A3B's
+// (hidden 2048, inter 512).
+TEST(GemvSwiglu, RealShapes) {
+  QF_REQUIRE_GPU();
+  const auto t = make_linear(WeightKind::kInt4, 2 * 1024, 3072, 256, 128, 128, 551);
+  check_swiglu(*t, Batch{8, {201, 17, 88, 17, 3, 255, 140, 64}, 0, 1024}, 552);
+  const auto s = make_linear(WeightKind::kInt4, 2 * 512, 2048, 256, 128, 128, 553);
+  check_swiglu(*s, Batch{8, {0, 255, 9, 9, 100, 31, 77, 200}, 0, 512}, 554);
+}
+
+// Where the fused epilogue does not apply, gemv_swiglu says so and the caller keeps gemv + swiglu.
+TEST(GemvSwiglu, RefusesWhatItCannotPair) {
+  EXPECT_TRUE(gemv_swiglu_shape_ok(WeightKind::kInt4, 1024, 3072, 128));
+  EXPECT_TRUE(gemv_swiglu_shape_ok(WeightKind::kInt4, 8, 128, 4096));
+  EXPECT_FALSE(gemv_swiglu_shape_ok(WeightKind::kInt4, 12, 3072, 128));    // n_h % 8
+  EXPECT_FALSE(gemv_swiglu_shape_ok(WeightKind::kInt4, 1024, 136, 8));     // K % 128
+  EXPECT_FALSE(gemv_swiglu_shape_ok(WeightKind::kInt4, 1024, 3072, 384));  // 3 segments a group
+  EXPECT_FALSE(gemv_swiglu_shape_ok(WeightKind::kFp8, 1024, 3072, 128));
+  EXPECT_FALSE(gemv_swiglu_shape_ok(WeightKind::kInt8, 1024, 3072, 128));
+  QF_REQUIRE_GPU();
+  const auto t = make_linear(WeightKind::kInt4, 24, 1024, 1, 128, 128, 561);  // 24 % 16 != 0
+  DeviceBuffer<float> d_x(1024), d_h(12);
+  EXPECT_EQ(gemv_swiglu(t->view(true), d_x.data(), d_h.data(), GemvBatch{}, nullptr),
+            cudaErrorNotSupported);
+  const auto f = make_linear(WeightKind::kFp8, 32, 1024, 1, 128, 128, 562);
+  EXPECT_EQ(gemv_swiglu(f->view(true), d_x.data(), d_h.data(), GemvBatch{}, nullptr),
+            cudaErrorNotSupported);
 }
 
 // Host-side checks of the contract: these need no device.

@@ -50,7 +50,8 @@ struct CudaEngine::Impl {
   kern::AttnShape attn;
   std::vector<float*> conv, ssm, k_cache, v_cache;  // per layer
   // Outputs of row groups are contiguous: gin = qkv | z | b | a, qkvp = q | k | v,
-  // rl = router logits | shared gate logit, egu = [k, gate | up], sgu = shared gate | up.
+  // rl = router logits | shared gate logit, egu = [k, gate | up] (unused where the
+  // experts are paired: gemv_swiglu writes eh directly), sgu = shared gate | up.
   float *x, *u, *mix, *gin, *qkv, *z, *b, *a, *core, *qkvp, *qproj, *kp, *vp, *q, *att, *rl,
       *rlogits, *sgl, *rweights, *egu, *eh, *ey, *sgu, *sh, *sy, *hidden, *logits, *gdn_scratch,
       *attn_scratch;
@@ -191,8 +192,14 @@ struct CudaEngine::Impl {
     check(kern::router_topk(rlogits, static_cast<int>(c.num_experts), k, ids, rweights, stream),
           "router_topk");
     mark("router", 0);
-    gemv(w.gate_up, u, egu, {k, ids, 0, 2 * static_cast<size_t>(im)}, "experts (INT4 MoE)");
-    check(kern::swiglu(egu, egu + im, im, k, 2 * static_cast<size_t>(im), eh, stream), "swiglu");
+    if (w.gate_up.swiglu_pairs) {  // straight to eh = silu(gate) * up
+      const kern::GemvBatch pairs{k, ids, 0, static_cast<size_t>(im)};
+      check(kern::gemv_swiglu(w.gate_up.fused, u, eh, pairs, stream), "gemv_swiglu experts");
+      mark("experts (INT4 MoE)", kern::weight_bytes(w.gate_up.fused) * static_cast<uint64_t>(k));
+    } else {
+      gemv(w.gate_up, u, egu, {k, ids, 0, 2 * static_cast<size_t>(im)}, "experts (INT4 MoE)");
+      check(kern::swiglu(egu, egu + im, im, k, 2 * static_cast<size_t>(im), eh, stream), "swiglu");
+    }
     gemv(w.down, eh, ey, {k, ids, static_cast<size_t>(im), static_cast<size_t>(h)},
          "experts (INT4 MoE)");
     if (branch) check(cudaStreamWaitEvent(stream, join), "cudaStreamWaitEvent");
@@ -303,7 +310,7 @@ CudaEngine::CudaEngine(const Model& model, const CudaOptions& options) {
   std::string why;
   if (!available(&why)) throw Error(Errc::kUnsupported, "--device cuda: " + why);
   check(cudaSetDevice(options.device), "cudaSetDevice");
-  impl_ = std::make_unique<Impl>(cuda::upload_model(model), options);
+  impl_ = std::make_unique<Impl>(cuda::upload_model(model, options.fused_swiglu), options);
 }
 
 std::unique_ptr<CudaEngine> CudaEngine::synthetic(const ckpt::Qwen35Config& config, uint64_t seed,
@@ -311,8 +318,8 @@ std::unique_ptr<CudaEngine> CudaEngine::synthetic(const ckpt::Qwen35Config& conf
   std::string why;
   if (!available(&why)) throw Error(Errc::kUnsupported, "--device cuda: " + why);
   check(cudaSetDevice(options.device), "cudaSetDevice");
-  return std::unique_ptr<CudaEngine>(
-      new CudaEngine(std::make_unique<Impl>(cuda::synthetic_model(config, seed), options)));
+  return std::unique_ptr<CudaEngine>(new CudaEngine(
+      std::make_unique<Impl>(cuda::synthetic_model(config, seed, options.fused_swiglu), options)));
 }
 
 CudaEngine::~CudaEngine() = default;

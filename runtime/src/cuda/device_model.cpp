@@ -158,8 +158,10 @@ constexpr size_t kChunkBytes = 32u << 20;  // host staging per copy: bounds the 
 // row chunks so host memory stays bounded by kChunkBytes whatever the module's size.
 class StackWriter {
  public:
-  StackWriter(DeviceModel& m, const std::vector<RowLayout>& parts, size_t count, std::string what)
-      : m_(m), parts_(parts), what_(std::move(what)), count_(count) {
+  // paired: two parts of equal rows (n % 8 == 0) written in gemv.h's paired row order.
+  StackWriter(DeviceModel& m, const std::vector<RowLayout>& parts, size_t count, std::string what,
+              bool paired = false)
+      : m_(m), parts_(parts), what_(std::move(what)), count_(count), paired_(paired) {
     d_ = parts[0].shape;
     d_.n = 0;
     for (const RowLayout& p : parts) {
@@ -195,14 +197,16 @@ class StackWriter {
         std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes / std::max<size_t>(1, l.w_row)));
     if (l.shape.kind == WeightKind::kFp8)
       rows = std::max<int64_t>(1, rows / l.shape.block) * l.shape.block;
+    if (paired_) rows = std::max<int64_t>(1, rows / kern::kSwigluPairRows) * kern::kSwigluPairRows;
     for (int64_t r0 = 0; r0 < s.n; r0 += rows) {
       const int64_t r1 = std::min(s.n, r0 + rows);
       const HostRows h = repack_rows(s, r0, r1);
       const size_t row = static_cast<size_t>(offsets_[j] + r0);
-      copy(h.w, e * d_.w_stride + row * l.w_row, static_cast<uint8_t*>(const_cast<void*>(d_.w)));
-      copy(h.scales, e * d_.scale_stride + row * l.groups,
-           reinterpret_cast<uint16_t*>(const_cast<__half*>(d_.scales)));
-      copy(h.zeros, e * d_.zero_stride + row * l.groups, const_cast<uint8_t*>(d_.zeros));
+      copy_rows(h.w, e * d_.w_stride, l.w_row, j, r0,
+                static_cast<uint8_t*>(const_cast<void*>(d_.w)));
+      copy_rows(h.scales, e * d_.scale_stride, l.groups, j, r0,
+                reinterpret_cast<uint16_t*>(const_cast<__half*>(d_.scales)));
+      copy_rows(h.zeros, e * d_.zero_stride, l.groups, j, r0, const_cast<uint8_t*>(d_.zeros));
       if (!h.block_scale.empty()) {
         copy(h.block_scale, e * d_.block_scale_stride + row / d_.block * l.block_cols,
              const_cast<float*>(d_.block_scale));
@@ -235,18 +239,39 @@ class StackWriter {
           "copying weights to the GPU");
     m_.host_bytes_read += v.size() * sizeof(T);
   }
+  // Rows r0 .. of part j (row_elems elements each) into the matrix at mat_offset: at the part's
+  // offset, or in runs of 8 rows to every other run of 8 (paired: tile r0 / 8 starts at row
+  // 2 r0; r0 and the row count are multiples of 8).
+  template <class T>
+  void copy_rows(const std::vector<T>& v, size_t mat_offset, size_t row_elems, size_t j, int64_t r0,
+                 T* base) {
+    if (!paired_) {
+      copy(v, mat_offset + static_cast<size_t>(offsets_[j] + r0) * row_elems, base);
+      return;
+    }
+    if (v.empty()) return;
+    const size_t run = kern::kSwigluPairRows * row_elems * sizeof(T);  // bytes of 8 rows
+    T* dst =
+        base + mat_offset + (2 * static_cast<size_t>(r0) + j * kern::kSwigluPairRows) * row_elems;
+    check(cudaMemcpy2D(dst, 2 * run, v.data(), run, run, v.size() * sizeof(T) / run,
+                       cudaMemcpyHostToDevice),
+          "copying weights to the GPU");
+    m_.host_bytes_read += v.size() * sizeof(T);
+  }
   DeviceModel& m_;
   std::vector<RowLayout> parts_;
   std::string what_;
   DeviceLinear d_;
   std::vector<int> offsets_;
   size_t count_;
+  bool paired_;
 };
 
 // stack[e] lists the parts of matrix e (one e for a plain group). Fused when the parts can be
 // concatenated; otherwise each part becomes its own stack.
+// swiglu_pairs: a gate | up pair goes in the paired row order where gemv_swiglu takes it.
 RowGroup upload_group(DeviceModel& m, const std::vector<std::vector<const StoredLinear*>>& stack,
-                      const std::string& what) {
+                      const std::string& what, bool swiglu_pairs = false) {
   RowGroup g;
   std::vector<RowLayout> parts;
   int offset = 0;
@@ -256,7 +281,10 @@ RowGroup upload_group(DeviceModel& m, const std::vector<std::vector<const Stored
     offset += parts.back().shape.n;
   }
   if (parts.size() > 1 && can_concat(parts)) {
-    StackWriter w(m, parts, stack.size(), what);
+    const DeviceLinear& p0 = parts[0].shape;
+    g.swiglu_pairs = swiglu_pairs && parts.size() == 2 && parts[1].shape.n == p0.n &&
+                     kern::gemv_swiglu_shape_ok(p0.kind, p0.n, p0.k, p0.group);
+    StackWriter w(m, parts, stack.size(), what, g.swiglu_pairs);
     for (size_t e = 0; e < stack.size(); ++e) {
       for (size_t j = 0; j < parts.size(); ++j) w.put(e, j, *stack[e][j]);
     }
@@ -283,7 +311,8 @@ const float* upload_vec(DeviceModel& m, const std::vector<float>& v) {
   return p;
 }
 
-DeviceMoe upload_moe(DeviceModel& m, const MoeWeights& w, const std::string& where) {
+DeviceMoe upload_moe(DeviceModel& m, const MoeWeights& w, const std::string& where,
+                     bool swiglu_pairs) {
   DeviceMoe d;
   d.router = upload_group(m, {{&w.router, &w.shared_expert_gate}}, where + "router");
   std::vector<std::vector<const StoredLinear*>> gate_up, down;
@@ -291,7 +320,7 @@ DeviceMoe upload_moe(DeviceModel& m, const MoeWeights& w, const std::string& whe
     gate_up.push_back({&w.gate[e], &w.up[e]});
     down.push_back({&w.down[e]});
   }
-  d.gate_up = upload_group(m, gate_up, where + "experts gate_proj/up_proj");
+  d.gate_up = upload_group(m, gate_up, where + "experts gate_proj/up_proj", swiglu_pairs);
   d.down = upload_group(m, down, where + "experts down_proj").parts[0];
   d.shared_gate_up = upload_group(m, {{&w.shared_gate, &w.shared_up}}, where + "shared expert");
   d.shared_down = upload_one(m, w.shared_down, where + "shared expert");
@@ -316,7 +345,7 @@ void* DeviceModel::alloc(size_t bytes) {
   return p;
 }
 
-std::unique_ptr<DeviceModel> upload_model(const Model& model) {
+std::unique_ptr<DeviceModel> upload_model(const Model& model, bool swiglu_pairs) {
   const auto t0 = std::chrono::steady_clock::now();
   auto m = std::make_unique<DeviceModel>();
   m->config = model.config();
@@ -366,7 +395,7 @@ std::unique_ptr<DeviceModel> upload_model(const Model& model) {
       d.a_log = upload_vec(*m, l.gdn.a_log);
       d.gdn_norm = upload_vec(*m, l.gdn.norm);
     }
-    d.moe = upload_moe(*m, l.moe, where);
+    d.moe = upload_moe(*m, l.moe, where, swiglu_pairs);
     m->layers.push_back(d);
   }
   m->final_norm = upload_vec(*m, model.final_norm());

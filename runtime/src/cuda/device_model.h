@@ -24,6 +24,9 @@ struct RowGroup {
   kern::DeviceLinear fused;               // fused.n == 0: not fused
   std::vector<kern::DeviceLinear> parts;  // the parts, used when not fused
   std::vector<int> offsets;               // each part's first output row
+  // fused holds a gate | up pair in gemv.h's paired row order (tiles of 8 gate rows, then their
+  // 8 up rows): the product runs as kern::gemv_swiglu, straight to silu(gate) * up.
+  bool swiglu_pairs = false;
   int rows() const { return offsets.empty() ? 0 : offsets.back() + parts.back().n; }
 };
 
@@ -64,10 +67,13 @@ struct DeviceModel {
 
 // Throws Error(kUnsupported) for an expert stack that mixes formats, kIo when the GPU is out of
 // memory (naming how much was needed).
-std::unique_ptr<DeviceModel> upload_model(const Model& model);
+// swiglu_pairs: gate | up pairs (routed experts) in the paired row order where
+// kern::gemv_swiglu_shape_ok allows it (RowGroup::swiglu_pairs says where it did).
+std::unique_ptr<DeviceModel> upload_model(const Model& model, bool swiglu_pairs);
 // Random weights of `config`'s shapes in the hybrid's formats: INT4 (group 128) for every
 // decoder linear module, FP8 block-128 shared experts, BF16 router / shared-expert gate /
 // embeddings, INT8 LM head; norms near 0, gates in range.
-std::unique_ptr<DeviceModel> synthetic_model(const ckpt::Qwen35Config& config, uint64_t seed);
+std::unique_ptr<DeviceModel> synthetic_model(const ckpt::Qwen35Config& config, uint64_t seed,
+                                             bool swiglu_pairs);
 
 }  // namespace qf::rt::cuda

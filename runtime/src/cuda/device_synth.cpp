@@ -94,7 +94,8 @@ struct Maker {
 
 }  // namespace
 
-std::unique_ptr<DeviceModel> synthetic_model(const ckpt::Qwen35Config& c, uint64_t seed) {
+std::unique_ptr<DeviceModel> synthetic_model(const ckpt::Qwen35Config& c, uint64_t seed,
+                                             bool swiglu_pairs) {
   auto m = std::make_unique<DeviceModel>();
   m->config = c;
   Maker mk{*m, seed};
@@ -128,6 +129,10 @@ std::unique_ptr<DeviceModel> synthetic_model(const ckpt::Qwen35Config& c, uint64
     }
     d.moe.router = mk.group(mk.bf16(e + 1, h), {e, 1});
     d.moe.gate_up = mk.group(mk.int_stack(WeightKind::kInt4, 2 * im, h, e), {im, im});
+    // Random codes: the paired row order is only a reading of them.
+    d.moe.gate_up.swiglu_pairs =
+        swiglu_pairs &&
+        kern::gemv_swiglu_shape_ok(WeightKind::kInt4, im, h, d.moe.gate_up.fused.group);
     d.moe.down = mk.int_stack(WeightKind::kInt4, h, im, e);
     d.moe.shared_gate_up = mk.group(mk.fp8(2 * is, h), {is, is});
     d.moe.shared_down = mk.fp8(h, is);

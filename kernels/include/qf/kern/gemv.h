@@ -95,6 +95,27 @@ cudaError_t gemv(const DeviceLinear& w, const float* x, float* y, const GemvBatc
 void gemv_ref(const DeviceLinear& w, const float* x, float* y, const GemvBatch& batch,
               const int* host_ids);
 
+// Gate|up products with SwiGLU in the epilogue (one launch instead of gemv + swiglu): `w` holds
+// 2 * n_h rows in the paired row order, tile T of 16 rows = gate rows 8T .. 8T + 7, then up rows
+// 8T .. 8T + 7 (swiglu_pair_row() is the map), so the warp that owns a tile holds both sums of
+// each pair. Writes h[s * y_stride + j] = silu(g_j) * u_j for j < n_h, silu(g) = g / (1 + e^-g)
+// evaluated as swiglu (ops.h) does, from the same sums gemv would write: bit for bit gemv then
+// swiglu on the paired rows. Only where gemv_swiglu_ok (kInt4, the tensor-core kernel, w.n a
+// multiple of 16); cudaErrorNotSupported otherwise (the caller keeps gemv + swiglu).
+inline constexpr int kSwigluPairRows = 8;
+__host__ __device__ constexpr int swiglu_pair_row(int j, bool up) {  // pair j: its gate or up row
+  return (j / kSwigluPairRows) * 2 * kSwigluPairRows + (up ? kSwigluPairRows : 0) +
+         j % kSwigluPairRows;
+}
+// Whether a gate|up pair of n_h rows each, of this kind, inner size and group, can be paired at
+// load (alignment is the loader's: 256-byte allocations).
+bool gemv_swiglu_shape_ok(WeightKind kind, int n_h, int k, int group);
+bool gemv_swiglu_ok(const DeviceLinear& w, const GemvBatch& batch);
+cudaError_t gemv_swiglu(const DeviceLinear& w, const float* x, float* h, const GemvBatch& batch,
+                        cudaStream_t stream);
+void gemv_swiglu_ref(const DeviceLinear& w, const float* x, float* h, const GemvBatch& batch,
+                     const int* host_ids);
+
 // Turns n_mats kInt4 matrices (mat_words u32 words apart) written with untiled rows (every row
 // as the layout's row order, row r at word r * k / 8) into the kernel layout, in place: their
 // tiles of 16 rows when int4_tiled(k) (nothing to do otherwise). The loader's last step.

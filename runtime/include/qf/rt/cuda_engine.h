@@ -22,6 +22,9 @@ struct CudaOptions {
   // The shared expert on a second stream, a branch of the step's graph beside the router and
   // the routed experts (its short launches hide behind theirs); false: one after the other.
   bool parallel_shared = true;
+  // The routed experts' gate | up product applies SwiGLU in its epilogue (weights loaded in
+  // kern::gemv_swiglu's paired row order where it takes them); false: gemv, then swiglu.
+  bool fused_swiglu = true;
 };
 
 // One line per kernel family of a profiled step.
