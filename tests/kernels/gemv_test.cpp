@@ -255,6 +255,31 @@ struct Batch {
   size_t x_stride = 0, y_stride = 0;
 };
 
+// Random x in [-1, 1) for every slot of `b` and the ids, on the host and on the device, with the
+// batch gemv takes (outputs `y_stride` apart, 0 for one slot).
+struct Inputs {
+  std::vector<float> x;
+  DeviceBuffer<float> d_x;
+  DeviceBuffer<int> d_ids;
+  GemvBatch gb;
+};
+
+Inputs make_inputs(const TestLinear& t, const Batch& b, Rng& rng) {
+  const size_t nx = (b.n_slots - 1) * b.x_stride + t.k;
+  Inputs in{std::vector<float>(nx), DeviceBuffer<float>(nx), DeviceBuffer<int>(b.ids.size()), {}};
+  for (float& v : in.x) v = rng.uniform(-1.0f, 1.0f);
+  QF_CUDA_CHECK(cudaMemcpy(in.d_x.data(), in.x.data(), nx * sizeof(float), cudaMemcpyHostToDevice));
+  if (!b.ids.empty()) {
+    QF_CUDA_CHECK(cudaMemcpy(in.d_ids.data(), b.ids.data(), b.ids.size() * sizeof(int),
+                             cudaMemcpyHostToDevice));
+  }
+  in.gb.n_slots = b.n_slots;
+  in.gb.ids = b.ids.empty() ? nullptr : in.d_ids.data();
+  in.gb.x_stride = b.x_stride;
+  in.gb.y_stride = b.n_slots > 1 ? b.y_stride : 0;
+  return in;
+}
+
 // Runs gemv and gemv_ref on random x, checks every row against the tolerance (file comment), the
 // reference's decoding against weight_at, and that nothing outside the slots' rows was written.
 void check(const TestLinear& t, const Batch& b, uint64_t seed) {
@@ -264,24 +289,14 @@ void check(const TestLinear& t, const Batch& b, uint64_t seed) {
                std::to_string(b.x_stride) + " y_stride " + std::to_string(b.y_stride) +
                " w_offset " + std::to_string(t.w_offset_bytes));
   Rng rng{seed};
-  const size_t y_stride = b.n_slots > 1 ? b.y_stride : 0;
-  const size_t nx = (b.n_slots - 1) * b.x_stride + t.k;
+  Inputs in = make_inputs(t, b, rng);
+  const std::vector<float>& x = in.x;
+  const DeviceBuffer<float>& d_x = in.d_x;
+  const GemvBatch& gb = in.gb;
+  const size_t y_stride = gb.y_stride;
   const size_t ny = (b.n_slots - 1) * y_stride + t.n;
-  std::vector<float> x(nx);
-  for (float& v : x) v = rng.uniform(-1.0f, 1.0f);
-  DeviceBuffer<float> d_x(nx), d_y(ny);
-  DeviceBuffer<int> d_ids(b.ids.size());
-  QF_CUDA_CHECK(cudaMemcpy(d_x.data(), x.data(), nx * sizeof(float), cudaMemcpyHostToDevice));
-  if (!b.ids.empty()) {
-    QF_CUDA_CHECK(
-        cudaMemcpy(d_ids.data(), b.ids.data(), b.ids.size() * sizeof(int), cudaMemcpyHostToDevice));
-  }
+  DeviceBuffer<float> d_y(ny);
   QF_CUDA_CHECK(cudaMemset(d_y.data(), 0xFF, d_y.bytes()));  // NaN poison
-  GemvBatch gb;
-  gb.n_slots = b.n_slots;
-  gb.ids = b.ids.empty() ? nullptr : d_ids.data();
-  gb.x_stride = b.x_stride;
-  gb.y_stride = y_stride;
   ASSERT_EQ(gemv(t.view(true), d_x.data(), d_y.data(), gb, nullptr), cudaSuccess);
   QF_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<float> got(ny), want(ny, 0.0f);
@@ -541,25 +556,15 @@ void check_swiglu(const TestLinear& t, const Batch& b, uint64_t seed) {
                std::to_string(b.x_stride) + " h_stride " + std::to_string(b.y_stride));
   Rng rng{seed};
   const int n_h = t.n / 2;
-  const size_t h_stride = b.n_slots > 1 ? b.y_stride : 0;
-  const size_t nx = (b.n_slots - 1) * b.x_stride + t.k;
+  Inputs in = make_inputs(t, b, rng);
+  const std::vector<float>& x = in.x;
+  const DeviceBuffer<float>& d_x = in.d_x;
+  const GemvBatch& gb = in.gb;
+  const size_t h_stride = gb.y_stride;
   const size_t nh = (b.n_slots - 1) * h_stride + n_h;
-  std::vector<float> x(nx);
-  for (float& v : x) v = rng.uniform(-1.0f, 1.0f);
-  DeviceBuffer<float> d_x(nx), d_h(nh), d_y(static_cast<size_t>(b.n_slots) * t.n),
+  DeviceBuffer<float> d_h(nh), d_y(static_cast<size_t>(b.n_slots) * t.n),
       d_h2(static_cast<size_t>(b.n_slots) * n_h);
-  DeviceBuffer<int> d_ids(b.ids.size());
-  QF_CUDA_CHECK(cudaMemcpy(d_x.data(), x.data(), nx * sizeof(float), cudaMemcpyHostToDevice));
-  if (!b.ids.empty()) {
-    QF_CUDA_CHECK(
-        cudaMemcpy(d_ids.data(), b.ids.data(), b.ids.size() * sizeof(int), cudaMemcpyHostToDevice));
-  }
   QF_CUDA_CHECK(cudaMemset(d_h.data(), 0xFF, d_h.bytes()));  // NaN poison
-  GemvBatch gb;
-  gb.n_slots = b.n_slots;
-  gb.ids = b.ids.empty() ? nullptr : d_ids.data();
-  gb.x_stride = b.x_stride;
-  gb.y_stride = h_stride;
   ASSERT_TRUE(gemv_swiglu_ok(t.view(true), gb));
   ASSERT_EQ(gemv_swiglu(t.view(true), d_x.data(), d_h.data(), gb, nullptr), cudaSuccess);
   GemvBatch gy = gb;  // the unfused path: every slot's n rows back to back
