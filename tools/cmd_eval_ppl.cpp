@@ -2,14 +2,11 @@
 // that each start from a fresh state, and the MTP head's top-1 accuracy and perplexity on it.
 // The figures are defined so that a PyTorch script computes the same ones (see the footer).
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <exception>
 #include <filesystem>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -22,6 +19,7 @@
 #include "qf/rt/cpu_engine.h"
 #include "qf/rt/cuda_engine.h"
 #include "qf/rt/tokenizer.h"
+#include "qf/tasks.h"
 
 namespace qf::tools {
 namespace {
@@ -108,27 +106,13 @@ void eval_cpu(const rt::Model& model, const std::vector<int32_t>& ids,
   const int engines =
       static_cast<int>(std::min<size_t>(static_cast<size_t>(cores), windows.size()));
   std::vector<Score> mains(windows.size()), mtps(windows.size());
-  std::atomic<size_t> next{0};
-  std::exception_ptr error;
-  std::mutex error_mu;
-  auto worker = [&] {
-    try {
-      rt::CpuEngine engine(model, std::max(1, cores / engines));
-      for (size_t i = next++; i < windows.size(); i = next++) {
-        const auto [b, e] = windows[i];
-        eval_window(engine, ids.data() + b, e - b, mains[i], mtp ? &mtps[i] : nullptr, progress);
-      }
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(error_mu);
-      if (!error) error = std::current_exception();
-      next = windows.size();
-    }
-  };
-  std::vector<std::thread> pool;
-  for (int i = 1; i < engines; ++i) pool.emplace_back(worker);
-  worker();
-  for (std::thread& t : pool) t.join();
-  if (error) std::rethrow_exception(error);
+  run_tasks(windows.size(), engines, [&] {
+    auto engine = std::make_shared<rt::CpuEngine>(model, std::max(1, cores / engines));
+    return [&, engine](size_t i) {
+      const auto [b, e] = windows[i];
+      eval_window(*engine, ids.data() + b, e - b, mains[i], mtp ? &mtps[i] : nullptr, progress);
+    };
+  });
   for (size_t i = 0; i < windows.size(); ++i) {
     main.merge(mains[i]);
     if (mtp) mtp->merge(mtps[i]);

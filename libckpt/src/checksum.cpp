@@ -11,13 +11,11 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <exception>
 #include <memory>
-#include <mutex>
-#include <thread>
 
 #include "qf/ckpt/file_io.h"
 #include "qf/ckpt/json.h"
+#include "qf/tasks.h"
 
 namespace qf::ckpt {
 namespace {
@@ -200,8 +198,6 @@ Manifest digest_files(const std::vector<DigestJob>& jobs, int threads, Progress*
   }
   std::stable_sort(tasks.begin(), tasks.end(),
                    [](const Task& a, const Task& b) { return a.bytes > b.bytes; });
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  threads = std::max(1, std::min<int>(threads, static_cast<int>(tasks.size())));
 
   Manifest m;
   m.files.resize(jobs.size());
@@ -209,33 +205,19 @@ Manifest digest_files(const std::vector<DigestJob>& jobs, int threads, Progress*
     m.files[i].name = jobs[i].name;
     m.files[i].has_tensors = jobs[i].header != nullptr;
   }
-  std::atomic<size_t> next{0};
-  std::mutex err_mu;
-  std::exception_ptr err;
-  auto worker = [&] {
-    for (size_t k; (k = next.fetch_add(1)) < tasks.size();) {
+  run_tasks(tasks.size(), threads, [&] {
+    return [&](size_t k) {
       const Task& t = tasks[k];
-      try {
-        const MappedJob mj = map_job(jobs[t.job]);
-        FileDigest& f = m.files[t.job];  // each task writes its own fields
-        if (t.tensors) {
-          f.tensors = hash_tensors(mj);
-        } else {
-          f.size = mj.map.size();
-          f.xxh3 = hash_whole(mj, progress);
-        }
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(err_mu);
-        if (!err) err = std::current_exception();
-        next = tasks.size();
+      const MappedJob mj = map_job(jobs[t.job]);
+      FileDigest& f = m.files[t.job];  // each task writes its own fields
+      if (t.tensors) {
+        f.tensors = hash_tensors(mj);
+      } else {
+        f.size = mj.map.size();
+        f.xxh3 = hash_whole(mj, progress);
       }
-    }
-  };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
-  worker();
-  for (std::thread& t : pool) t.join();
-  if (err) std::rethrow_exception(err);
+    };
+  });
   std::sort(m.files.begin(), m.files.end(),
             [](const FileDigest& a, const FileDigest& b) { return a.name < b.name; });
   return m;

@@ -1,18 +1,15 @@
 #include "planned_writer.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
-#include <exception>
 #include <map>
-#include <mutex>
-#include <thread>
 
 #include "qf/ckpt/checkpoint.h"
 #include "qf/ckpt/checksum.h"
 #include "qf/ckpt/file_io.h"
 #include "qf/ckpt/index.h"
 #include "qf/quant/formats.h"
+#include "qf/tasks.h"
 
 namespace qf::quant::detail {
 namespace {
@@ -64,30 +61,12 @@ void write_planned_checkpoint(const SynthPlan& plan, const fs::path& out_dir, co
   if (!fs::create_directories(stage, ec) && ec)
     throw_io("cannot create", stage.string(), ec.value());
   try {
-    int threads = o.threads > 0
-                      ? o.threads
-                      : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    threads = std::max(1, std::min<int>(threads, static_cast<int>(plan.files.size())));
-    std::atomic<size_t> next{0};
-    std::mutex mu;
-    std::exception_ptr err;
     std::vector<ckpt::FileDigest> digests(plan.files.size());
-    auto worker = [&] {
-      for (size_t f; (f = next.fetch_add(1)) < plan.files.size();) {
-        try {
-          digests[f] = write_file(stage / plan.files[f].name, plan, f, o, produce);
-        } catch (...) {
-          std::lock_guard<std::mutex> lock(mu);
-          if (!err) err = std::current_exception();
-          next = plan.files.size();
-        }
-      }
-    };
-    std::vector<std::thread> pool;
-    for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
-    worker();
-    for (std::thread& t : pool) t.join();
-    if (err) std::rethrow_exception(err);
+    run_tasks(plan.files.size(), o.threads, [&] {
+      return [&](size_t f) {
+        digests[f] = write_file(stage / plan.files[f].name, plan, f, o, produce);
+      };
+    });
     if (o.digests) {
       *o.digests = std::move(digests);
       std::sort(
