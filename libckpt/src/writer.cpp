@@ -43,6 +43,21 @@ uint64_t tensor_bytes(const TensorSpec& spec) {
 
 namespace {
 
+// Pads the header (spaces) so the data section starts at `data_start_mod` modulo kCloneBlock
+// when given, then enforces the readers' header size cap.
+void place_data_start(HeaderPlan& plan, std::optional<uint64_t> data_start_mod) {
+  std::string& h = plan.header;
+  if (data_start_mod) {
+    QF_ASSERT(*data_start_mod % 8 == 0 && *data_start_mod < kCloneBlock, "bad data start residue");
+    const uint64_t now = (8 + h.size()) % kCloneBlock;
+    h.resize(h.size() + (*data_start_mod + kCloneBlock - now) % kCloneBlock, ' ');
+  }
+  if (h.size() > kMaxHeaderBytes) {
+    throw Error(Errc::kHeaderTooLarge, "planned header is " + std::to_string(h.size()) +
+                                           " bytes, above the 100 MB limit readers enforce");
+  }
+}
+
 // The header and offsets of `tensors` in the order given. The JSON is padded with spaces to a
 // multiple of 8, or further so that the data section starts at `data_start_mod` modulo
 // kCloneBlock when given.
@@ -96,16 +111,8 @@ HeaderPlan lay_out(std::vector<TensorSpec>& tensors, const std::optional<Metadat
   }
   h += '}';
   h.resize((h.size() + 7) / 8 * 8, ' ');
-  if (data_start_mod) {
-    QF_ASSERT(*data_start_mod % 8 == 0 && *data_start_mod < kCloneBlock, "bad data start residue");
-    const uint64_t now = (8 + h.size()) % kCloneBlock;
-    h.resize(h.size() + (*data_start_mod + kCloneBlock - now) % kCloneBlock, ' ');
-  }
-  if (h.size() > kMaxHeaderBytes) {
-    throw Error(Errc::kHeaderTooLarge, "planned header is " + std::to_string(h.size()) +
-                                           " bytes, above the 100 MB limit readers enforce");
-  }
   plan.data_bytes = offset;
+  place_data_start(plan, data_start_mod);
   return plan;
 }
 
@@ -133,7 +140,7 @@ HeaderPlan plan_safetensors_sharing(std::vector<TensorSpec> tensors,
                                     const std::vector<std::optional<uint64_t>>& source_offsets) {
   QF_ASSERT(source_offsets.size() == tensors.size(), "one source offset per tensor");
   constexpr uint64_t kB = kCloneBlock;
-  const HeaderPlan base = plan_safetensors_in_order(tensors, metadata);
+  HeaderPlan base = plan_safetensors_in_order(tensors, metadata);
   std::map<uint64_t, uint64_t> bytes_at;  // data start modulo kB -> bytes in place
   for (size_t i = 0; i < tensors.size(); ++i) {
     if (!source_offsets[i]) continue;
@@ -145,7 +152,8 @@ HeaderPlan plan_safetensors_sharing(std::vector<TensorSpec> tensors,
   for (const auto& [start, n] : bytes_at) {
     if (n > most) best = start, most = n;
   }
-  HeaderPlan plan = plan_safetensors_in_order(tensors, metadata, best);
+  HeaderPlan plan = std::move(base);  // padding moves the data section, not offsets in it
+  place_data_start(plan, best);
   for (const TensorInfo& t : plan.layout) {
     if (t.begin % std::max<uint64_t>(1, dtype_bits(t.dtype) / 8) != 0) {
       return plan_safetensors(std::move(tensors), metadata);
