@@ -5,6 +5,8 @@
 //   int4 moe gate     8 of 256 experts [1024 x 3072] (the gate half alone)
 //   int4 moe down     8 of 256 experts [3072 x 1024], each slot its own input
 //   int4 q_proj       [16384 x 3072], 8 copies in rotation
+//   int4 gdn in_proj  [20608 x 3072] (qkv | z | b | a), 8 copies in rotation
+//   int4 out_proj     [3072 x 8192] (DeltaNet out / attention o), 8 copies in rotation
 //   int8 lm head      [248320 x 3072], one scale per row
 //   fp8 shared up     [1024 x 3072], 128 x 128 blocks, 64 copies in rotation
 //   bf16 router       [256 x 3072], 64 copies in rotation
@@ -288,6 +290,8 @@ int main(int argc, char** argv) {
   Stack gate_up = make_stack(WeightKind::kInt4, 2048, 3072, 256, 128, 1);
   Stack down = make_stack(WeightKind::kInt4, 3072, 1024, 256, 128, 2);
   Stack q_proj = make_stack(WeightKind::kInt4, 16384, 3072, 8, 128, 3);
+  Stack gdn_in = make_stack(WeightKind::kInt4, 20608, 3072, 8, 128, 7);
+  Stack out_proj = make_stack(WeightKind::kInt4, 3072, 8192, 8, 128, 8);
   Stack lm_head = make_stack(WeightKind::kInt8, 248320, 3072, 1, 3072, 4);
   Stack fp8 = make_stack(WeightKind::kFp8, 1024, 3072, kSets, 128, 5);
   Stack router = make_stack(WeightKind::kBf16, 256, 3072, kSets, 128, 6);
@@ -297,6 +301,8 @@ int main(int argc, char** argv) {
   cases.push_back({"int4 moe gate    8x[1024x3072]", gate, 8, 0, 1024, moe_ids.data(), 8});
   cases.push_back({"int4 moe down    8x[3072x1024]", down.lin, 8, 1024, 3072, moe_ids.data(), 8});
   cases.push_back({"int4 q_proj      [16384x3072] ", q_proj.lin, 1, 0, 0, rot.data(), 1});
+  cases.push_back({"int4 gdn in_proj [20608x3072] ", gdn_in.lin, 1, 0, 0, rot.data(), 1});
+  cases.push_back({"int4 out_proj    [3072x8192]  ", out_proj.lin, 1, 0, 0, rot.data(), 1});
   cases.push_back({"int8 lm head     [248320x3072]", lm_head.lin, 1, 0, 0, nullptr, 0});
   cases.push_back({"fp8 shared up    [1024x3072]  ", fp8.lin, 1, 0, 0, rot.data(), 1});
   cases.push_back({"bf16 router      [256x3072]   ", router.lin, 1, 0, 0, rot.data(), 1});

@@ -480,6 +480,16 @@ TEST(GemvRealShapes, Int4QProj) {
   check(*t, Batch{}, 62);
 }
 
+// The DeltaNet in_proj (qkv | z | b | a, 20608 rows) and the out / o projection (K = 8192):
+// the widest and the deepest INT4 products of a step, each launched with its own ring and slices.
+TEST(GemvRealShapes, Int4GdnInProjAndOutProj) {
+  QF_REQUIRE_GPU();
+  const auto in = make_linear(WeightKind::kInt4, 20608, 3072, 1, 128, 128, 63);
+  check(*in, Batch{}, 64);
+  const auto out = make_linear(WeightKind::kInt4, 3072, 8192, 1, 128, 128, 65);
+  check(*out, Batch{}, 66);
+}
+
 TEST(GemvRealShapes, Int8LmHead) {
   QF_REQUIRE_GPU();
   const auto t = make_linear(WeightKind::kInt8, 248320, 3072, 1, 3072, 128, 71);  // per row
