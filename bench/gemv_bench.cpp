@@ -6,7 +6,8 @@
 //   int4 moe down     8 of 256 experts [3072 x 1024], each slot its own input
 //   int4 q_proj       [16384 x 3072], 8 copies in rotation
 //   int4 gdn in_proj  [20608 x 3072] (qkv | z | b | a), 8 copies in rotation
-//   int4 out_proj     [3072 x 8192] (DeltaNet out / attention o), 8 copies in rotation
+//   int4 out_proj     [3072 x 8192] (DeltaNet out / attention o), 8 copies in rotation; and
+//                     the same in two K parts (GemvBatch::k_splits, the engine's launch)
 //   int8 lm head      [248320 x 3072], one scale per row
 //   fp8 shared up     [1024 x 3072], 128 x 128 blocks, 64 copies in rotation
 //   bf16 router       [256 x 3072], 64 copies in rotation
@@ -283,8 +284,9 @@ int main(int argc, char** argv) {
     DeviceLinear lin;
     int n_slots;
     size_t x_stride, y_stride;
-    const int* ids;  // rotating base
-    int id_step;     // ids advance by this per launch (mod kSets sets)
+    const int* ids;    // rotating base
+    int id_step;       // ids advance by this per launch (mod kSets sets)
+    int k_splits = 1;  // parts of K (GemvBatch::k_splits), n floats apart
   };
   std::vector<Case> cases;
   Stack gate_up = make_stack(WeightKind::kInt4, 2048, 3072, 256, 128, 1);
@@ -303,6 +305,7 @@ int main(int argc, char** argv) {
   cases.push_back({"int4 q_proj      [16384x3072] ", q_proj.lin, 1, 0, 0, rot.data(), 1});
   cases.push_back({"int4 gdn in_proj [20608x3072] ", gdn_in.lin, 1, 0, 0, rot.data(), 1});
   cases.push_back({"int4 out_proj    [3072x8192]  ", out_proj.lin, 1, 0, 0, rot.data(), 1});
+  cases.push_back({"int4 out_proj 2 K parts        ", out_proj.lin, 1, 0, 0, rot.data(), 1, 2});
   cases.push_back({"int8 lm head     [248320x3072]", lm_head.lin, 1, 0, 0, nullptr, 0});
   cases.push_back({"fp8 shared up    [1024x3072]  ", fp8.lin, 1, 0, 0, rot.data(), 1});
   cases.push_back({"bf16 router      [256x3072]   ", router.lin, 1, 0, 0, rot.data(), 1});
@@ -323,6 +326,8 @@ int main(int argc, char** argv) {
       b.ids = c.ids ? c.ids + (i % n_rot) * c.id_step : nullptr;
       b.x_stride = c.x_stride;
       b.y_stride = c.y_stride;
+      b.k_splits = c.k_splits;
+      b.split_stride = static_cast<size_t>(c.lin.n);
       return qf::kern::gemv(c.lin, x.data(), y.data(), b, s);
     };
     const Timing t = time_launches(launch, iters, stream);

@@ -25,6 +25,7 @@ struct BenchArgs {
   bool json = false;
   bool serial_shared = false;
   bool unfused_swiglu = false;
+  bool unsplit_out = false;
 };
 
 int run(const BenchArgs& a) {
@@ -36,6 +37,7 @@ int run(const BenchArgs& a) {
   o.max_context = a.context + a.steps + 2;
   o.parallel_shared = !a.serial_shared;
   o.fused_swiglu = !a.unfused_swiglu;
+  o.split_out = !a.unsplit_out;
   std::unique_ptr<rt::Model> model;
   std::unique_ptr<rt::CudaEngine> engine;
   if (!a.synthetic.empty()) {
@@ -119,6 +121,8 @@ Command add_bench(CLI::App& app) {
                 "run the shared expert after the routed experts, not beside them (to compare)");
   sub->add_flag("--unfused-swiglu", a->unfused_swiglu,
                 "routed experts: gate|up product, then a separate SwiGLU launch (to compare)");
+  sub->add_flag("--unsplit-out", a->unsplit_out,
+                "out / o projections in one K part instead of two (to compare)");
   sub->add_flag("--json", a->json, "machine-readable report on stdout");
   sub->footer(
       "Bytes per step count what the step reads and writes: every weight it uses (routed\n"

@@ -671,6 +671,7 @@ cudaError_t launch(const DeviceLinear& w, const float* x, float* y, const GemvBa
 
 bool valid(const DeviceLinear& w, const float* x, const float* y, const GemvBatch& b) {
   if (w.n < 0 || w.k < 0 || b.n_slots < 0 || b.n_slots > 65535) return false;
+  if (b.k_splits < 1 || (b.k_splits > 1 && !gemv_k_split_ok(w, b))) return false;
   if (w.n == 0 || b.n_slots == 0) return true;
   if (y == nullptr || (w.k > 0 && (x == nullptr || w.w == nullptr))) return false;
   switch (w.kind) {
@@ -707,6 +708,13 @@ cudaError_t gemv(const DeviceLinear& w, const float* x, float* y, const GemvBatc
   return cudaErrorInvalidValue;
 }
 
+bool gemv_k_split_ok(const DeviceLinear& w, const GemvBatch& batch) {
+  if (batch.k_splits == 1) return true;
+  return w.kind == WeightKind::kInt4 && batch.k_splits > 1 && batch.k_splits <= w.k / 128 &&
+         static_cast<long>(batch.n_slots) * batch.k_splits <= 65535 &&
+         gemv_detail::int4_mma_ok(w, batch);
+}
+
 bool gemv_swiglu_ok(const DeviceLinear& w, const GemvBatch& batch) {
   return w.kind == WeightKind::kInt4 && w.n % (2 * kSwigluPairRows) == 0 &&
          gemv_detail::int4_mma_ok(w, batch);
@@ -728,7 +736,7 @@ cudaError_t gemv_swiglu(const DeviceLinear& w, const float* x, float* h, const G
                         cudaStream_t stream) {
   if (!valid(w, x, h, batch)) return cudaErrorInvalidValue;
   if (w.n == 0 || batch.n_slots == 0) return cudaSuccess;
-  if (!gemv_swiglu_ok(w, batch)) return cudaErrorNotSupported;
+  if (!gemv_swiglu_ok(w, batch) || batch.k_splits != 1) return cudaErrorNotSupported;
   return gemv_detail::launch_int4_mma(w, x, h, batch, stream, true);
 }
 

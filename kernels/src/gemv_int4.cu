@@ -149,10 +149,12 @@ __global__ void __launch_bounds__(kThreads, kU <= 2 ? 3 : 2)  // 80 / 128 regist
                          const GemvBatch b, const Int4Args args) {
   extern __shared__ uint4 smem[];  // limbs (k / 4 uint4), then SegStats
   __shared__ float part[kWarps][16];
-  const int slot = blockIdx.y;
+  const int slot = blockIdx.y / b.k_splits, k_part = blockIdx.y - slot * b.k_splits;
   if (b.ids != nullptr) pdl::wait();  // the ids are the router's output
   const Mat m = expert(w, b, slot);
-  const int k = w.k, n = w.n, n_seg = k / kSegCols;
+  // This block's K range: segments seg0 .. seg0 + n_seg - 1 (all of them unless split).
+  const int k = w.k, n = w.n, seg0 = k_part * (split_cols(k, b.k_splits) / kSegCols);
+  const int n_seg = min(split_cols(k, b.k_splits) / kSegCols, k / kSegCols - seg0);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int n_slices = args.n_slices, slice = warp & (n_slices - 1);
@@ -169,8 +171,9 @@ __global__ void __launch_bounds__(kThreads, kU <= 2 ? 3 : 2)  // 80 / 128 regist
   const int seg_step = tiled ? 64 : kSegChunks;
   const uint32_t sa = static_cast<uint32_t>(ra) * args.n_groups;
   const uint32_t sb = static_cast<uint32_t>(rb) * args.n_groups;
-  const int first = slice * args.per_slice;  // the warp's segments: first .. first + n_mine - 1
-  const int n_mine = active ? max(0, min(args.per_slice, n_seg - first)) : 0;
+  // The warp's segments: first .. first + n_mine - 1.
+  const int first = seg0 + slice * args.per_slice;
+  const int n_mine = active ? max(0, min(args.per_slice, seg0 + n_seg - first)) : 0;
 
   // A ring of kU segments in registers: slot u holds items u, u + kU, ...; a slot is refilled
   // as soon as it has been used, so kU - 1 to kU segments stay in flight.
@@ -203,11 +206,11 @@ __global__ void __launch_bounds__(kThreads, kU <= 2 ? 3 : 2)  // 80 / 128 regist
     auto pick = [&](int j) {  // the j-th early or late segment, or -1
       if (early) {
         const int sl = j / kU, s = sl * args.per_slice + j % kU;
-        return sl < n_slices && j % kU < args.per_slice && s < n_seg ? s : -1;
+        return sl < n_slices && j % kU < args.per_slice && s < n_seg ? seg0 + s : -1;
       }
       const int per_late = max(args.per_slice - kU, 0), sl = per_late ? j / per_late : n_slices;
       const int s = sl * args.per_slice + kU + (per_late ? j % per_late : 0);
-      return sl < n_slices && s < n_seg ? s : -1;
+      return sl < n_slices && s < n_seg ? seg0 + s : -1;
     };
     const int n_pick = early ? n_slices * kU : n_slices * max(args.per_slice - kU, 0);
     for (int j0 = warp; j0 < n_pick; j0 += 4 * kWarps) {
@@ -279,7 +282,7 @@ __global__ void __launch_bounds__(kThreads, kU <= 2 ? 3 : 2)  // 80 / 128 regist
   acc_b += __shfl_xor_sync(0xFFFFFFFFu, acc_b, 1);
   acc_a += __shfl_xor_sync(0xFFFFFFFFu, acc_a, 2);
   acc_b += __shfl_xor_sync(0xFFFFFFFFu, acc_b, 2);
-  float* yg = y + slot * b.y_stride;
+  float* yg = y + slot * b.y_stride + k_part * b.split_stride;
   if (args.swiglu) {  // block-uniform; paired rows: a tile holds gate 8T + g (a), up 8T + g (b)
     if (n_slices == 1) {
       if (active && t == 0) yg[tile * 8 + g] = silu_mul(acc_a, acc_b);
@@ -340,7 +343,8 @@ template <int kU>
 cudaError_t launch_u(const DeviceLinear& w, const float* x, float* y, const GemvBatch& b,
                      cudaStream_t stream, const Int4Args& args, long tiles) {
   const long per_block = kWarps / args.n_slices;
-  const dim3 grid(static_cast<unsigned>((tiles + per_block - 1) / per_block), b.n_slots);
+  const dim3 grid(static_cast<unsigned>((tiles + per_block - 1) / per_block),
+                  b.n_slots * b.k_splits);
   return pdl::launch(gemv_int4_mma_kernel<kU>, grid, kThreads, smem_bytes(w.k), stream, w, x, y, b,
                      args);
 }
@@ -377,12 +381,13 @@ cudaError_t launch_int4_mma(const DeviceLinear& w, const float* x, float* y, con
   cudaError_t e = cudaGetDevice(&device);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, device);
   if (e != cudaSuccess) return e;
-  const int n_seg = w.k / kSegCols;
-  const long tiles = (w.n + 15) / 16;                // per slot
+  const int n_seg = split_cols(w.k, b.k_splits) / kSegCols;  // per part
+  const long tiles = (w.n + 15) / 16;                        // per slot
+  const long n_parts = static_cast<long>(b.n_slots) * b.k_splits;
   auto slices_for = [&](long per_sm, int* slices) {  // one wave of per_sm blocks per SM
     *slices = 1;
     while (*slices < kWarps && *slices < n_seg &&
-           (tiles * 2 * *slices + kWarps - 1) / kWarps * b.n_slots <= per_sm * n_sm) {
+           (tiles * 2 * *slices + kWarps - 1) / kWarps * n_parts <= per_sm * n_sm) {
       *slices *= 2;
     }
   };
@@ -390,7 +395,7 @@ cudaError_t launch_int4_mma(const DeviceLinear& w, const float* x, float* y, con
   int u = 4, slices = 1;
   if ((e = resident_blocks<4>(w.k, &per_sm)) != cudaSuccess) return e;
   slices_for(per_sm, &slices);
-  if (tiles * b.n_slots * slices < 12L * n_sm) {
+  if (tiles * n_parts * slices < 12L * n_sm) {
     if ((e = resident_blocks<2>(w.k, &per_sm)) != cudaSuccess) return e;
     u = 2;
     slices_for(per_sm, &slices);
@@ -398,7 +403,7 @@ cudaError_t launch_int4_mma(const DeviceLinear& w, const float* x, float* y, con
   int per_slice = (n_seg + slices - 1) / slices;
   if (u == 4 && per_slice > 4 && per_slice <= 6) {
     if ((e = resident_blocks<6>(w.k, &per_sm)) != cudaSuccess) return e;
-    if ((tiles * slices + kWarps - 1) / kWarps * b.n_slots <= per_sm * n_sm) u = 6;
+    if ((tiles * slices + kWarps - 1) / kWarps * n_parts <= per_sm * n_sm) u = 6;
   }
   Int4Args args;
   args.n_slices = slices;

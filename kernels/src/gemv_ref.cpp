@@ -4,6 +4,7 @@
 // the products are summed in double: w * x of two floats is exact in double, so the reference is
 // the exact dot product rounded once (up to double rounding far below f32's), and a test's
 // tolerance only has to cover the kernel's own fp32 summation.
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -82,15 +83,19 @@ void weight_row(const DeviceLinear& w, size_t e, int64_t r, float* out) {
 void gemv_ref(const DeviceLinear& w, const float* x, float* y, const GemvBatch& batch,
               const int* host_ids) {
   std::vector<float> row(static_cast<size_t>(w.k));
+  const int64_t cols = batch.k_splits > 1 ? split_cols(w.k, batch.k_splits) : w.k;
   for (int s = 0; s < batch.n_slots; ++s) {
     const size_t e = static_cast<size_t>(host_ids ? host_ids[s] : s);
     const float* xs = x + s * batch.x_stride;
-    float* ys = y + s * batch.y_stride;
     for (int64_t r = 0; r < w.n; ++r) {
       weight_row(w, e, r, row.data());
-      double acc = 0.0;
-      for (int64_t c = 0; c < w.k; ++c) acc += static_cast<double>(row[c]) * xs[c];
-      ys[r] = static_cast<float>(acc);
+      for (int j = 0; j < batch.k_splits; ++j) {  // part j: columns [j cols, (j + 1) cols)
+        double acc = 0.0;
+        for (int64_t c = j * cols; c < std::min<int64_t>((j + 1) * cols, w.k); ++c) {
+          acc += static_cast<double>(row[c]) * xs[c];
+        }
+        y[s * batch.y_stride + j * batch.split_stride + r] = static_cast<float>(acc);
+      }
     }
   }
 }

@@ -107,14 +107,15 @@ __global__ void router_kernel(const float* logits, int e, int k, int* ids, float
   for (int j = lane; j < k; j += 32) weights[j] /= picked;
 }
 
-// x += y, then out = x * rsqrt(mean(x^2) + eps) * (1 + w): the residual add and the next norm.
-__global__ void add_rms_norm_kernel(float* x, const float* y, const float* w, int n, float eps,
-                                    float* out) {
+// x += y (y2 nullptr) or x += (y + y2), then out = x * rsqrt(mean(x^2) + eps) * (1 + w): the
+// residual add and the next norm.
+__global__ void add_rms_norm_kernel(float* x, const float* y, const float* y2, const float* w,
+                                    int n, float eps, float* out) {
   pdl::wait();
   __shared__ float red[32];
   float ss = 0;
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    const float v = x[i] + y[i];
+    const float v = x[i] + (y2 ? y[i] + y2[i] : y[i]);
     x[i] = v;
     ss += v * v;
   }
@@ -214,7 +215,13 @@ cudaError_t rms_norm_1p(const float* x, const float* w, int n, int rows, float e
 
 cudaError_t add_rms_norm_1p(float* x, const float* y, const float* w, int n, float eps, float* out,
                             cudaStream_t stream) {
-  return pdl::launch(add_rms_norm_kernel, 1, 1024, 0, stream, x, y, w, n, eps, out);
+  return pdl::launch(add_rms_norm_kernel, 1, 1024, 0, stream, x, y,
+                     static_cast<const float*>(nullptr), w, n, eps, out);
+}
+
+cudaError_t add2_rms_norm_1p(float* x, const float* y0, const float* y1, const float* w, int n,
+                             float eps, float* out, cudaStream_t stream) {
+  return pdl::launch(add_rms_norm_kernel, 1, 1024, 0, stream, x, y0, y1, w, n, eps, out);
 }
 
 cudaError_t swiglu(const float* gate, const float* up, int n, int rows, size_t stride, float* out,

@@ -253,6 +253,8 @@ struct Batch {
   int n_slots = 1;
   std::vector<int> ids;  // empty: slot s uses expert s
   size_t x_stride = 0, y_stride = 0;
+  int k_splits = 1;  // parts of K, split_stride floats apart in y
+  size_t split_stride = 0;
 };
 
 // Random x in [-1, 1) for every slot of `b` and the ids, on the host and on the device, with the
@@ -277,6 +279,8 @@ Inputs make_inputs(const TestLinear& t, const Batch& b, Rng& rng) {
   in.gb.ids = b.ids.empty() ? nullptr : in.d_ids.data();
   in.gb.x_stride = b.x_stride;
   in.gb.y_stride = b.n_slots > 1 ? b.y_stride : 0;
+  in.gb.k_splits = b.k_splits;
+  in.gb.split_stride = b.split_stride;
   return in;
 }
 
@@ -287,14 +291,16 @@ void check(const TestLinear& t, const Batch& b, uint64_t seed) {
                std::to_string(t.k) + " group " + std::to_string(t.group) + " block " +
                std::to_string(t.block) + " slots " + std::to_string(b.n_slots) + " x_stride " +
                std::to_string(b.x_stride) + " y_stride " + std::to_string(b.y_stride) +
-               " w_offset " + std::to_string(t.w_offset_bytes));
+               " k_splits " + std::to_string(b.k_splits) + " w_offset " +
+               std::to_string(t.w_offset_bytes));
   Rng rng{seed};
   Inputs in = make_inputs(t, b, rng);
   const std::vector<float>& x = in.x;
   const DeviceBuffer<float>& d_x = in.d_x;
   const GemvBatch& gb = in.gb;
   const size_t y_stride = gb.y_stride;
-  const size_t ny = (b.n_slots - 1) * y_stride + t.n;
+  const size_t ny = (b.n_slots - 1) * y_stride + (b.k_splits - 1) * b.split_stride + t.n;
+  const int64_t cols = b.k_splits > 1 ? split_cols(t.k, b.k_splits) : t.k;  // per part
   DeviceBuffer<float> d_y(ny);
   QF_CUDA_CHECK(cudaMemset(d_y.data(), 0xFF, d_y.bytes()));  // NaN poison
   ASSERT_EQ(gemv(t.view(true), d_x.data(), d_y.data(), gb, nullptr), cudaSuccess);
@@ -309,20 +315,22 @@ void check(const TestLinear& t, const Batch& b, uint64_t seed) {
     const size_t e = b.ids.empty() ? s : b.ids[s];
     const float* xs = x.data() + s * b.x_stride;
     for (int64_t r = 0; r < t.n; ++r) {
-      const size_t i = s * y_stride + r;
-      written[i] = true;
-      double exact = 0.0, abs_sum = 0.0;
-      for (int64_t c = 0; c < t.k; ++c) {
-        const double p = static_cast<double>(weight_at(t, e, r, c)) * xs[c];
-        exact += p;
-        abs_sum += std::fabs(p);
-      }
-      const double tol = (std::ceil(t.k / 32.0) + 16) * 0x1p-24 * abs_sum;
-      const bool ok_ref = want[i] == static_cast<float>(exact);
-      const bool ok = std::fabs(static_cast<double>(got[i]) - want[i]) <= tol;
-      if ((!ok || !ok_ref) && ++bad <= 5) {
-        ADD_FAILURE() << "slot " << s << " row " << r << ": gpu " << got[i] << " ref " << want[i]
-                      << " own " << exact << " tol " << tol;
+      for (int j = 0; j < b.k_splits; ++j) {  // part j: columns [j cols, (j + 1) cols)
+        const size_t i = s * y_stride + j * b.split_stride + r;
+        written[i] = true;
+        double exact = 0.0, abs_sum = 0.0;
+        for (int64_t c = j * cols; c < std::min<int64_t>((j + 1) * cols, t.k); ++c) {
+          const double p = static_cast<double>(weight_at(t, e, r, c)) * xs[c];
+          exact += p;
+          abs_sum += std::fabs(p);
+        }
+        const double tol = (std::ceil(t.k / 32.0) + 16) * 0x1p-24 * abs_sum;
+        const bool ok_ref = want[i] == static_cast<float>(exact);
+        const bool ok = std::fabs(static_cast<double>(got[i]) - want[i]) <= tol;
+        if ((!ok || !ok_ref) && ++bad <= 5) {
+          ADD_FAILURE() << "slot " << s << " part " << j << " row " << r << ": gpu " << got[i]
+                        << " ref " << want[i] << " own " << exact << " tol " << tol;
+        }
       }
     }
   }
@@ -488,6 +496,31 @@ TEST(GemvRealShapes, Int4GdnInProjAndOutProj) {
   check(*in, Batch{}, 64);
   const auto out = make_linear(WeightKind::kInt4, 3072, 8192, 1, 128, 128, 65);
   check(*out, Batch{}, 66);
+}
+
+// K split into parts (GemvBatch::k_splits): each part's partial product over its columns, in
+// place of the whole, for the out projection and for awkward splits (uneven last part, parts of
+// one segment, experts with their own x, outputs with gaps).
+TEST(GemvKSplit, PartsArePartialProductsOverTheirColumns) {
+  QF_REQUIRE_GPU();
+  const auto out = make_linear(WeightKind::kInt4, 3072, 8192, 1, 128, 128, 67);
+  check(*out, Batch{1, {}, 0, 0, 2, 3072}, 68);
+  const auto odd = make_linear(WeightKind::kInt4, 200, 1152, 6, 128, 128, 69);  // 9 segments
+  check(*odd, Batch{1, {}, 0, 0, 2, 200 + 7}, 70);  // parts of 5 and 4 segments
+  check(*odd, Batch{1, {}, 0, 0, 9, 256}, 71);      // one segment each
+  check(*odd, Batch{3, {4, 0, 4}, 1152 + 4, 3 * 256, 3, 256}, 72);
+  const auto whole = make_linear(WeightKind::kInt4, 40, 1024, 1, 1024, 128, 73);  // group = K
+  check(*whole, Batch{1, {}, 0, 0, 2, 40}, 74);
+  // Not on other formats or with more parts than segments: refused, nothing written.
+  const auto bf16 = make_linear(WeightKind::kBf16, 64, 1024, 1, 128, 128, 75);
+  DeviceBuffer<float> d_x(1024), d_y(256);
+  GemvBatch gb;
+  gb.k_splits = 2;
+  gb.split_stride = 64;
+  EXPECT_FALSE(gemv_k_split_ok(bf16->view(true), gb));
+  EXPECT_EQ(gemv(bf16->view(true), d_x.data(), d_y.data(), gb, nullptr), cudaErrorInvalidValue);
+  gb.k_splits = 9;
+  EXPECT_FALSE(gemv_k_split_ok(whole->view(true), gb));
 }
 
 TEST(GemvRealShapes, Int8LmHead) {

@@ -99,6 +99,27 @@ TEST(Ops, AddThenNormIsTheResidualAddAndTheNorm) {
   }
 }
 
+TEST(Ops, AddTwoPartsThenNormAddsTheirSum) {
+  QF_REQUIRE_GPU();
+  for (int n : {1, 3072, 8191}) {
+    const auto x0 = randn(n, 5 * n), y0 = randn(n, 5 * n + 1), y1 = randn(n, 5 * n + 2);
+    const auto w = randn(n, 5 * n + 3, 0.3f);
+    auto dx = upload(x0);
+    auto dy0 = upload(y0);
+    auto dy1 = upload(y1);
+    auto dw = upload(w);
+    DeviceBuffer<float> out(n);
+    ASSERT_EQ(add2_rms_norm_1p(dx.data(), dy0.data(), dy1.data(), dw.data(), n, 1e-6f, out.data(),
+                               nullptr),
+              cudaSuccess);
+    std::vector<float> x = x0, want(n);
+    for (int i = 0; i < n; ++i) x[i] += y0[i] + y1[i];
+    rms_norm_1p_ref(x.data(), w.data(), n, 1, 1e-6f, want.data());
+    EXPECT_EQ(download(dx), x) << n;
+    expect_close(want, download(out), 1e-5f);
+  }
+}
+
 TEST(Ops, SwigluStridedRows) {
   QF_REQUIRE_GPU();
   const int n = 1000, rows = 9;

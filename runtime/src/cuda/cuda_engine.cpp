@@ -96,7 +96,7 @@ struct CudaEngine::Impl {
       v_cache.push_back(full ? f(o.max_context * c.kv_rows()) : nullptr);
     }
     const int64_t nv = c.linear_num_value_heads;
-    x = f(h), u = f(h), mix = f(h), core = f(c.value_dim());
+    x = f(h), u = f(h), mix = f(2 * h), core = f(c.value_dim());  // mix: up to 2 parts
     gin = f(c.conv_dim() + c.value_dim() + 2 * nv);
     qkv = gin, z = qkv + c.conv_dim(), b = z + c.value_dim(), a = b + nv;
     qkvp = f(c.q_proj_rows() + 2 * c.kv_rows());
@@ -151,6 +151,26 @@ struct CudaEngine::Impl {
 
   void mark(const char* name, uint64_t bytes) {
     if (marks) marks->mark(name, bytes);
+  }
+
+  // The out / o projection into mix, then x += mix and u = post_norm(x). A deep, narrow product
+  // (K >= 2N: [3072 x 8192] on 122B) runs in two K parts, twice the blocks (on the H200 a
+  // single-part launch leaves most SMs with one block), and the norm adds the parts.
+  void out_proj_add_norm(const kern::DeviceLinear& w, const float* in, const float* norm,
+                         const char* family) {
+    const int h = static_cast<int>(m->config.hidden_size);
+    const float eps = static_cast<float>(m->config.rms_norm_eps);
+    kern::GemvBatch split;
+    split.k_splits = 2;
+    split.split_stride = static_cast<size_t>(h);
+    if (o.split_out && w.k >= 2 * w.n && kern::gemv_k_split_ok(w, split)) {
+      gemv(w, in, mix, split, family);
+      check(kern::add2_rms_norm_1p(x, mix, mix + h, norm, h, eps, u, stream), "add_rms_norm");
+    } else {
+      gemv(w, in, mix, {}, family);
+      check(kern::add_rms_norm_1p(x, mix, norm, h, eps, u, stream), "add_rms_norm");
+    }
+    mark("norms and elementwise", 0);
   }
 
   void gemv(const kern::DeviceLinear& w, const float* in, float* out, const kern::GemvBatch& batch,
@@ -227,7 +247,7 @@ struct CudaEngine::Impl {
                                 stream),
               "attn_decode");
         mark("attention", 2ull * (position + 1) * c.kv_rows() * 4);
-        gemv(w.o, att, mix, {}, "attention projections");
+        out_proj_add_norm(w.o, att, w.post_norm, "attention projections");
       } else {
         gemv(w.gdn_in, u, gin, {}, "DeltaNet projections");
         check(kern::gdn_decode(gdn, {w.conv, w.dt_bias, w.a_log, w.gdn_norm}, qkv, z, b, a,
@@ -235,10 +255,8 @@ struct CudaEngine::Impl {
               "gdn_decode");
         mark("DeltaNet recurrence",
              2ull * c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim * 4);
-        gemv(w.out, core, mix, {}, "DeltaNet projections");
+        out_proj_add_norm(w.out, core, w.post_norm, "DeltaNet projections");
       }
-      check(kern::add_rms_norm_1p(x, mix, w.post_norm, h, eps, u, stream), "add_rms_norm");
-      mark("norms and elementwise", 0);
       const bool last = l + 1 == m->layers.size();
       moe(w.moe, last ? m->final_norm : m->layers[l + 1].input_norm, last ? hidden : u);
     }

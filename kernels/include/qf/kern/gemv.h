@@ -85,7 +85,23 @@ struct GemvBatch {
   const int* ids = nullptr;  // device, n_slots expert ids (nullptr: slot s uses expert s)
   size_t x_stride = 0;       // floats between slots' inputs (0: all slots read x)
   size_t y_stride = 0;       // floats between slots' outputs
+  // k_splits > 1 (where gemv_k_split_ok): K is cut into k_splits ranges of split_cols(k,
+  // k_splits) columns (the last may be shorter) and part j of slot s writes the partial product
+  // over its range to y + s * y_stride + j * split_stride; the caller adds the parts. More
+  // blocks for a deep, narrow product (the out projection, [3072 x 8192]) at the cost of n extra
+  // floats per part.
+  int k_splits = 1;
+  size_t split_stride = 0;
 };
+
+// Columns of each k_splits range: whole 128-column segments.
+__host__ __device__ constexpr int split_cols(int k, int k_splits) {
+  return (k / 128 + k_splits - 1) / k_splits * 128;
+}
+
+// Whether gemv takes `batch.k_splits` for `w`: 1 always; more on the INT4 tensor-core path
+// (K a multiple of 128, at most k / 128 parts, no SwiGLU epilogue).
+bool gemv_k_split_ok(const DeviceLinear& w, const GemvBatch& batch);
 
 // y = W x for every slot. Device pointers; stream-ordered, allocates nothing, graph-capturable.
 cudaError_t gemv(const DeviceLinear& w, const float* x, float* y, const GemvBatch& batch,

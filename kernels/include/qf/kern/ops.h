@@ -23,6 +23,10 @@ cudaError_t rms_norm_1p(const float* x, const float* w, int n, int rows, float e
 // x += y (the residual add), then out = rms_norm_1p(x): one row of length n.
 cudaError_t add_rms_norm_1p(float* x, const float* y, const float* w, int n, float eps, float* out,
                             cudaStream_t stream);
+// The same with y in two parts (a K-split product, gemv.h GemvBatch::k_splits = 2):
+// x += (y0 + y1), then the norm.
+cudaError_t add2_rms_norm_1p(float* x, const float* y0, const float* y1, const float* w, int n,
+                             float eps, float* out, cudaStream_t stream);
 
 // out[i] = silu(gate[i]) * up[i] for i < n, where gate/up rows are `stride` floats apart over
 // `rows` rows (out is dense [rows, n]).
