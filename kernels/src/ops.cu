@@ -1,8 +1,11 @@
+#include <cooperative_groups.h>
+
 #include <cfloat>
 
 #include "pdl.cuh"
 #include "qf/kern/ops.h"
 #include "qf/quant/formats.h"
+#include "router_topk.cuh"
 
 namespace qf::kern {
 namespace {
@@ -71,53 +74,165 @@ __global__ void swiglu_kernel(const float* gate, const float* up, int n, int row
   }
 }
 
-// One warp: softmax over e logits held in shared memory, then k rounds of warp-wide argmax
-// (no block barriers: the router sits on every layer's critical path).
+// One warp, kPer logits per lane in registers (e <= 32 kPer): router_topk.cuh. Everything it
+// reads is the router GEMV's output, so it waits first.
+template <int kPer>
 __global__ void router_kernel(const float* logits, int e, int k, int* ids, float* weights) {
   pdl::wait();
-  __shared__ float p[1024];
-  const int lane = threadIdx.x;
-  float top = -FLT_MAX;
-  for (int i = lane; i < e; i += 32) top = fmaxf(top, p[i] = logits[i]);
-  for (int o = 16; o > 0; o >>= 1) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, o));
-  float sum = 0;
-  for (int i = lane; i < e; i += 32) sum += p[i] = expf(p[i] - top);
-  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-  for (int i = lane; i < e; i += 32) p[i] /= sum;
-  __syncwarp();
-  float picked = 0;
-  for (int j = 0; j < k; ++j) {
-    float v = -1.0f;
-    int idx = 0x7fffffff;
-    for (int i = lane; i < e; i += 32) {
-      if (p[i] > v) {
-        v = p[i];
-        idx = i;
-      }
-    }
-    warp_argmax(v, idx);
-    picked += v;
-    if (lane == 0) {
-      ids[j] = idx;
-      weights[j] = v;
-    }
-    if (idx % 32 == lane) p[idx] = -2.0f;  // taken
-    __syncwarp();
-  }
-  for (int j = lane; j < k; j += 32) weights[j] /= picked;
+  detail::router_topk_warp<kPer>([&](int i) { return logits[i]; }, e, k, ids, weights);
 }
+
+// ---- the residual add and the next norm, one row on a cluster --------------------------------
+// A cluster of kNormCtas CTAs of kNormThreads threads stands for one block of 1024 threads:
+// thread t = rank * kNormThreads + threadIdx.x owns elements t, t + 1024, ... (at most kNormPer)
+// and cluster_sum adds the sums of squares in that block's order (each warp's xor tree, then an
+// xor tree over the 32 warp sums). So the results are bit for bit those of the one-block kernels
+// above (same formulas, fmaf where they contract), while the row's loads (the k expert outputs:
+// 96 KiB for the 122B) spread over kNormCtas SMs instead of one SM's L2 bandwidth. Every load is
+// issued before any arithmetic; those of data the kernel launched just before does not write
+// are issued before pdl::wait() (through L2 where an earlier kernel of the step wrote them: see
+// the header).
+constexpr int kNormCtas = 8;  // the portable cluster size
+constexpr int kNormThreads = 1024 / kNormCtas;
+constexpr int kNormWarps = kNormThreads / 32;
+constexpr int kNormPer = 4;  // elements per thread
+constexpr int kNormMaxN = 1024 * kNormPer;
+
+__device__ __forceinline__ void cluster_arrive() {
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+// The sum of v over the cluster's 1024 threads in block_sum's order over one 1024-thread block;
+// every thread gets it. red: this CTA's kNormWarps warp sums. Leaves this thread's arrival on
+// the cluster barrier (its reads of the peers' red are done): call cluster_wait() before exit.
+__device__ float cluster_sum(float v, float* red) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) red[warp] = v;
+  cluster_arrive();
+  cluster_wait();
+  // lane l: the sum of warp l of the 1024 (rank l / kNormWarps, its warp l % kNormWarps)
+  v = *cooperative_groups::this_cluster().map_shared_rank(red + lane % kNormWarps,
+                                                          lane / kNormWarps);
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  cluster_arrive();
+  return v;
+}
+
+__device__ __forceinline__ int norm_thread() {
+  return blockIdx.x * kNormThreads + threadIdx.x;
+}
+
+// add_rms_norm_long_kernel for n <= kNormMaxN. Before the wait: w, and x (not written by the
+// kernel just before); y and y2 are its output.
+__global__ void __cluster_dims__(kNormCtas, 1, 1) __launch_bounds__(kNormThreads)
+    add_rms_norm_kernel(float* x, const float* y, const float* y2, const float* w, int n, float eps,
+                        float* out) {
+  __shared__ float red[kNormWarps];
+  const int t = norm_thread();
+  float xv[kNormPer], wv[kNormPer], yv[kNormPer], y2v[kNormPer];
+#pragma unroll
+  for (int r = 0; r < kNormPer; ++r) {
+    const int i = t + 1024 * r;
+    wv[r] = i < n ? __ldg(w + i) : 0.0f;
+    xv[r] = i < n ? __ldcg(x + i) : 0.0f;
+  }
+  pdl::wait();
+#pragma unroll
+  for (int r = 0; r < kNormPer; ++r) {
+    const bool in = t + 1024 * r < n;
+    yv[r] = in ? y[t + 1024 * r] : 0.0f;
+    y2v[r] = in && y2 ? y2[t + 1024 * r] : 0.0f;
+  }
+  float ss = 0;
+#pragma unroll
+  for (int r = 0; r < kNormPer; ++r) {
+    if (t + 1024 * r < n) {
+      xv[r] += y2 ? yv[r] + y2v[r] : yv[r];
+      x[t + 1024 * r] = xv[r];
+      ss = fmaf(xv[r], xv[r], ss);
+    }
+  }
+  ss = cluster_sum(ss, red);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
+#pragma unroll
+  for (int r = 0; r < kNormPer; ++r) {
+    if (t + 1024 * r < n) out[t + 1024 * r] = xv[r] * inv * (1.0f + wv[r]);
+  }
+  cluster_wait();
+}
+
+// moe_combine_norm_long_kernel for h <= kNormMaxN and k <= kK. Before the wait: w, x, the
+// router weights and the shared gate logit (none written by the kernel just before); after it
+// the expert outputs y (that kernel's) and the shared expert's (a kernel beside it).
+template <int kK>
+__global__ void __cluster_dims__(kNormCtas, 1, 1) __launch_bounds__(kNormThreads)
+    moe_combine_norm_kernel(const float* y, const float* weights, int k, const float* shared,
+                            const float* shared_gate, int h, float* x, const float* w, float eps,
+                            float* out) {
+  __shared__ float red[kNormWarps];
+  const int t = norm_thread();
+  float xv[kNormPer], wv[kNormPer], rw[kK];
+#pragma unroll
+  for (int r = 0; r < kNormPer; ++r) {
+    const int i = t + 1024 * r;
+    wv[r] = i < h ? __ldg(w + i) : 0.0f;
+    xv[r] = i < h ? __ldcg(x + i) : 0.0f;
+  }
+#pragma unroll
+  for (int j = 0; j < kK; ++j) rw[j] = j < k ? __ldcg(weights + j) : 0.0f;
+  const float g = __ldcg(shared_gate);
+  pdl::wait();
+  float yv[kNormPer][kK], sv[kNormPer];
+#pragma unroll
+  for (int r = 0; r < kNormPer; ++r) {
+    const int i = t + 1024 * r;
+#pragma unroll
+    for (int j = 0; j < kK; ++j) {
+      yv[r][j] = i < h && j < k ? y[static_cast<size_t>(j) * h + i] : 0.0f;
+    }
+    sv[r] = i < h ? shared[i] : 0.0f;
+  }
+  const float sg = sigmoid(g);
+  float ss = 0;
+#pragma unroll
+  for (int r = 0; r < kNormPer; ++r) {
+    if (t + 1024 * r < h) {
+      float acc = 0;
+#pragma unroll
+      for (int j = 0; j < kK; ++j) {
+        if (j < k) acc = fmaf(rw[j], yv[r][j], acc);
+      }
+      xv[r] += fmaf(sg, sv[r], acc);
+      x[t + 1024 * r] = xv[r];
+      ss = fmaf(xv[r], xv[r], ss);
+    }
+  }
+  ss = cluster_sum(ss, red);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(h) + eps);
+#pragma unroll
+  for (int r = 0; r < kNormPer; ++r) {
+    if (t + 1024 * r < h) out[t + 1024 * r] = xv[r] * inv * (1.0f + wv[r]);
+  }
+  cluster_wait();
+}
+
+// ---- rows longer than kNormMaxN: one block of 1024 threads ---------------------------------
 
 // x += y (y2 nullptr) or x += (y + y2), then out = x * rsqrt(mean(x^2) + eps) * (1 + w): the
 // residual add and the next norm.
-__global__ void add_rms_norm_kernel(float* x, const float* y, const float* y2, const float* w,
-                                    int n, float eps, float* out) {
+__global__ void add_rms_norm_long_kernel(float* x, const float* y, const float* y2, const float* w,
+                                         int n, float eps, float* out) {
   pdl::wait();
   __shared__ float red[32];
   float ss = 0;
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     const float v = x[i] + (y2 ? y[i] + y2[i] : y[i]);
     x[i] = v;
-    ss += v * v;
+    ss = fmaf(v, v, ss);
   }
   ss = block_sum(ss, red);
   const float inv = 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
@@ -126,19 +241,19 @@ __global__ void add_rms_norm_kernel(float* x, const float* y, const float* y2, c
 
 // The MoE output (k routed experts and the gated shared expert) added to the residual, then
 // the next norm over the whole row.
-__global__ void moe_combine_norm_kernel(const float* y, const float* weights, int k,
-                                        const float* shared, const float* shared_gate, int h,
-                                        float* x, const float* w, float eps, float* out) {
+__global__ void moe_combine_norm_long_kernel(const float* y, const float* weights, int k,
+                                             const float* shared, const float* shared_gate, int h,
+                                             float* x, const float* w, float eps, float* out) {
   pdl::wait();
   __shared__ float red[32];
   const float sg = sigmoid(*shared_gate);
   float ss = 0;
   for (int i = threadIdx.x; i < h; i += blockDim.x) {
     float acc = 0;
-    for (int j = 0; j < k; ++j) acc += weights[j] * y[static_cast<size_t>(j) * h + i];
-    const float v = x[i] + (acc + sg * shared[i]);
+    for (int j = 0; j < k; ++j) acc = fmaf(weights[j], y[static_cast<size_t>(j) * h + i], acc);
+    const float v = x[i] + fmaf(sg, shared[i], acc);
     x[i] = v;
-    ss += v * v;
+    ss = fmaf(v, v, ss);
   }
   ss = block_sum(ss, red);
   const float inv = 1.0f / sqrtf(ss / static_cast<float>(h) + eps);
@@ -215,13 +330,16 @@ cudaError_t rms_norm_1p(const float* x, const float* w, int n, int rows, float e
 
 cudaError_t add_rms_norm_1p(float* x, const float* y, const float* w, int n, float eps, float* out,
                             cudaStream_t stream) {
-  return pdl::launch(add_rms_norm_kernel, 1, 1024, 0, stream, x, y,
-                     static_cast<const float*>(nullptr), w, n, eps, out);
+  return add2_rms_norm_1p(x, y, nullptr, w, n, eps, out, stream);
 }
 
 cudaError_t add2_rms_norm_1p(float* x, const float* y0, const float* y1, const float* w, int n,
                              float eps, float* out, cudaStream_t stream) {
-  return pdl::launch(add_rms_norm_kernel, 1, 1024, 0, stream, x, y0, y1, w, n, eps, out);
+  if (n <= kNormMaxN) {
+    return pdl::launch(add_rms_norm_kernel, kNormCtas, kNormThreads, 0, stream, x, y0, y1, w, n,
+                       eps, out);
+  }
+  return pdl::launch(add_rms_norm_long_kernel, 1, 1024, 0, stream, x, y0, y1, w, n, eps, out);
 }
 
 cudaError_t swiglu(const float* gate, const float* up, int n, int rows, size_t stride, float* out,
@@ -232,14 +350,26 @@ cudaError_t swiglu(const float* gate, const float* up, int n, int rows, size_t s
 
 cudaError_t router_topk(const float* logits, int e, int k, int* ids, float* weights,
                         cudaStream_t stream) {
-  if (e > 1024 || k > e) return cudaErrorInvalidValue;
-  return pdl::launch(router_kernel, 1, 32, 0, stream, logits, e, k, ids, weights);
+  if (e < 1 || e > 1024 || k < 1 || k > e || k > 32) return cudaErrorInvalidValue;
+  const int per = (e + 31) / 32;
+  auto kernel = per <= 1    ? router_kernel<1>
+                : per <= 2  ? router_kernel<2>
+                : per <= 4  ? router_kernel<4>
+                : per <= 8  ? router_kernel<8>
+                : per <= 16 ? router_kernel<16>
+                            : router_kernel<32>;
+  return pdl::launch(kernel, 1, 32, 0, stream, logits, e, k, ids, weights);
 }
 
 cudaError_t moe_combine_norm(const float* y, const float* weights, int k, const float* shared,
                              const float* shared_gate, int h, float* x, const float* w, float eps,
                              float* out, cudaStream_t stream) {
-  return pdl::launch(moe_combine_norm_kernel, 1, 1024, 0, stream, y, weights, k, shared,
+  if (h <= kNormMaxN && k <= 16) {
+    return pdl::launch(k <= 8 ? moe_combine_norm_kernel<8> : moe_combine_norm_kernel<16>, kNormCtas,
+                       kNormThreads, 0, stream, y, weights, k, shared, shared_gate, h, x, w, eps,
+                       out);
+  }
+  return pdl::launch(moe_combine_norm_long_kernel, 1, 1024, 0, stream, y, weights, k, shared,
                      shared_gate, h, x, w, eps, out);
 }
 

@@ -10,7 +10,10 @@
 //     anything an earlier kernel reads or writes, and before any return (a block that exits
 //     without waiting would let the grid complete ahead of its predecessor, and the next kernel's
 //     wait would no longer cover the predecessor). Loads of data no kernel writes during the
-//     decode step (weights) may be issued before it.
+//     decode step (weights) may be issued before it, and so may loads through L2 (ld.global.cg)
+//     of data written by a kernel launched two or more places earlier on the stream (and not
+//     since): that kernel has completed, its writes flushed, before this grid's blocks are
+//     scheduled (next point: the kernel between has passed its wait).
 //   * wait() also triggers the next kernel (griddepcontrol.launch_dependents): its blocks may be
 //     scheduled as soon as every block of this grid has passed its own wait, i.e. once the grid
 //     before it has completed; they stop at their wait() until this grid completes. So at most

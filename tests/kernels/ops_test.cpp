@@ -1,8 +1,12 @@
 // The decode step's small operations on the GPU against their CPU twins.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "gpu_test.h"
@@ -43,6 +47,37 @@ void expect_close(const std::vector<float>& want, const std::vector<float>& got,
   }
 }
 
+// The sum of squares of x as one block of 1024 threads adds it (the contract of ops.cu's norms):
+// thread t accumulates x[t], x[t + 1024], ... by fma, each warp adds its 32 sums by an xor
+// tree (lane l + lane l ^ o, o = 16 .. 1), then an xor tree over the 32 warp sums.
+float block_order_sum_sq(const std::vector<float>& x) {
+  std::array<float, 1024> part{};
+  for (size_t i = 0; i < x.size(); ++i) part[i % 1024] = std::fma(x[i], x[i], part[i % 1024]);
+  auto xor_tree = [](const float* in) {
+    std::array<float, 32> v, n;
+    std::copy(in, in + 32, v.begin());
+    for (int o = 16; o > 0; o >>= 1) {
+      for (int l = 0; l < 32; ++l) n[l] = v[l] + v[l ^ o];
+      v = n;
+    }
+    return v[0];
+  };
+  std::array<float, 32> warps;
+  for (int w = 0; w < 32; ++w) warps[w] = xor_tree(part.data() + 32 * w);
+  return xor_tree(warps.data());
+}
+
+// rms_norm_1p of one row with the sum of squares in that order: what the kernels give bit for
+// bit (IEEE division and square root, no contraction of these products).
+std::vector<float> norm_in_block_order(const std::vector<float>& x, const std::vector<float>& w,
+                                       float eps) {
+  const float ss = block_order_sum_sq(x);
+  const float inv = 1.0f / std::sqrt(ss / static_cast<float>(x.size()) + eps);
+  std::vector<float> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = x[i] * inv * (1.0f + w[i]);
+  return out;
+}
+
 TEST(Ops, EmbedBf16AndF32Rows) {
   QF_REQUIRE_GPU();
   const int v = 37, h = 300;
@@ -81,9 +116,10 @@ TEST(Ops, RmsNormRowsAndSizes) {
   }
 }
 
+// Sizes on both paths (a cluster up to 4096, one block beyond), partial warps and CTAs.
 TEST(Ops, AddThenNormIsTheResidualAddAndTheNorm) {
   QF_REQUIRE_GPU();
-  for (int n : {1, 64, 3072, 4096, 8191}) {
+  for (int n : {1, 31, 64, 127, 129, 1000, 1025, 3072, 4095, 4096, 4097, 8191}) {
     const auto x0 = randn(n, 3 * n), y = randn(n, 3 * n + 1), w = randn(n, 3 * n + 2, 0.3f);
     auto dx = upload(x0);
     auto dy = upload(y);
@@ -95,13 +131,15 @@ TEST(Ops, AddThenNormIsTheResidualAddAndTheNorm) {
     for (int i = 0; i < n; ++i) x[i] += y[i];
     rms_norm_1p_ref(x.data(), w.data(), n, 1, 1e-6f, want.data());
     EXPECT_EQ(download(dx), x) << n;
-    expect_close(want, download(out), 1e-5f);
+    const std::vector<float> got = download(out);
+    expect_close(want, got, 1e-5f);
+    EXPECT_EQ(got, norm_in_block_order(x, w, 1e-6f)) << n;  // the documented order, exactly
   }
 }
 
 TEST(Ops, AddTwoPartsThenNormAddsTheirSum) {
   QF_REQUIRE_GPU();
-  for (int n : {1, 3072, 8191}) {
+  for (int n : {1, 33, 1000, 3072, 4096, 4097, 8191}) {
     const auto x0 = randn(n, 5 * n), y0 = randn(n, 5 * n + 1), y1 = randn(n, 5 * n + 2);
     const auto w = randn(n, 5 * n + 3, 0.3f);
     auto dx = upload(x0);
@@ -116,7 +154,9 @@ TEST(Ops, AddTwoPartsThenNormAddsTheirSum) {
     for (int i = 0; i < n; ++i) x[i] += y0[i] + y1[i];
     rms_norm_1p_ref(x.data(), w.data(), n, 1, 1e-6f, want.data());
     EXPECT_EQ(download(dx), x) << n;
-    expect_close(want, download(out), 1e-5f);
+    const std::vector<float> got = download(out);
+    expect_close(want, got, 1e-5f);
+    EXPECT_EQ(got, norm_in_block_order(x, w, 1e-6f)) << n;  // the documented order, exactly
   }
 }
 
@@ -133,45 +173,117 @@ TEST(Ops, SwigluStridedRows) {
   expect_close(want, download(out), 1e-6f);
 }
 
+void expect_router_matches(const std::vector<float>& logits, int k, const std::string& what) {
+  const int e = static_cast<int>(logits.size());
+  auto d = upload(logits);
+  DeviceBuffer<int> ids(k);
+  DeviceBuffer<float> w(k);
+  ASSERT_EQ(router_topk(d.data(), e, k, ids.data(), w.data(), nullptr), cudaSuccess) << what;
+  std::vector<int> want_ids(k);
+  std::vector<float> want_w(k);
+  router_topk_ref(logits.data(), e, k, want_ids.data(), want_w.data());
+  EXPECT_EQ(download(ids), want_ids) << what;
+  expect_close(want_w, download(w), 1e-5f);
+}
+
+// Every per-lane register count (e up to 32, 64, ..., 1024), k from 1 to 32, ties.
 TEST(Ops, RouterTopKWithTies) {
   QF_REQUIRE_GPU();
-  for (auto [e, k] : {std::pair{4, 2}, std::pair{16, 4}, std::pair{256, 8}, std::pair{512, 10}}) {
-    std::vector<float> logits = randn(e, e, 2.0f);
-    logits[e - 1] = logits[1];  // a tie: the lower id must win
-    auto d = upload(logits);
-    DeviceBuffer<int> ids(k);
-    DeviceBuffer<float> w(k);
-    ASSERT_EQ(router_topk(d.data(), e, k, ids.data(), w.data(), nullptr), cudaSuccess);
-    std::vector<int> want_ids(k);
-    std::vector<float> want_w(k);
-    router_topk_ref(logits.data(), e, k, want_ids.data(), want_w.data());
-    EXPECT_EQ(download(ids), want_ids) << e;
-    expect_close(want_w, download(w), 1e-5f);
+  for (int e : {1, 2, 4, 16, 31, 32, 33, 64, 100, 256, 257, 512, 1000, 1024}) {
+    for (int k : {1, 2, 3, 5, 8, 10, 32}) {
+      if (k > e) continue;
+      std::vector<float> logits = randn(e, 100 * e + k, 2.0f);
+      if (e > 2) logits[e - 1] = logits[1];  // a tie: the lower id must win
+      if (e > 40) {
+        // equal maxima in different lanes and in one lane (ids 3 and 35), and a tie in the tail
+        const float top = *std::max_element(logits.begin(), logits.end()) + 1.0f;
+        logits[35] = logits[3] = logits[e / 2] = top;
+        logits[e - 2] = logits[e - 7];
+      }
+      expect_router_matches(logits, k, "e=" + std::to_string(e) + " k=" + std::to_string(k));
+    }
   }
 }
 
+// Probabilities that underflow to 0 are chosen last, lowest ids first; all-equal logits.
+TEST(Ops, RouterTopKZeroAndEqualProbabilities) {
+  QF_REQUIRE_GPU();
+  std::vector<float> logits(256, -1000.0f);
+  logits[200] = 1.0f;
+  logits[7] = 0.5f;
+  logits[70] = 1.0f;
+  expect_router_matches(logits, 8, "underflow");
+  expect_router_matches(std::vector<float>(300, 0.25f), 10, "all equal");
+}
+
+TEST(Ops, RouterTopKRejectsUnsupportedSizes) {
+  QF_REQUIRE_GPU();
+  DeviceBuffer<float> logits(2048), w(64);
+  DeviceBuffer<int> ids(64);
+  EXPECT_EQ(router_topk(logits.data(), 1025, 8, ids.data(), w.data(), nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(router_topk(logits.data(), 256, 33, ids.data(), w.data(), nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(router_topk(logits.data(), 4, 5, ids.data(), w.data(), nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(router_topk(logits.data(), 4, 0, ids.data(), w.data(), nullptr), cudaErrorInvalidValue);
+}
+
+// Runs moe_combine_norm on the inputs; returns (x, out).
+std::pair<std::vector<float>, std::vector<float>> combine_on_gpu(
+    const std::vector<float>& y, const std::vector<float>& wt, const std::vector<float>& shared,
+    float gate, const std::vector<float>& x0, const std::vector<float>& w) {
+  const int h = static_cast<int>(x0.size()), k = static_cast<int>(wt.size());
+  auto dy = upload(y);
+  auto ds = upload(shared);
+  auto dwt = upload(wt);
+  auto dg = upload(std::vector<float>{gate});
+  auto dx = upload(x0);
+  auto dw = upload(w);
+  DeviceBuffer<float> out(h);
+  EXPECT_EQ(moe_combine_norm(dy.data(), dwt.data(), k, ds.data(), dg.data(), h, dx.data(),
+                             dw.data(), 1e-6f, out.data(), nullptr),
+            cudaSuccess);
+  return {download(dx), download(out)};
+}
+
+// k = 1 .. 17 (the <= 8 and <= 16 register paths, one beyond), rows on both sides of 4096.
 TEST(Ops, MoeCombineThenNorm) {
   QF_REQUIRE_GPU();
-  for (int h : {64, 2048, 3072, 4096}) {
-    const int k = 8;
-    const auto y = randn(static_cast<size_t>(h) * k, h), shared = randn(h, h + 1),
-               x0 = randn(h, h + 2), w = randn(h, h + 3, 0.3f);
-    const std::vector<float> wt = {0.3f, 0.2f, 0.1f, 0.1f, 0.1f, 0.1f, 0.05f, 0.05f}, g = {0.4f};
-    auto dy = upload(y);
-    auto ds = upload(shared);
-    auto dwt = upload(wt);
-    auto dg = upload(g);
-    auto dx = upload(x0);
-    auto dw = upload(w);
-    DeviceBuffer<float> out(h);
-    ASSERT_EQ(moe_combine_norm(dy.data(), dwt.data(), k, ds.data(), dg.data(), h, dx.data(),
-                               dw.data(), 1e-6f, out.data(), nullptr),
-              cudaSuccess);
-    std::vector<float> x = x0, want(h);
-    moe_combine_ref(y.data(), wt.data(), k, shared.data(), g[0], h, x.data());
-    rms_norm_1p_ref(x.data(), w.data(), h, 1, 1e-6f, want.data());
-    expect_close(x, download(dx), 1e-6f);
-    expect_close(want, download(out), 1e-5f);
+  for (int h : {1, 33, 64, 1000, 2048, 3072, 4096, 4097, 5000}) {
+    for (int k : {1, 2, 3, 4, 5, 6, 7, 8, 10, 16, 17}) {
+      if (h == 1 && k > 3) continue;
+      const auto y = randn(static_cast<size_t>(h) * k, h + k), shared = randn(h, h + 1),
+                 x0 = randn(h, h + 2), w = randn(h, h + 3, 0.3f);
+      std::vector<float> wt = randn(k, 7 * k + 1, 0.3f);
+      for (float& v : wt) v = std::fabs(v);
+      const auto [got_x, got_out] = combine_on_gpu(y, wt, shared, 0.4f, x0, w);
+      std::vector<float> x = x0, want(h);
+      moe_combine_ref(y.data(), wt.data(), k, shared.data(), 0.4f, h, x.data());
+      rms_norm_1p_ref(x.data(), w.data(), h, 1, 1e-6f, want.data());
+      expect_close(x, got_x, 1e-6f);
+      expect_close(want, got_out, 1e-5f);
+    }
+  }
+}
+
+// The documented order, exactly: x[i] + fma(sg, shared[i], acc) with acc the fma chain over
+// j = 0 .. k-1, then the norm in block order. A gate of 100 makes sigmoid exactly 1 on both
+// sides (expf and std::exp may differ by an ulp elsewhere).
+TEST(Ops, MoeCombineInTheDocumentedOrder) {
+  QF_REQUIRE_GPU();
+  for (auto [h, k] :
+       {std::pair{3072, 8}, std::pair{1000, 3}, std::pair{4096, 10}, std::pair{4099, 8}}) {
+    const auto y = randn(static_cast<size_t>(h) * k, 5 * h), shared = randn(h, 5 * h + 1),
+               x0 = randn(h, 5 * h + 2), w = randn(h, 5 * h + 3, 0.3f), wt = randn(k, h, 0.3f);
+    const auto [got_x, got_out] = combine_on_gpu(y, wt, shared, 100.0f, x0, w);
+    std::vector<float> x = x0;
+    for (int i = 0; i < h; ++i) {
+      float acc = 0;
+      for (int j = 0; j < k; ++j) acc = std::fma(wt[j], y[static_cast<size_t>(j) * h + i], acc);
+      x[i] += shared[i] + acc;
+    }
+    EXPECT_EQ(got_x, x) << h;
+    EXPECT_EQ(got_out, norm_in_block_order(x, w, 1e-6f)) << h;
   }
 }
 

@@ -20,7 +20,12 @@ cudaError_t embed(FloatKind kind, const void* table, int h, const int* token, fl
 cudaError_t rms_norm_1p(const float* x, const float* w, int n, int rows, float eps, float* out,
                         cudaStream_t stream);
 
-// x += y (the residual add), then out = rms_norm_1p(x): one row of length n.
+// x += y (the residual add), then out = rms_norm_1p(x): one row of length n. Deterministic:
+// the sum of squares is added in the order of one 1024-thread block (ops.cu). PDL: for
+// n <= 4096 it loads w and x before waiting for the kernel launched just before it (pdl.cuh), so
+// no kernel that may still run when this one is launched (the one just before it on the stream,
+// or one joined to it by an event) may write them; in the decode step x is written several
+// launches earlier.
 cudaError_t add_rms_norm_1p(float* x, const float* y, const float* w, int n, float eps, float* out,
                             cudaStream_t stream);
 // The same with y in two parts (a K-split product, gemv.h GemvBatch::k_splits = 2):
@@ -34,13 +39,17 @@ cudaError_t swiglu(const float* gate, const float* up, int n, int rows, size_t s
                    cudaStream_t stream);
 
 // Router: p = softmax(logits[0..e)); the k largest (lowest index first among equals) with
-// weights p / sum of the chosen. ids[k], weights[k] on the device. e <= 1024.
+// weights p / sum of the chosen. ids[k], weights[k] on the device. 1 <= k <= e <= 1024,
+// k <= 32 (else cudaErrorInvalidValue).
 cudaError_t router_topk(const float* logits, int e, int k, int* ids, float* weights,
                         cudaStream_t stream);
 
 // x[i] += sum_j weights[j] * y[j * h + i] + sigmoid(*shared_gate) * shared[i] (the MoE output:
 // k routed experts and the gated shared expert, added to the residual stream), then
-// out = rms_norm_1p(x; w): the next layer's input norm (or the final norm).
+// out = rms_norm_1p(x; w): the next layer's input norm (or the final norm). Deterministic, as
+// add_rms_norm_1p. PDL: for h <= 4096 and k <= 16 it loads w, x, weights and *shared_gate
+// before waiting, under the same condition as add_rms_norm_1p (in the decode step, the kernels
+// still running are the two down projections, of the routed and of the shared expert).
 cudaError_t moe_combine_norm(const float* y, const float* weights, int k, const float* shared,
                              const float* shared_gate, int h, float* x, const float* w, float eps,
                              float* out, cudaStream_t stream);
