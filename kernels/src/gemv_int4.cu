@@ -138,6 +138,11 @@ __device__ __forceinline__ void stage_segment(const float4& f, int s, int lane, 
   }
 }
 
+// Group scale (f16 bits, low half) and zero (bits 16..23) of one row and group.
+__device__ __forceinline__ uint32_t load_scale_zero(const Mat& m, uint32_t i) {
+  return __half_as_ushort(__ldg(m.scales + i)) | static_cast<uint32_t>(__ldg(m.zeros + i)) << 16;
+}
+
 template <int kU>
 __global__ void __launch_bounds__(kThreads, kU <= 2 ? 3 : 2)  // 80 / 128 registers
     gemv_int4_mma_kernel(const DeviceLinear w, const float* __restrict__ x, float* __restrict__ y,
@@ -174,26 +179,17 @@ __global__ void __launch_bounds__(kThreads, kU <= 2 ? 3 : 2)  // 80 / 128 regist
   // as soon as it has been used, so kU - 1 to kU segments stay in flight.
   uint4 qa[kU], qb[kU];
   uint32_t sza[kU], szb[kU];
-  // Items are loaded in order (the first kU, then item i + kU as item i is used), so the weight
-  // pointers just advance by a segment; the scales and zeros of rows ra and rb are indexed by
-  // group from their rows' starts (32-bit offsets: one wide add per load, not a 64-bit multiply).
-  const uint4* la = pa + first * seg_step;
-  const uint4* lb = pb + first * seg_step;
-  const __half *sc_a = m.scales + sa, *sc_b = m.scales + sb;
-  const uint8_t *ze_a = m.zeros + sa, *ze_b = m.zeros + sb;
-  uint32_t seg_next = static_cast<uint32_t>(first);
-  auto load = [&](int u) {
-    qa[u] = ld_stream(la);
-    qb[u] = ld_stream(lb);
-    la += seg_step;
-    lb += seg_step;
-    const uint32_t grp = seg_next++ >> args.seg_shift;  // scale: f16 bits, zero: bits 16..23
-    sza[u] = __half_as_ushort(__ldg(sc_a + grp)) | static_cast<uint32_t>(__ldg(ze_a + grp)) << 16;
-    szb[u] = __half_as_ushort(__ldg(sc_b + grp)) | static_cast<uint32_t>(__ldg(ze_b + grp)) << 16;
+  auto load = [&](int u, int i) {
+    const int seg = first + i;
+    qa[u] = ld_stream(pa + seg * seg_step);
+    qb[u] = ld_stream(pb + seg * seg_step);
+    const uint32_t grp = static_cast<uint32_t>(seg) >> args.seg_shift;
+    sza[u] = load_scale_zero(m, sa + grp);
+    szb[u] = load_scale_zero(m, sb + grp);
   };
 #pragma unroll
   for (int u = 0; u < kU; ++u) {  // weights, scales, zeros: not written by the previous kernel
-    if (u < n_mine) load(u);
+    if (u < n_mine) load(u, u);
   }
   pdl::wait();  // x is the previous kernel's output
 
@@ -270,7 +266,7 @@ __global__ void __launch_bounds__(kThreads, kU <= 2 ? 3 : 2)  // 80 / 128 regist
         const int i = i0 + u;
         if (i < i1) {
           compute(u, first + i);
-          if (i + kU < n_mine) load(u);  // item i + kU
+          if (i + kU < n_mine) load(u, i + kU);
         }
       }
     }
