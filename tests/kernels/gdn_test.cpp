@@ -1,6 +1,8 @@
 // gdn_decode on the GPU against gdn_decode_ref, several tokens in sequence with the conv and
 // recurrent state carried on each side, at awkward sizes (dk, dv = 16, 32, 48, 128; Nv/Nk = 1, 2,
-// 4; kc = 2, 3, 4) and the real 35B-A3B / 122B-A10B sizes. Tolerances (mixer_check.h):
+// 4; kc = 2, 3, 4), at the edges of the launch plan (clusters of 5, 7 and 8 column tiles, a
+// partly idle last tile, 128-column tiles, 1024-thread blocks, kc = 1 and 8) and the real
+// 35B-A3B / 122B-A10B sizes. Tolerances (mixer_check.h):
 //   conv state: exact (it only moves inputs);
 //   recurrent state: rel 1e-5 of its rms. Per token each element takes a dk-long dot product
 //     (p), one multiply-add and a decay; the old error is multiplied by alpha (I - beta k k^T),
@@ -104,6 +106,15 @@ TEST(GdnKernel, AwkwardShapes) {
   run_sequence(GdnShape{.n_k_heads = 3, .n_v_heads = 6, .dk = 48, .dv = 48, .kc = 4}, 5, 6);
   run_sequence(GdnShape{.n_k_heads = 2, .n_v_heads = 2, .dk = 128, .dv = 16, .kc = 3}, 5, 7);
 }
+// The plan's edges: dv 200 -> 7 tiles of 32 (the last with 8 live columns) and no conv history;
+// dv 520 -> 5 tiles of 128 columns (the last with 8 live ones) and 8 conv taps; dv 256 with
+// dk 512 -> 8 tiles (the largest cluster) of 32 columns x 32 row groups = 1024 threads.
+TEST(GdnKernel, PlanEdges) {
+  QF_REQUIRE_GPU();
+  run_sequence(GdnShape{.n_k_heads = 1, .n_v_heads = 2, .dk = 64, .dv = 200, .kc = 1}, 4, 11);
+  run_sequence(GdnShape{.n_k_heads = 2, .n_v_heads = 2, .dk = 32, .dv = 520, .kc = 8}, 4, 12);
+  run_sequence(GdnShape{.n_k_heads = 1, .n_v_heads = 1, .dk = 512, .dv = 256, .kc = 4}, 4, 13);
+}
 TEST(GdnKernel, Qwen35_35B) {
   QF_REQUIRE_GPU();
   run_sequence(GdnShape{.n_k_heads = 16, .n_v_heads = 32, .dk = 128, .dv = 128, .kc = 4}, 6, 8);
@@ -113,8 +124,8 @@ TEST(GdnKernel, Qwen35_122B) {
   run_sequence(GdnShape{.n_k_heads = 16, .n_v_heads = 64, .dk = 128, .dv = 128, .kc = 4}, 6, 9);
 }
 
-// Same inputs, same state: bit-identical outputs and state (the last-tile normalization sums the
-// tiles in index order whatever order the blocks finish in).
+// Same inputs, same state: bit-identical outputs and state (every block of a head's cluster sums
+// the tiles' sums of squares in index order, whatever order the blocks finish in).
 TEST(GdnKernel, Deterministic) {
   QF_REQUIRE_GPU();
   const GdnShape s{.n_k_heads = 16, .n_v_heads = 64, .dk = 128, .dv = 128, .kc = 4};
@@ -159,6 +170,17 @@ TEST(GdnKernel, RejectsUnsupportedShapes) {
   EXPECT_EQ(gdn_decode(too_deep, p, nullptr, nullptr, nullptr, nullptr, GdnState{}, nullptr,
                        nullptr, nullptr),
             cudaErrorInvalidValue);
+  const GdnShape too_wide{.n_k_heads = 1, .n_v_heads = 1, .dk = 16, .dv = 1056, .kc = 4};
+  EXPECT_EQ(gdn_decode(too_wide, p, nullptr, nullptr, nullptr, nullptr, GdnState{}, nullptr,
+                       nullptr, nullptr),
+            cudaErrorInvalidValue);
+  for (const int kc : {0, 9}) {
+    const GdnShape bad_kc{.n_k_heads = 1, .n_v_heads = 1, .dk = 16, .dv = 16, .kc = kc};
+    EXPECT_EQ(gdn_decode(bad_kc, p, nullptr, nullptr, nullptr, nullptr, GdnState{}, nullptr,
+                         nullptr, nullptr),
+              cudaErrorInvalidValue)
+        << kc;
+  }
 }
 
 }  // namespace

@@ -28,15 +28,20 @@ struct GdnState {
   float* ssm = nullptr;   // [Nv, dk, dv]  (S[j][d][e])
 };
 
-// qkv: [conv_dim] pre-conv projections (read only); z: [Nv * dv]; b, a: [Nv]; out: [Nv * dv];
-// scratch: at least gdn_scratch_floats(shape) floats, 8-byte aligned, contents need no
-// initialization. Device pointers; stream-ordered, allocates nothing, no host sync, so a
-// captured graph replays it. Two launches: a channel-parallel conv/SiLU/l2-norm pass into
-// scratch, then one block per (value head, column tile) for the recurrence; the last tile of a
-// head to finish applies the gated RMSNorm, so results do not depend on block scheduling.
-// Shapes: Nv a multiple of Nk; kc >= 1; dv <= 1024 and dk <= 16 * 1024 / tile, where tile is the
-// largest power of two <= 32 dividing dv (dk <= 512 at dv % 32 == 0); otherwise
-// cudaErrorInvalidValue. Sums of squares accumulate in double, as the CPU engine does.
+// qkv: [conv_dim]; z: [Nv * dv]; b, a: [Nv]; out: [Nv * dv]; scratch: at least
+// gdn_scratch_floats(shape) floats, contents need no initialization. Device pointers;
+// stream-ordered, allocates nothing, no host sync, so a captured graph replays it. Two PDL
+// launches (pdl.cuh): a channel-parallel conv/SiLU/l2-norm pass into scratch, then one block per
+// (value head, column tile), the tiles of a head forming a thread-block cluster that shares the
+// gated RMSNorm's sum of squares (summed in tile order: deterministic).
+// Early loads (pdl.cuh, (b)): the conv kernel loads state.conv, and the recurrence kernel (which
+// follows the conv kernel) z, b, a and state.ssm, before their PDL wait; so the kernel launched
+// just before gdn_decode on the stream may write qkv, z, b, a (the in_proj GEMV does) and
+// state.ssm, but not state.conv.
+// Shapes: Nv a multiple of Nk; 1 <= kc <= 8; dk, dv <= 1024 and dk <= 16 * 1024 / tile, where
+// tile = min(32, dv rounded up to a power of two), doubled while ceil(dv / tile) > 8 (dk <= 512
+// at 16 < dv <= 256); otherwise cudaErrorInvalidValue. Sums of squares accumulate in double, as the
+// CPU engine does.
 cudaError_t gdn_decode(const GdnShape& shape, const GdnParams& p, const float* qkv, const float* z,
                        const float* b, const float* a, GdnState state, float* out, float* scratch,
                        cudaStream_t stream);
