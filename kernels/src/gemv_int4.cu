@@ -208,9 +208,14 @@ __global__ void __launch_bounds__(kThreads, kU <= 2 ? 3 : 2)  // 80 / 128 regist
         const int sl = j / kU, s = sl * args.per_slice + j % kU;
         return sl < n_slices && j % kU < args.per_slice && s < n_seg ? seg0 + s : -1;
       }
+      // The part's range again from blockIdx.y and the parameters (cheaper than keeping it live
+      // through the first items: kU = 6 spilled for sm_90).
+      const int part_segs = split_cols(w.k, b.k_splits) / kSegCols;
+      const int seg_lo = (static_cast<int>(blockIdx.y) % b.k_splits) * part_segs;
+      const int seg_n = min(part_segs, w.k / kSegCols - seg_lo);
       const int per_late = max(args.per_slice - kU, 0), sl = per_late ? j / per_late : n_slices;
       const int s = sl * args.per_slice + kU + (per_late ? j % per_late : 0);
-      return sl < n_slices && s < n_seg ? seg0 + s : -1;
+      return sl < n_slices && s < seg_n ? seg_lo + s : -1;
     };
     const int n_pick = early ? n_slices * kU : n_slices * max(args.per_slice - kU, 0);
     for (int j0 = warp; j0 < n_pick; j0 += 4 * kWarps) {
