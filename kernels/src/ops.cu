@@ -126,6 +126,21 @@ __device__ __forceinline__ int norm_thread() {
   return blockIdx.x * kNormThreads + threadIdx.x;
 }
 
+// The norm's second half, shared by the cluster kernels: ss (this thread's sum of squares of its
+// new x) over the cluster, then out = x * rsqrt(mean(x^2) + eps) * (1 + w) for this thread's
+// elements t, t + 1024, ... of n; ends with the cluster barrier (call it last).
+__device__ __forceinline__ void cluster_norm_out(float ss, const float (&xv)[kNormPer],
+                                                 const float (&wv)[kNormPer], int n, float eps,
+                                                 int t, float* red, float* out) {
+  ss = cluster_sum(ss, red);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
+#pragma unroll
+  for (int r = 0; r < kNormPer; ++r) {
+    if (t + 1024 * r < n) out[t + 1024 * r] = xv[r] * inv * (1.0f + wv[r]);
+  }
+  cluster_wait();
+}
+
 // add_rms_norm_long_kernel for n <= kNormMaxN. Before the wait: w, and x (not written by the
 // kernel just before); y and y2 are its output.
 __global__ void __cluster_dims__(kNormCtas, 1, 1) __launch_bounds__(kNormThreads)
@@ -156,13 +171,7 @@ __global__ void __cluster_dims__(kNormCtas, 1, 1) __launch_bounds__(kNormThreads
       ss = fmaf(xv[r], xv[r], ss);
     }
   }
-  ss = cluster_sum(ss, red);
-  const float inv = 1.0f / sqrtf(ss / static_cast<float>(n) + eps);
-#pragma unroll
-  for (int r = 0; r < kNormPer; ++r) {
-    if (t + 1024 * r < n) out[t + 1024 * r] = xv[r] * inv * (1.0f + wv[r]);
-  }
-  cluster_wait();
+  cluster_norm_out(ss, xv, wv, n, eps, t, red, out);
 }
 
 // moe_combine_norm_long_kernel for h <= kNormMaxN and k <= kK. Before the wait: w, x, the
@@ -211,13 +220,7 @@ __global__ void __cluster_dims__(kNormCtas, 1, 1) __launch_bounds__(kNormThreads
       ss = fmaf(xv[r], xv[r], ss);
     }
   }
-  ss = cluster_sum(ss, red);
-  const float inv = 1.0f / sqrtf(ss / static_cast<float>(h) + eps);
-#pragma unroll
-  for (int r = 0; r < kNormPer; ++r) {
-    if (t + 1024 * r < h) out[t + 1024 * r] = xv[r] * inv * (1.0f + wv[r]);
-  }
-  cluster_wait();
+  cluster_norm_out(ss, xv, wv, h, eps, t, red, out);
 }
 
 // ---- rows longer than kNormMaxN: one block of 1024 threads ---------------------------------
