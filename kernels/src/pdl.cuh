@@ -55,22 +55,30 @@ __device__ __forceinline__ void wait() {
 #endif
 }
 
-// kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialization. Returns
-// the launch's error (as cudaGetLastError() after <<<>>>).
+// A launch of `grid` x `block` with programmatic stream serialization and, unless nullptr, one
+// more attribute `extra`; the launch's error, as cudaGetLastError() after <<<>>>.
 template <class... Params, class... Args>
-cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                   cudaStream_t stream, Args&&... args) {
-  cudaLaunchAttribute attr[1];
+cudaError_t launch_with(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                        cudaStream_t stream, const cudaLaunchAttribute* extra, Args&&... args) {
+  cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
+  if (extra) attr[1] = *extra;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cfg.numAttrs = extra ? 2 : 1;
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialization.
+template <class... Params, class... Args>
+cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                   cudaStream_t stream, Args&&... args) {
+  return launch_with(kernel, grid, block, smem, stream, nullptr, std::forward<Args>(args)...);
 }
 
 // As launch(), the grid made of clusters of `cluster` blocks (sm_90 and later; at most 8 blocks
@@ -78,21 +86,12 @@ cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem
 template <class... Params, class... Args>
 cudaError_t launch_cluster(void (*kernel)(Params...), dim3 grid, dim3 cluster, dim3 block,
                            size_t smem, cudaStream_t stream, Args&&... args) {
-  cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  attr[1].id = cudaLaunchAttributeClusterDimension;
-  attr[1].val.clusterDim.x = cluster.x;
-  attr[1].val.clusterDim.y = cluster.y;
-  attr[1].val.clusterDim.z = cluster.z;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cfg.attrs = attr;
-  cfg.numAttrs = 2;
-  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+  cudaLaunchAttribute dims;
+  dims.id = cudaLaunchAttributeClusterDimension;
+  dims.val.clusterDim.x = cluster.x;
+  dims.val.clusterDim.y = cluster.y;
+  dims.val.clusterDim.z = cluster.z;
+  return launch_with(kernel, grid, block, smem, stream, &dims, std::forward<Args>(args)...);
 }
 
 }  // namespace qf::kern::pdl
