@@ -10,6 +10,7 @@
 #include "qf/error.h"
 #include "qf/kern/attention.h"
 #include "qf/kern/gdn.h"
+#include "qf/kern/lm_head.h"
 
 namespace qf::rt {
 namespace {
@@ -56,6 +57,10 @@ struct CudaEngine::Impl {
       *rlogits, *sgl, *rweights, *egu, *eh, *ey, *sgu, *sh, *sy, *hidden, *logits, *gdn_scratch,
       *attn_scratch;
   int *ids, *token, *next, *pos, *argmax_scratch;
+  // An INT8 head runs kern::lm_head (logits and the argmax in one launch, one pass over the
+  // weights); other heads gemv + argmax.
+  bool fused_head = false;
+  void* lm_head_scratch = nullptr;
   int* pinned = nullptr;  // host: the token in, the argmax out
   int64_t position = 0;
   Marks* marks = nullptr;
@@ -110,6 +115,12 @@ struct CudaEngine::Impl {
     attn_scratch = f(static_cast<int64_t>(kern::attn_scratch_floats(attn)) + 1);
     ids = i(k), token = i(1), next = i(1), pos = i(1);
     argmax_scratch = i(kern::argmax_scratch_ints(static_cast<int>(c.vocab_size)));
+    fused_head = kern::lm_head_ok(m->lm_head, 1);
+    if (fused_head) {
+      lm_head_scratch = m->alloc(kern::lm_head_scratch_bytes());
+      check(cudaMemsetAsync(lm_head_scratch, 0, kern::lm_head_scratch_bytes(), stream),
+            "memset");  // once: each launch leaves its ticket reset
+    }
     stats.device_bytes = m->device_bytes;
     stats.host_bytes = m->host_bytes_read;
     stats.load_seconds = m->load_seconds;
@@ -242,9 +253,15 @@ struct CudaEngine::Impl {
       const bool last = l + 1 == m->layers.size();
       moe(w.moe, last ? m->final_norm : m->layers[l + 1].input_norm, last ? hidden : u);
     }
-    gemv(m->lm_head, hidden, logits, {}, "LM head");
-    check(kern::argmax(logits, static_cast<int>(c.vocab_size), next, argmax_scratch, stream),
-          "argmax");
+    if (fused_head) {  // logits always written: step() copies them out when asked
+      check(kern::lm_head(m->lm_head, hidden, 1, 1, logits, next, nullptr, lm_head_scratch, stream),
+            "lm_head");
+      mark("LM head", kern::weight_bytes(m->lm_head));
+    } else {
+      gemv(m->lm_head, hidden, logits, {}, "LM head");
+      check(kern::argmax(logits, static_cast<int>(c.vocab_size), next, argmax_scratch, stream),
+            "argmax");
+    }
     check(kern::advance(next, token, pos, stream), "advance");
     mark("argmax", 0);
   }
