@@ -8,7 +8,9 @@
 //   int4 gdn in_proj  [20608 x 3072] (qkv | z | b | a), 8 copies in rotation
 //   int4 out_proj     [3072 x 8192] (DeltaNet out / attention o), 8 copies in rotation; and
 //                     the same in two K parts (GemvBatch::k_splits, the engine's launch)
-//   int8 lm head      [248320 x 3072], one scale per row
+//   int8 lm head      [248320 x 3072], one scale per row; then kern::lm_head on the same weights
+//                     with its fused argmax, 1 and 4 rows of x (and top-8 of 4 rows): weight
+//                     bytes counted once per launch, whatever the rows (logits written)
 //   fp8 shared up     [1024 x 3072], 128 x 128 blocks, 64 copies in rotation
 //   bf16 router       [256 x 3072], 64 copies in rotation
 //
@@ -31,6 +33,7 @@
 #include "qf/kern/cuda_check.h"
 #include "qf/kern/device_buffer.h"
 #include "qf/kern/gemv.h"
+#include "qf/kern/lm_head.h"
 #include "qf/quant/formats.h"
 
 namespace {
@@ -251,8 +254,9 @@ int main(int argc, char** argv) {
   const double copy = copy_gbps(stream);
   std::printf("device-to-device copy: %.0f GB/s (read + write)\n\n", copy);
 
-  // Inputs: x [8 x 3072] (slots' own activations for down), y large enough for any case.
-  DeviceBuffer<float> x(8 * 3072), y(248320 * 2);
+  // Inputs: x [8 x 3072] (slots' own activations for down), y large enough for any case (the
+  // LM head's logits of 4 rows).
+  DeviceBuffer<float> x(8 * 3072), y(248320 * 4);
   {
     std::vector<float> h(x.size());
     Rng rng{7};
@@ -335,6 +339,28 @@ int main(int argc, char** argv) {
     std::printf("%-31s %7.1f | %7.2f %8.0f %5.0f%% | %7.2f %8.0f %5.0f%%\n", c.name.c_str(),
                 bytes / 1e6, t.stream_us, gbps, 100.0 * gbps / copy, t.graph_us, graph_gbps,
                 100.0 * graph_gbps / copy);
+    if (c.lin.w == lm_head.lin.w) {  // the fused LM head next to the int8 gemv row
+      struct Head {
+        const char* name;
+        int rows, top_k;
+      };
+      DeviceBuffer<uint8_t> scratch(qf::kern::lm_head_scratch_bytes());
+      QF_CUDA_CHECK(cudaMemset(scratch.data(), 0, scratch.bytes()));
+      DeviceBuffer<int> ids(qf::kern::kLmHeadMaxRows * qf::kern::kLmHeadMaxTopK);
+      for (const Head& h :
+           {Head{"int8 lm_head x1 + argmax", 1, 1}, Head{"int8 lm_head x4 + argmax", 4, 1},
+            Head{"int8 lm_head x4 + top-8", 4, 8}}) {
+        auto head = [&](int, cudaStream_t s) {
+          return qf::kern::lm_head(c.lin, x.data(), h.rows, h.top_k, y.data(), ids.data(), nullptr,
+                                   scratch.data(), s);
+        };
+        const Timing th = time_launches(head, iters, stream);
+        const double hs = bytes / (th.stream_us * 1e3), hg = bytes / (th.graph_us * 1e3);
+        std::printf("%-31s %7.1f | %7.2f %8.0f %5.0f%% | %7.2f %8.0f %5.0f%%\n", h.name,
+                    bytes / 1e6, th.stream_us, hs, 100.0 * hs / copy, th.graph_us, hg,
+                    100.0 * hg / copy);
+      }
+    }
   }
   QF_CUDA_CHECK(cudaStreamDestroy(stream));
   return 0;
