@@ -489,7 +489,7 @@ TEST(GemvRealShapes, Int4QProj) {
 }
 
 // The DeltaNet in_proj (qkv | z | b | a, 20608 rows) and the out / o projection (K = 8192):
-// the widest and the deepest INT4 products of a step, each launched with its own ring and slices.
+// the widest and the deepest INT4 products of a step, each launched with its own items per block.
 TEST(GemvRealShapes, Int4GdnInProjAndOutProj) {
   QF_REQUIRE_GPU();
   const auto in = make_linear(WeightKind::kInt4, 20608, 3072, 1, 128, 128, 63);
@@ -511,6 +511,12 @@ TEST(GemvKSplit, PartsArePartialProductsOverTheirColumns) {
   check(*odd, Batch{3, {4, 0, 4}, 1152 + 4, 3 * 256, 3, 256}, 72);
   const auto whole = make_linear(WeightKind::kInt4, 40, 1024, 1, 1024, 128, 73);  // group = K
   check(*whole, Batch{1, {}, 0, 0, 2, 40}, 74);
+  // More items (K part x tile) than any GPU holds blocks, so blocks take runs of them that
+  // cross part edges (1002 tiles a part), the partial last tile and the short last part (3, 3
+  // and 2 segments: empty units), in two slots with their own x.
+  constexpr int kMany = 16 * 1001 + 5;
+  const auto many = make_linear(WeightKind::kInt4, kMany, 1024, 3, 256, 128, 76);
+  check(*many, Batch{2, {2, 0}, 1024, 3 * kMany, 3, kMany}, 77);
   // Not on other formats or with more parts than segments: refused, nothing written.
   const auto bf16 = make_linear(WeightKind::kBf16, 64, 1024, 1, 128, 128, 75);
   DeviceBuffer<float> d_x(1024), d_y(256);
@@ -581,7 +587,7 @@ TEST(GemvGraph, ReplayFollowsDeviceIds) {
 //
 // Checked two ways. (1) Bit for bit against the unfused GPU path on the same weights: gemv, then
 // swiglu (ops.h) reading the paired rows (gate = y + 16T, up = y + 16T + 8: n = 8, rows = tiles,
-// stride 16); the epilogue sums the slices in the same order and evaluates silu(g) * u as
+// stride 16); the epilogue adds the warps' sums in the same order and evaluates silu(g) * u as
 // swiglu does. (2) Against gemv_swiglu_ref, the tolerance propagated from gemv's (file comment):
 // with |g' - g| <= tg and |u' - u| <= tu that bound per row, silu 1.1-Lipschitz (|silu'| <=
 // 1.0999) and |silu(g)| <= |g|,
@@ -667,7 +673,7 @@ void check_swiglu(const TestLinear& t, const Batch& b, uint64_t seed) {
 }
 
 // Awkward sizes: one pair tile (n_h = 8), a few, an odd count of tiles (136 = 17 x 8), many;
-// K from one segment to 4096 (1 to 8 slices), groups of 128, 256 and one per row.
+// K from one segment to 4096 (1 to 32 units per item), groups of 128, 256 and one per row.
 TEST(GemvSwiglu, AwkwardSizes) {
   QF_REQUIRE_GPU();
   uint64_t seed = 500;
