@@ -7,7 +7,8 @@
 //   int4 q_proj       [16384 x 3072], 8 copies in rotation
 //   int4 gdn in_proj  [20608 x 3072] (qkv | z | b | a), 8 copies in rotation
 //   int4 out_proj     [3072 x 8192] (DeltaNet out / attention o), 8 copies in rotation; and
-//                     the same in two K parts (GemvBatch::k_splits, the engine's launch)
+//                     the same in two and four K parts (GemvBatch::k_splits; the engine's
+//                     launch: four)
 //   int8 lm head      [248320 x 3072], one scale per row; then kern::lm_head on the same weights
 //                     with its fused argmax, 1 and 4 rows of x (and top-8 of 4 rows): weight
 //                     bytes counted once per launch, whatever the rows (logits written)
@@ -310,6 +311,7 @@ int main(int argc, char** argv) {
   cases.push_back({"int4 gdn in_proj [20608x3072] ", gdn_in.lin, 1, 0, 0, rot.data(), 1});
   cases.push_back({"int4 out_proj    [3072x8192]  ", out_proj.lin, 1, 0, 0, rot.data(), 1});
   cases.push_back({"int4 out_proj 2 K parts        ", out_proj.lin, 1, 0, 0, rot.data(), 1, 2});
+  cases.push_back({"int4 out_proj 4 K parts        ", out_proj.lin, 1, 0, 0, rot.data(), 1, 4});
   cases.push_back({"int8 lm head     [248320x3072]", lm_head.lin, 1, 0, 0, nullptr, 0});
   cases.push_back({"fp8 shared up    [1024x3072]  ", fp8.lin, 1, 0, 0, rot.data(), 1});
   cases.push_back({"bf16 router      [256x3072]   ", router.lin, 1, 0, 0, rot.data(), 1});

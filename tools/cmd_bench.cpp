@@ -25,7 +25,7 @@ struct BenchArgs {
   bool json = false;
   bool serial_shared = false;
   bool unfused_swiglu = false;
-  bool unsplit_out = false;
+  int out_parts = rt::CudaOptions{}.out_parts;
 };
 
 int run(const BenchArgs& a) {
@@ -37,7 +37,7 @@ int run(const BenchArgs& a) {
   o.max_context = a.context + a.steps + 2;
   o.parallel_shared = !a.serial_shared;
   o.fused_swiglu = !a.unfused_swiglu;
-  o.split_out = !a.unsplit_out;
+  o.out_parts = a.out_parts;
   std::unique_ptr<rt::Model> model;
   std::unique_ptr<rt::CudaEngine> engine;
   if (!a.synthetic.empty()) {
@@ -121,8 +121,10 @@ Command add_bench(CLI::App& app) {
                 "run the shared expert after the routed experts, not beside them (to compare)");
   sub->add_flag("--unfused-swiglu", a->unfused_swiglu,
                 "routed experts: gate|up product, then a separate SwiGLU launch (to compare)");
-  sub->add_flag("--unsplit-out", a->unsplit_out,
-                "out / o projections in one K part instead of two (to compare)");
+  sub->add_option("--out-parts", a->out_parts,
+                  "K parts of the out / o projections, 1 to 8 (1: one part, to compare)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 8));
   sub->add_flag("--json", a->json, "machine-readable report on stdout");
   sub->footer(
       "Bytes per step count what the step reads and writes: every weight it uses (routed\n"

@@ -142,13 +142,15 @@ __device__ __forceinline__ void cluster_norm_out(float ss, const float (&xv)[kNo
 }
 
 // add_rms_norm_long_kernel for n <= kNormMaxN. Before the wait: w, and x (not written by the
-// kernel just before); y and y2 are its output.
+// kernel just before); y's parts are its output.
+// kParts: a power of two >= n_parts (the loads are unrolled over it, predicated by n_parts).
+template <int kParts>
 __global__ void __cluster_dims__(kNormCtas, 1, 1) __launch_bounds__(kNormThreads)
-    add_rms_norm_kernel(float* x, const float* y, const float* y2, const float* w, int n, float eps,
-                        float* out) {
+    add_rms_norm_kernel(float* x, const float* y, int n_parts, size_t part_stride, const float* w,
+                        int n, float eps, float* out) {
   __shared__ float red[kNormWarps];
   const int t = norm_thread();
-  float xv[kNormPer], wv[kNormPer], yv[kNormPer], y2v[kNormPer];
+  float xv[kNormPer], wv[kNormPer], yv[kNormPer][kParts];
 #pragma unroll
   for (int r = 0; r < kNormPer; ++r) {
     const int i = t + 1024 * r;
@@ -157,16 +159,23 @@ __global__ void __cluster_dims__(kNormCtas, 1, 1) __launch_bounds__(kNormThreads
   }
   pdl::wait();
 #pragma unroll
-  for (int r = 0; r < kNormPer; ++r) {
-    const bool in = t + 1024 * r < n;
-    yv[r] = in ? y[t + 1024 * r] : 0.0f;
-    y2v[r] = in && y2 ? y2[t + 1024 * r] : 0.0f;
+  for (int r = 0; r < kNormPer; ++r) {  // every load issued before any is used: one round trip
+    const int i = t + 1024 * r;
+#pragma unroll
+    for (int p = 0; p < kParts; ++p) {
+      yv[r][p] = i < n && p < n_parts ? y[p * part_stride + i] : 0.0f;
+    }
   }
   float ss = 0;
 #pragma unroll
   for (int r = 0; r < kNormPer; ++r) {
     if (t + 1024 * r < n) {
-      xv[r] += y2 ? yv[r] + y2v[r] : yv[r];
+      float sum = yv[r][0];
+#pragma unroll
+      for (int p = 1; p < kParts; ++p) {
+        if (p < n_parts) sum += yv[r][p];
+      }
+      xv[r] += sum;
       x[t + 1024 * r] = xv[r];
       ss = fmaf(xv[r], xv[r], ss);
     }
@@ -225,15 +234,17 @@ __global__ void __cluster_dims__(kNormCtas, 1, 1) __launch_bounds__(kNormThreads
 
 // ---- rows longer than kNormMaxN: one block of 1024 threads ---------------------------------
 
-// x += y (y2 nullptr) or x += (y + y2), then out = x * rsqrt(mean(x^2) + eps) * (1 + w): the
-// residual add and the next norm.
-__global__ void add_rms_norm_long_kernel(float* x, const float* y, const float* y2, const float* w,
-                                         int n, float eps, float* out) {
+// x += ((y_0 + y_1) + ...) over the parts, then out = x * rsqrt(mean(x^2) + eps) * (1 + w):
+// the residual add and the next norm.
+__global__ void add_rms_norm_long_kernel(float* x, const float* y, int n_parts, size_t part_stride,
+                                         const float* w, int n, float eps, float* out) {
   pdl::wait();
   __shared__ float red[32];
   float ss = 0;
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    const float v = x[i] + (y2 ? y[i] + y2[i] : y[i]);
+    float sum = y[i];
+    for (int p = 1; p < n_parts; ++p) sum += y[p * part_stride + i];
+    const float v = x[i] + sum;
     x[i] = v;
     ss = fmaf(v, v, ss);
   }
@@ -333,16 +344,23 @@ cudaError_t rms_norm_1p(const float* x, const float* w, int n, int rows, float e
 
 cudaError_t add_rms_norm_1p(float* x, const float* y, const float* w, int n, float eps, float* out,
                             cudaStream_t stream) {
-  return add2_rms_norm_1p(x, y, nullptr, w, n, eps, out, stream);
+  return add_parts_rms_norm_1p(x, y, 1, 0, w, n, eps, out, stream);
 }
 
-cudaError_t add2_rms_norm_1p(float* x, const float* y0, const float* y1, const float* w, int n,
-                             float eps, float* out, cudaStream_t stream) {
+cudaError_t add_parts_rms_norm_1p(float* x, const float* y, int n_parts, size_t part_stride,
+                                  const float* w, int n, float eps, float* out,
+                                  cudaStream_t stream) {
+  if (n_parts < 1 || n_parts > kMaxNormParts) return cudaErrorInvalidValue;
   if (n <= kNormMaxN) {
-    return pdl::launch(add_rms_norm_kernel, kNormCtas, kNormThreads, 0, stream, x, y0, y1, w, n,
+    auto* kernel = n_parts == 1   ? add_rms_norm_kernel<1>
+                   : n_parts == 2 ? add_rms_norm_kernel<2>
+                   : n_parts <= 4 ? add_rms_norm_kernel<4>
+                                  : add_rms_norm_kernel<kMaxNormParts>;
+    return pdl::launch(kernel, kNormCtas, kNormThreads, 0, stream, x, y, n_parts, part_stride, w, n,
                        eps, out);
   }
-  return pdl::launch(add_rms_norm_long_kernel, 1, 1024, 0, stream, x, y0, y1, w, n, eps, out);
+  return pdl::launch(add_rms_norm_long_kernel, 1, 1024, 0, stream, x, y, n_parts, part_stride, w, n,
+                     eps, out);
 }
 
 cudaError_t swiglu(const float* gate, const float* up, int n, int rows, size_t stride, float* out,

@@ -137,26 +137,39 @@ TEST(Ops, AddThenNormIsTheResidualAddAndTheNorm) {
   }
 }
 
-TEST(Ops, AddTwoPartsThenNormAddsTheirSum) {
+TEST(Ops, AddPartsThenNormAddsTheirSumInOrder) {
   QF_REQUIRE_GPU();
   for (int n : {1, 33, 1000, 3072, 4096, 4097, 8191}) {
-    const auto x0 = randn(n, 5 * n), y0 = randn(n, 5 * n + 1), y1 = randn(n, 5 * n + 2);
-    const auto w = randn(n, 5 * n + 3, 0.3f);
-    auto dx = upload(x0);
-    auto dy0 = upload(y0);
-    auto dy1 = upload(y1);
-    auto dw = upload(w);
-    DeviceBuffer<float> out(n);
-    ASSERT_EQ(add2_rms_norm_1p(dx.data(), dy0.data(), dy1.data(), dw.data(), n, 1e-6f, out.data(),
-                               nullptr),
-              cudaSuccess);
-    std::vector<float> x = x0, want(n);
-    for (int i = 0; i < n; ++i) x[i] += y0[i] + y1[i];
-    rms_norm_1p_ref(x.data(), w.data(), n, 1, 1e-6f, want.data());
-    EXPECT_EQ(download(dx), x) << n;
-    const std::vector<float> got = download(out);
-    expect_close(want, got, 1e-5f);
-    EXPECT_EQ(got, norm_in_block_order(x, w, 1e-6f)) << n;  // the documented order, exactly
+    for (int parts : {2, 3, 4}) {
+      const size_t stride = static_cast<size_t>(n) + 5;  // a gap between parts
+      const int seed = 5 * n + 10 * parts;
+      const auto x0 = randn(n, seed), y = randn(stride * parts, seed + 1);
+      const auto w = randn(n, seed + 2, 0.3f);
+      auto dx = upload(x0);
+      auto dy = upload(y);
+      auto dw = upload(w);
+      DeviceBuffer<float> out(n);
+      ASSERT_EQ(add_parts_rms_norm_1p(dx.data(), dy.data(), parts, stride, dw.data(), n, 1e-6f,
+                                      out.data(), nullptr),
+                cudaSuccess);
+      std::vector<float> x = x0, want(n);
+      for (int i = 0; i < n; ++i) {
+        float sum = y[i];
+        for (int p = 1; p < parts; ++p) sum += y[p * stride + i];
+        x[i] += sum;
+      }
+      rms_norm_1p_ref(x.data(), w.data(), n, 1, 1e-6f, want.data());
+      EXPECT_EQ(download(dx), x) << n << " " << parts;
+      const std::vector<float> got = download(out);
+      expect_close(want, got, 1e-5f);
+      EXPECT_EQ(got, norm_in_block_order(x, w, 1e-6f)) << n;  // the documented order, exactly
+    }
+  }
+  DeviceBuffer<float> x(8), y(8 * 9), w(8), out(8);  // 0 or more than kMaxNormParts: refused
+  for (int parts : {0, kMaxNormParts + 1}) {
+    EXPECT_EQ(add_parts_rms_norm_1p(x.data(), y.data(), parts, 8, w.data(), 8, 1e-6f, out.data(),
+                                    nullptr),
+              cudaErrorInvalidValue);
   }
 }
 

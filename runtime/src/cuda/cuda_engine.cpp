@@ -62,6 +62,10 @@ struct CudaEngine::Impl {
 
   explicit Impl(std::unique_ptr<cuda::DeviceModel> model, const CudaOptions& options)
       : m(std::move(model)), o(options) {
+    if (o.out_parts < 1 || o.out_parts > kern::kMaxNormParts) {
+      throw Error(Errc::kUsage, "out_parts must be 1 to " + std::to_string(kern::kMaxNormParts) +
+                                    ", not " + std::to_string(o.out_parts));
+    }
     const ckpt::Qwen35Config& c = m->config;
     check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
     check(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -96,7 +100,7 @@ struct CudaEngine::Impl {
       v_cache.push_back(full ? f(o.max_context * c.kv_rows()) : nullptr);
     }
     const int64_t nv = c.linear_num_value_heads;
-    x = f(h), u = f(h), mix = f(2 * h), core = f(c.value_dim());  // mix: up to 2 parts
+    x = f(h), u = f(h), mix = f(static_cast<int64_t>(o.out_parts) * h), core = f(c.value_dim());
     gin = f(c.conv_dim() + c.value_dim() + 2 * nv);
     qkv = gin, z = qkv + c.conv_dim(), b = z + c.value_dim(), a = b + nv;
     qkvp = f(c.q_proj_rows() + 2 * c.kv_rows());
@@ -154,18 +158,20 @@ struct CudaEngine::Impl {
   }
 
   // The out / o projection into mix, then x += mix and u = post_norm(x). A deep, narrow product
-  // (K >= 2N: [3072 x 8192] on 122B) runs in two K parts, twice the blocks (on the H200 a
-  // single-part launch leaves most SMs with one block), and the norm adds the parts.
+  // (K >= 2N: [3072 x 8192] on 122B) runs in o.out_parts K parts, more blocks with fewer units
+  // each (one part fills 192 of the H200's 264 block slots), and the norm adds the parts.
   void out_proj_add_norm(const kern::DeviceLinear& w, const float* in, const float* norm,
                          const char* family) {
     const int h = static_cast<int>(m->config.hidden_size);
     const float eps = static_cast<float>(m->config.rms_norm_eps);
     kern::GemvBatch split;
-    split.k_splits = 2;
+    split.k_splits = o.out_parts;
     split.split_stride = static_cast<size_t>(h);
-    if (o.split_out && w.k >= 2 * w.n && kern::gemv_k_split_ok(w, split)) {
+    if (o.out_parts > 1 && w.k >= 2 * w.n && kern::gemv_k_split_ok(w, split)) {
       gemv(w, in, mix, split, family);
-      check(kern::add2_rms_norm_1p(x, mix, mix + h, norm, h, eps, u, stream), "add_rms_norm");
+      check(kern::add_parts_rms_norm_1p(x, mix, o.out_parts, split.split_stride, norm, h, eps, u,
+                                        stream),
+            "add_rms_norm");
     } else {
       gemv(w, in, mix, {}, family);
       check(kern::add_rms_norm_1p(x, mix, norm, h, eps, u, stream), "add_rms_norm");

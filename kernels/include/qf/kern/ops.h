@@ -28,10 +28,12 @@ cudaError_t rms_norm_1p(const float* x, const float* w, int n, int rows, float e
 // launches earlier.
 cudaError_t add_rms_norm_1p(float* x, const float* y, const float* w, int n, float eps, float* out,
                             cudaStream_t stream);
-// The same with y in two parts (a K-split product, gemv.h GemvBatch::k_splits = 2):
-// x += (y0 + y1), then the norm.
-cudaError_t add2_rms_norm_1p(float* x, const float* y0, const float* y1, const float* w, int n,
-                             float eps, float* out, cudaStream_t stream);
+// The same with y in n_parts (1 .. kMaxNormParts) parts part_stride floats apart (a K-split
+// product, gemv.h GemvBatch::k_splits): x += ((y_0 + y_1) + y_2) ..., then the norm.
+inline constexpr int kMaxNormParts = 8;
+cudaError_t add_parts_rms_norm_1p(float* x, const float* y, int n_parts, size_t part_stride,
+                                  const float* w, int n, float eps, float* out,
+                                  cudaStream_t stream);
 
 // out[i] = silu(gate[i]) * up[i] for i < n, where gate/up rows are `stride` floats apart over
 // `rows` rows (out is dense [rows, n]).

@@ -25,9 +25,9 @@ struct CudaOptions {
   // The routed experts' gate | up product applies SwiGLU in its epilogue (weights loaded in
   // kern::gemv_swiglu's paired row order where it takes them); false: gemv, then swiglu.
   bool fused_swiglu = true;
-  // Deep, narrow out / o projections (K >= 2N) run as two K parts that the following norm adds
-  // (kern::GemvBatch::k_splits); false: one part.
-  bool split_out = true;
+  // Deep, narrow out / o projections (K >= 2N) run as this many K parts (1 to 8) that the
+  // following norm adds (kern::GemvBatch::k_splits); 1: one part.
+  int out_parts = 4;
 };
 
 // One line per kernel family of a profiled step.
