@@ -29,8 +29,11 @@ __host__ __device__ constexpr size_t w_elem_bytes(WeightKind k) {
   return k == WeightKind::kBf16 ? 2 : k == WeightKind::kFp8 ? 1 : 4;
 }
 
-__device__ __forceinline__ Mat expert(const DeviceLinear& w, const GemvBatch& b, int slot) {
-  const size_t e = b.ids ? static_cast<size_t>(__ldg(b.ids + slot)) : static_cast<size_t>(slot);
+// through_l2: ids loaded with ld.global.cg (an early load, pdl.cuh (b)), not the read-only path.
+__device__ __forceinline__ Mat expert(const DeviceLinear& w, const GemvBatch& b, int slot,
+                                      bool through_l2 = false) {
+  const int id = !b.ids ? slot : through_l2 ? __ldcg(b.ids + slot) : __ldg(b.ids + slot);
+  const size_t e = static_cast<size_t>(id);
   Mat m;
   m.w = static_cast<const char*>(w.w) + e * w.w_stride * w_elem_bytes(w.kind);
   m.scales = w.scales ? w.scales + e * w.scale_stride : nullptr;

@@ -165,8 +165,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
                          const GemvBatch b, const Int4Args args) {
   extern __shared__ uint4 smem[];  // limbs (k / 4 uint4), SegStats, then the partial sums
   const int slot = blockIdx.y;
-  if (b.ids != nullptr) pdl::wait();  // the ids are the router's output
-  const Mat m = expert(w, b, slot);
+  // The ids are the router's output: wait for it unless it ran two or more launches back.
+  if (b.ids != nullptr && !b.ids_early) pdl::wait();
+  const Mat m = expert(w, b, slot, b.ids_early);
   const int k = w.k, n = w.n, tiles = args.tiles, S = args.part_segs;
   // This block's items (k part, tile) of its slot: i_lo .. i_lo + n_items - 1, tile fastest;
   // its units: S per item (segment j of the item's part; j >= the part's length: none).

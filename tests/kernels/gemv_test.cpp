@@ -546,6 +546,8 @@ TEST(GemvRealShapes, Fp8SharedExpertAndBf16Router) {
 }
 
 // ids are read on the device at run time: a captured graph follows new ids without re-capture.
+// With ids_early (ids written before the launch just before: here a copy ahead of the graph) the
+// INT4 kernel reads them before its PDL wait; the products are the same, bit for bit.
 TEST(GemvGraph, ReplayFollowsDeviceIds) {
   QF_REQUIRE_GPU();
   const auto t = make_linear(WeightKind::kInt4, 256, 1024, 6, 128, 128, 91);
@@ -557,29 +559,40 @@ TEST(GemvGraph, ReplayFollowsDeviceIds) {
   QF_CUDA_CHECK(cudaMemcpy(d_x.data(), x.data(), x.size() * 4, cudaMemcpyHostToDevice));
   cudaStream_t stream;
   QF_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  GemvBatch gb;
-  gb.n_slots = 4;
-  gb.ids = d_ids.data();
-  gb.y_stride = 256;
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  QF_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  ASSERT_EQ(gemv(t->view(true), d_x.data(), d_y.data(), gb, stream), cudaSuccess);
-  QF_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  QF_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  for (const std::vector<int>& ids : {std::vector<int>{0, 1, 2, 3}, {5, 5, 1, 4}}) {
-    QF_CUDA_CHECK(cudaMemcpyAsync(d_ids.data(), ids.data(), 16, cudaMemcpyHostToDevice, stream));
-    QF_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-    QF_CUDA_CHECK(cudaStreamSynchronize(stream));
-    std::vector<float> got(4 * 256), want(4 * 256);
-    QF_CUDA_CHECK(cudaMemcpy(got.data(), d_y.data(), d_y.bytes(), cudaMemcpyDeviceToHost));
-    gemv_ref(t->view(false), x.data(), want.data(), gb, ids.data());
-    for (size_t i = 0; i < got.size(); ++i) {
-      ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::fabs(want[i]))) << "i " << i;
+  std::vector<std::vector<float>> first;  // per ids set, ids_early = false
+  for (bool early : {false, true}) {
+    GemvBatch gb;
+    gb.n_slots = 4;
+    gb.ids = d_ids.data();
+    gb.y_stride = 256;
+    gb.ids_early = early;
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    QF_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    ASSERT_EQ(gemv(t->view(true), d_x.data(), d_y.data(), gb, stream), cudaSuccess);
+    QF_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    QF_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    int set = 0;
+    for (const std::vector<int>& ids : {std::vector<int>{0, 1, 2, 3}, {5, 5, 1, 4}}) {
+      QF_CUDA_CHECK(cudaMemcpyAsync(d_ids.data(), ids.data(), 16, cudaMemcpyHostToDevice, stream));
+      QF_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+      QF_CUDA_CHECK(cudaStreamSynchronize(stream));
+      std::vector<float> got(4 * 256), want(4 * 256);
+      QF_CUDA_CHECK(cudaMemcpy(got.data(), d_y.data(), d_y.bytes(), cudaMemcpyDeviceToHost));
+      gemv_ref(t->view(false), x.data(), want.data(), gb, ids.data());
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::fabs(want[i]))) << "i " << i;
+      }
+      if (early) {
+        EXPECT_EQ(got, first[set]) << "ids set " << set;
+      } else {
+        first.push_back(got);
+      }
+      ++set;
     }
+    QF_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    QF_CUDA_CHECK(cudaGraphDestroy(graph));
   }
-  QF_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  QF_CUDA_CHECK(cudaGraphDestroy(graph));
   QF_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 

@@ -226,8 +226,9 @@ struct CudaEngine::Impl {
       gemv(w.gate_up, u, egu, {k, ids, 0, 2 * static_cast<size_t>(im)}, "experts (INT4 MoE)");
       check(kern::swiglu(egu, egu + im, im, k, 2 * static_cast<size_t>(im), eh, stream), "swiglu");
     }
-    gemv(w.down, eh, ey, {k, ids, static_cast<size_t>(im), static_cast<size_t>(h)},
-         "experts (INT4 MoE)");
+    kern::GemvBatch down_batch{k, ids, static_cast<size_t>(im), static_cast<size_t>(h)};
+    down_batch.ids_early = true;  // written by router_topk, before the gate | up launch
+    gemv(w.down, eh, ey, down_batch, "experts (INT4 MoE)");
     if (branch) check(cudaStreamWaitEvent(stream, join), "cudaStreamWaitEvent");
     check(kern::moe_combine_norm(ey, rweights, k, sy, sgl, h, x, next_norm,
                                  static_cast<float>(c.rms_norm_eps), next_out, stream),

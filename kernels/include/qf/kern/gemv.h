@@ -92,6 +92,12 @@ struct GemvBatch {
   // floats per part.
   int k_splits = 1;
   size_t split_stride = 0;
+  // The ids were written two or more launches back on the stream (or by work joined to it
+  // before the launch just before): the INT4 tensor-core kernel then reads them, through L2,
+  // and issues its first weight loads before waiting for its predecessor (pdl.cuh, early loads
+  // (b)). Other kernels wait first either way. Leave false when the launch just before writes
+  // the ids (the router's top-k before the gate | up product).
+  bool ids_early = false;
 };
 
 // Columns of each k_splits range: whole 128-column segments.
