@@ -14,7 +14,9 @@ namespace qf::kern::gemv_detail {
 
 constexpr int kWarps = 8;  // warps per block (every gemv kernel)
 constexpr int kThreads = kWarps * 32;
-constexpr int kMaxSmemK = 10240;  // x in shared memory: at most 4.5 K bytes <= 48 KiB (no opt-in)
+// x in shared memory: at most 4.5 K bytes <= 48 KiB (gemv.cu: no opt-in; the INT4 kernel adds
+// its 24 KiB of rings and its partial sums, past 48 KiB by the opt-in).
+constexpr int kMaxSmemK = 10240;
 
 // One expert's arrays, resolved from ids on the device.
 struct Mat {
