@@ -51,6 +51,7 @@ using gemv_detail::kThreads;
 using gemv_detail::kWarps;
 using gemv_detail::ld_stream;
 using gemv_detail::Mat;
+using gemv_detail::reduce_rows;
 using gemv_detail::w_elem_bytes;
 
 constexpr int kPersistFactor = 4;  // go persistent beyond this many waves of tiles
@@ -263,25 +264,6 @@ __host__ __device__ constexpr int x_pos(int l) {
 }
 constexpr size_t x_smem_bytes(int k) {
   return sizeof(float4) * x_pos(k / 4);
-}
-
-// Sums of kR rows spread over the lanes -> lane l returns the whole sum of row l / (32 / kR).
-// Transposed: each offset-16, 8, ... step halves the rows a lane carries (log2 kR steps of kR/2,
-// kR/4, ... shuffles), then a plain butterfly finishes within groups of 32 / kR lanes.
-template <int kR>
-__device__ __forceinline__ float reduce_rows(float (&s)[kR], int lane) {
-#pragma unroll
-  for (int half = kR / 2, off = 16; half >= 1; half /= 2, off /= 2) {
-    const bool hi = lane & off;
-#pragma unroll
-    for (int i = 0; i < half; ++i) {
-      const float keep = hi ? s[i + half] : s[i], send = hi ? s[i] : s[i + half];
-      s[i] = keep + __shfl_xor_sync(0xFFFFFFFFu, send, off);
-    }
-  }
-#pragma unroll
-  for (int off = 16 / kR; off >= 1; off /= 2) s[0] += __shfl_xor_sync(0xFFFFFFFFu, s[0], off);
-  return s[0];
 }
 
 // How a fast-kernel warp walks its rows (template argument of gemv_fast_kernel):

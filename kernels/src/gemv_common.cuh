@@ -53,6 +53,27 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
   return r;
 }
 
+// Sums of kR rows spread over the lanes -> lane l returns the whole sum of row l / (32 / kR)
+// (gemv.cu, lm_head.cu). Every row is summed by the same butterfly tree, so equal inputs give
+// equal bits wherever they sit.
+// Transposed: each offset-16, 8, ... step halves the rows a lane carries (log2 kR steps of kR/2,
+// kR/4, ... shuffles), then a plain butterfly finishes within groups of 32 / kR lanes.
+template <int kR>
+__device__ __forceinline__ float reduce_rows(float (&s)[kR], int lane) {
+#pragma unroll
+  for (int half = kR / 2, off = 16; half >= 1; half /= 2, off /= 2) {
+    const bool hi = lane & off;
+#pragma unroll
+    for (int i = 0; i < half; ++i) {
+      const float keep = hi ? s[i + half] : s[i], send = hi ? s[i] : s[i + half];
+      s[i] = keep + __shfl_xor_sync(0xFFFFFFFFu, send, off);
+    }
+  }
+#pragma unroll
+  for (int off = 16 / kR; off >= 1; off /= 2) s[0] += __shfl_xor_sync(0xFFFFFFFFu, s[0], off);
+  return s[0];
+}
+
 // INT4 through the tensor-core kernel (gemv_int4.cu): whether it takes `w` (K a multiple of 128
 // and at most kMaxSmemK, 16-byte aligned rows and experts, groups a power-of-two multiple of 128
 // columns or one group per row), and its launch.

@@ -173,25 +173,6 @@ struct Args {
   uint32_t magic;  // 0x4B000000 (2^23) in a register: (u & 0xFF) | magic is one PRMT
 };
 
-// Sums of kV values spread over the lanes -> lane l returns the whole sum of value l / (32 / kV)
-// (gemv.cu's reduce_rows). Every value is summed by the same butterfly tree, so equal inputs give
-// equal bits wherever they sit.
-template <int kV>
-__device__ __forceinline__ float reduce_values(float (&s)[kV], int lane) {
-#pragma unroll
-  for (int half = kV / 2, off = 16; half >= 1; half /= 2, off /= 2) {
-    const bool hi = lane & off;
-#pragma unroll
-    for (int i = 0; i < half; ++i) {
-      const float keep = hi ? s[i + half] : s[i], send = hi ? s[i] : s[i + half];
-      s[i] = keep + __shfl_xor_sync(0xFFFFFFFFu, send, off);
-    }
-  }
-#pragma unroll
-  for (int off = 16 / kV; off >= 1; off /= 2) s[0] += __shfl_xor_sync(0xFFFFFFFFu, s[0], off);
-  return s[0];
-}
-
 __host__ __device__ constexpr int pow2_at_least(int v) {
   int p = 1;
   while (p < v) p *= 2;
@@ -353,7 +334,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
           for (int a = 0; a < kA; ++a) acc[r][bb][a] = 0.0f;
         }
       }
-      const float sum = reduce_values<kVals>(sums, lane);
+      const float sum = gemv_detail::reduce_rows<kVals>(sums, lane);
       const int vi = lane / (32 / kVals), row = first_row(t) + vi / kB, xb = vi % kB;
       const bool has = lane % (32 / kVals) == 0 && vi < kR * kB && row < n;
       if (logits != nullptr && has) logits[static_cast<size_t>(xb) * n + row] = sum;
@@ -376,15 +357,19 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   }
 
   // Block merge: the warps' lists through shared memory, warp b merging row b of x.
+  auto merge_warps = [&] {  // warp b (< kB): the 8 warps' lists of row b in wlist
+    TopK m;
+    offer_all(m, kWarps * top_k, top_k, lane, mbuf[warp],
+              [&](int i) { return wlist[i / top_k][warp][i % top_k]; });
+    return m;
+  };
 #pragma unroll
   for (int bb = 0; bb < kB; ++bb) {
     if (lane < top_k) wlist[warp][bb][lane] = {list[bb].lv, list[bb].li};
   }
   __syncthreads();
   if (warp < kB) {
-    TopK m;
-    offer_all(m, kWarps * top_k, top_k, lane, mbuf[warp],
-              [&](int i) { return wlist[i / top_k][warp][i % top_k]; });
+    const TopK m = merge_warps();
     if (lane < top_k) {
       cands[(static_cast<size_t>(blockIdx.x) * kLmHeadMaxRows + warp) * kLmHeadMaxTopK + lane] = {
           m.lv, m.li};
@@ -412,9 +397,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   }
   __syncthreads();
   if (warp < kB) {
-    TopK m;
-    offer_all(m, kWarps * top_k, top_k, lane, mbuf[warp],
-              [&](int i) { return wlist[i / top_k][warp][i % top_k]; });
+    const TopK m = merge_warps();
     if (lane < top_k) {
       ids[warp * top_k + lane] = m.li;
       if (top_logits != nullptr) top_logits[warp * top_k + lane] = m.lv;

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "gpu_test.h"
+#include "mixer_check.h"
 #include "qf/kern/device_buffer.h"
 #include "qf/kern/lm_head.h"
 #include "qf/kern/ops.h"
@@ -47,21 +48,8 @@ struct Rng {
   uint32_t below(uint32_t n) { return static_cast<uint32_t>(next() % n); }
 };
 
-template <class T>
-DeviceBuffer<T> upload(const std::vector<T>& v) {
-  DeviceBuffer<T> d(v.size());
-  if (!v.empty()) {
-    QF_CUDA_CHECK(cudaMemcpy(d.data(), v.data(), d.bytes(), cudaMemcpyHostToDevice));
-  }
-  return d;
-}
-
-template <class T>
-std::vector<T> download(const DeviceBuffer<T>& d) {
-  std::vector<T> v(d.size());
-  QF_CUDA_CHECK(cudaMemcpy(v.data(), d.data(), d.bytes(), cudaMemcpyDeviceToHost));
-  return v;
-}
+using test::download;  // mixer_check.h
+using test::upload;
 
 // An INT8 matrix in gemv.h's kernel layout, random codes, scales and zeros (any byte), on the host
 // and the device; the codes start `w_offset` bytes into their buffer (4: rows not 16-byte

@@ -1,5 +1,6 @@
-// Helpers for the token-mixer kernel tests (gdn_test, attention_test): GPU presence, host/device
-// copies, seeded random data and the tolerance check.
+// Helpers for the token-mixer kernel tests (gdn_test, attention_test; lm_head_test takes its
+// host/device copies): GPU presence, host/device copies, seeded random data and the tolerance
+// check.
 //
 // Tolerance model. The kernels and their _ref twins evaluate the same fp32 formulas; they differ
 // only in summation order (trees vs sequential loops), FMA contraction and last-ulp libm results.
