@@ -3,7 +3,10 @@
 // bandwidth, each kernel family's share of a step, and what that efficiency would give on a
 // DGX Spark (GB10, ~232 GB/s measured read bandwidth).
 #include <cstdio>
+#include <iterator>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "commands.h"
 #include "output.h"
@@ -26,6 +29,7 @@ struct BenchArgs {
   bool serial_shared = false;
   bool unfused_swiglu = false;
   int out_parts = rt::CudaOptions{}.out_parts;
+  std::vector<std::string> skip;
 };
 
 int run(const BenchArgs& a) {
@@ -38,6 +42,7 @@ int run(const BenchArgs& a) {
   o.parallel_shared = !a.serial_shared;
   o.fused_swiglu = !a.unfused_swiglu;
   o.out_parts = a.out_parts;
+  o.skip = a.skip;
   std::unique_ptr<rt::Model> model;
   std::unique_ptr<rt::CudaEngine> engine;
   if (!a.synthetic.empty()) {
@@ -78,6 +83,7 @@ int run(const BenchArgs& a) {
                         {"projected_gb10_tokens_per_s", gb10_tps},
                         {"device_bytes", ls.device_bytes},
                         {"load_seconds", ls.load_seconds},
+                        {"skipped", a.skip},
                         {"kernels", nlohmann::json::array()}};
     for (const rt::KernelShare& k : shares) {
       j["kernels"].push_back({{"name", k.name}, {"us", k.microseconds}, {"bytes", k.bytes}});
@@ -93,7 +99,16 @@ int run(const BenchArgs& a) {
               static_cast<long long>(a.context), a.steps, us, 1e6 / us);
   std::printf("bytes per step %s -> %.0f GB/s; device copy %.0f GB/s (read + write): %.1f%%\n",
               human_bytes(step_bytes).c_str(), gbs, copy_gbs, 100 * efficiency);
-  std::printf("projected on a GB10 (232 GB/s) at the same efficiency: %.1f tok/s\n\n", gb10_tps);
+  std::printf("projected on a GB10 (232 GB/s) at the same efficiency: %.1f tok/s\n", gb10_tps);
+  if (!a.skip.empty()) {
+    std::string left_out;
+    for (const std::string& n : a.skip) left_out += (left_out.empty() ? "" : ", ") + n;
+    std::printf(
+        "timing study: %s left out of every step (outputs wrong; bytes and %% above "
+        "still count their weights)\n",
+        left_out.c_str());
+  }
+  std::printf("\n");
   std::printf("one step launched kernel by kernel (%.1f us):\n", profiled_us);
   std::printf("  %-26s %10s %7s %12s %9s\n", "kernel family", "us", "share", "bytes", "GB/s");
   for (const rt::KernelShare& k : shares) {
@@ -125,6 +140,12 @@ Command add_bench(CLI::App& app) {
                   "K parts of the out / o projections, 1 to 8 (1: one part, to compare)")
       ->capture_default_str()
       ->check(CLI::Range(1, 8));
+  sub->add_option("--skip", a->skip,
+                  "timing study: leave these launches out of every step (the results are then "
+                  "wrong); the time saved bounds what fusing them away could gain")
+      ->delimiter(',')
+      ->check(CLI::IsMember(std::vector<std::string>(std::begin(rt::kSkippableLaunches),
+                                                     std::end(rt::kSkippableLaunches))));
   sub->add_flag("--json", a->json, "machine-readable report on stdout");
   sub->footer(
       "Bytes per step count what the step reads and writes: every weight it uses (routed\n"

@@ -188,6 +188,14 @@ TEST(EngineCli, CudaDeviceWithoutAGpuSaysWhy) {
   EXPECT_NE(b.out.find("--device cuda: "), std::string::npos) << b.out;
 }
 
+// bench --skip takes only the engine's launch names, checked before anything is loaded.
+TEST(EngineCli, BenchRejectsUnknownSkip) {
+  const CommandResult r = qforge("bench --synthetic tiny --skip router,bogus");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("--skip"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("bogus"), std::string::npos) << r.out;
+}
+
 TEST(EngineCli, RejectsUnknownDevice) {
   const CommandResult r =
       qforge("generate --model " + kModel.string() + " --prompt hi --device tpu");

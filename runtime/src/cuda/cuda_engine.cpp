@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <iterator>
+#include <numeric>
 
 #include "device_model.h"
 #include "qf/error.h"
@@ -66,6 +68,14 @@ struct CudaEngine::Impl {
       throw Error(Errc::kUsage, "out_parts must be 1 to " + std::to_string(kern::kMaxNormParts) +
                                     ", not " + std::to_string(o.out_parts));
     }
+    for (const std::string& name : o.skip) {
+      if (std::find_if(std::begin(kSkippableLaunches), std::end(kSkippableLaunches),
+                       [&](const char* n) { return name == n; }) == std::end(kSkippableLaunches)) {
+        std::string all;
+        for (const char* n : kSkippableLaunches) all += std::string(all.empty() ? "" : ", ") + n;
+        throw Error(Errc::kUsage, "no launch named '" + name + "' to skip; one of: " + all);
+      }
+    }
     const ckpt::Qwen35Config& c = m->config;
     check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
     check(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -113,6 +123,10 @@ struct CudaEngine::Impl {
     gdn_scratch = f(static_cast<int64_t>(kern::gdn_scratch_floats(gdn)) + 1);
     attn_scratch = f(static_cast<int64_t>(kern::attn_scratch_floats(attn)) + 1);
     ids = i(k), token = i(1), next = i(1), pos = i(1);
+    std::vector<int> distinct(static_cast<size_t>(k));  // what --skip router-topk leaves there
+    std::iota(distinct.begin(), distinct.end(), 0);
+    check(cudaMemcpy(ids, distinct.data(), distinct.size() * sizeof(int), cudaMemcpyHostToDevice),
+          "cudaMemcpy");
     argmax_scratch = i(kern::argmax_scratch_ints(static_cast<int>(c.vocab_size)));
     stats.device_bytes = m->device_bytes;
     stats.host_bytes = m->host_bytes_read;
@@ -153,6 +167,11 @@ struct CudaEngine::Impl {
     return total;
   }
 
+  // Whether the launch `name` (kSkippableLaunches) is left out (CudaOptions::skip).
+  bool on(const char* name) const {
+    return std::find(o.skip.begin(), o.skip.end(), name) == o.skip.end();
+  }
+
   void mark(const char* name, uint64_t bytes) {
     if (marks) marks->mark(name, bytes);
   }
@@ -168,13 +187,17 @@ struct CudaEngine::Impl {
     split.k_splits = o.out_parts;
     split.split_stride = static_cast<size_t>(h);
     if (o.out_parts > 1 && w.k >= 2 * w.n && kern::gemv_k_split_ok(w, split)) {
-      gemv(w, in, mix, split, family);
-      check(kern::add_parts_rms_norm_1p(x, mix, o.out_parts, split.split_stride, norm, h, eps, u,
-                                        stream),
-            "add_rms_norm");
+      if (on("out-proj")) gemv(w, in, mix, split, family);
+      if (on("out-norm")) {
+        check(kern::add_parts_rms_norm_1p(x, mix, o.out_parts, split.split_stride, norm, h, eps, u,
+                                          stream),
+              "add_rms_norm");
+      }
     } else {
-      gemv(w, in, mix, {}, family);
-      check(kern::add_rms_norm_1p(x, mix, norm, h, eps, u, stream), "add_rms_norm");
+      if (on("out-proj")) gemv(w, in, mix, {}, family);
+      if (on("out-norm")) {
+        check(kern::add_rms_norm_1p(x, mix, norm, h, eps, u, stream), "add_rms_norm");
+      }
     }
     mark("norms and elementwise", 0);
   }
@@ -210,17 +233,25 @@ struct CudaEngine::Impl {
       check(cudaEventRecord(fork, stream), "cudaEventRecord");
       check(cudaStreamWaitEvent(side, fork), "cudaStreamWaitEvent");
     }
-    gemv(w.shared_gate_up, u, sgu, {}, "shared expert", sh_stream);
-    check(kern::swiglu(sgu, sgu + is, is, 1, is, sh, sh_stream), "swiglu");
-    gemv(w.shared_down, sh, sy, {}, "shared expert", sh_stream);
+    if (on("shared-expert")) {
+      gemv(w.shared_gate_up, u, sgu, {}, "shared expert", sh_stream);
+      if (on("shared-swiglu")) {
+        check(kern::swiglu(sgu, sgu + is, is, 1, is, sh, sh_stream), "swiglu");
+      }
+      gemv(w.shared_down, sh, sy, {}, "shared expert", sh_stream);
+    }
     if (branch) check(cudaEventRecord(join, side), "cudaEventRecord");
-    gemv(w.router, u, rl, {}, "router");  // router logits and the shared expert's gate logit
-    check(kern::router_topk(rlogits, static_cast<int>(c.num_experts), k, ids, rweights, stream),
-          "router_topk");
+    if (on("router")) gemv(w.router, u, rl, {}, "router");  // and the shared expert's gate logit
+    if (on("router-topk")) {
+      check(kern::router_topk(rlogits, static_cast<int>(c.num_experts), k, ids, rweights, stream),
+            "router_topk");
+    }
     mark("router", 0);
     if (w.gate_up.swiglu_pairs) {  // straight to eh = silu(gate) * up
       const kern::GemvBatch pairs{k, ids, 0, static_cast<size_t>(im)};
-      check(kern::gemv_swiglu(w.gate_up.fused, u, eh, pairs, stream), "gemv_swiglu experts");
+      if (on("experts-gate-up")) {
+        check(kern::gemv_swiglu(w.gate_up.fused, u, eh, pairs, stream), "gemv_swiglu experts");
+      }
       mark("experts (INT4 MoE)", kern::weight_bytes(w.gate_up.fused) * static_cast<uint64_t>(k));
     } else {
       gemv(w.gate_up, u, egu, {k, ids, 0, 2 * static_cast<size_t>(im)}, "experts (INT4 MoE)");
@@ -228,11 +259,13 @@ struct CudaEngine::Impl {
     }
     kern::GemvBatch down_batch{k, ids, static_cast<size_t>(im), static_cast<size_t>(h)};
     down_batch.ids_early = true;  // written by router_topk, before the gate | up launch
-    gemv(w.down, eh, ey, down_batch, "experts (INT4 MoE)");
+    if (on("experts-down")) gemv(w.down, eh, ey, down_batch, "experts (INT4 MoE)");
     if (branch) check(cudaStreamWaitEvent(stream, join), "cudaStreamWaitEvent");
-    check(kern::moe_combine_norm(ey, rweights, k, sy, sgl, h, x, next_norm,
-                                 static_cast<float>(c.rms_norm_eps), next_out, stream),
-          "moe_combine_norm");
+    if (on("moe-combine")) {
+      check(kern::moe_combine_norm(ey, rweights, k, sy, sgl, h, x, next_norm,
+                                   static_cast<float>(c.rms_norm_eps), next_out, stream),
+            "moe_combine_norm");
+    }
     mark("norms and elementwise", 0);
   }
 
@@ -247,19 +280,23 @@ struct CudaEngine::Impl {
       const cuda::DeviceLayer& w = m->layers[l];  // u = input_norm(x) already
       if (w.full_attention) {
         gemv(w.qkv, u, qkvp, {}, "attention projections");
-        check(kern::attn_prepare(attn, qproj, kp, vp, w.q_norm, w.k_norm, pos, q, k_cache[l],
-                                 v_cache[l], stream),
-              "attn_prepare");
-        check(kern::attn_decode(attn, q, qproj, k_cache[l], v_cache[l], pos, att, attn_scratch,
-                                stream),
-              "attn_decode");
+        if (on("attention")) {
+          check(kern::attn_prepare(attn, qproj, kp, vp, w.q_norm, w.k_norm, pos, q, k_cache[l],
+                                   v_cache[l], stream),
+                "attn_prepare");
+          check(kern::attn_decode(attn, q, qproj, k_cache[l], v_cache[l], pos, att, attn_scratch,
+                                  stream),
+                "attn_decode");
+        }
         mark("attention", 2ull * (position + 1) * c.kv_rows() * 4);
         out_proj_add_norm(w.o, att, w.post_norm, "attention projections");
       } else {
-        gemv(w.gdn_in, u, gin, {}, "DeltaNet projections");
-        check(kern::gdn_decode(gdn, {w.conv, w.dt_bias, w.a_log, w.gdn_norm}, qkv, z, b, a,
-                               {conv[l], ssm[l]}, core, gdn_scratch, stream),
-              "gdn_decode");
+        if (on("gdn-in-proj")) gemv(w.gdn_in, u, gin, {}, "DeltaNet projections");
+        if (on("gdn-mixer")) {
+          check(kern::gdn_decode(gdn, {w.conv, w.dt_bias, w.a_log, w.gdn_norm}, qkv, z, b, a,
+                                 {conv[l], ssm[l]}, core, gdn_scratch, stream),
+                "gdn_decode");
+        }
         mark("DeltaNet recurrence",
              2ull * c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim * 4);
         out_proj_add_norm(w.out, core, w.post_norm, "DeltaNet projections");

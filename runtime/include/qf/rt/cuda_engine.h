@@ -28,7 +28,17 @@ struct CudaOptions {
   // Deep, narrow out / o projections (K >= 2N) run as this many K parts (1 to 8) that the
   // following norm adds (kern::GemvBatch::k_splits); 1: one part.
   int out_parts = 4;
+  // Timing studies only (qforge bench --skip): launches left out of every step, named as in
+  // kSkippableLaunches, so that the step time without them bounds what fusing them away could
+  // gain. Their outputs go stale, so the results are wrong; the weights still stream as in a
+  // real step (the expert ids start distinct and stay so when the top-k is left out).
+  std::vector<std::string> skip;
 };
+
+inline constexpr const char* kSkippableLaunches[] = {
+    "out-norm",     "router",      "router-topk",   "experts-gate-up",
+    "experts-down", "moe-combine", "shared-expert", "shared-swiglu",
+    "gdn-in-proj",  "gdn-mixer",   "out-proj",      "attention"};
 
 // One line per kernel family of a profiled step.
 struct KernelShare {
