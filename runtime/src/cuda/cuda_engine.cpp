@@ -253,7 +253,7 @@ struct CudaEngine::Impl {
         check(kern::gemv_swiglu(w.gate_up.fused, u, eh, pairs, stream), "gemv_swiglu experts");
       }
       mark("experts (INT4 MoE)", kern::weight_bytes(w.gate_up.fused) * static_cast<uint64_t>(k));
-    } else {
+    } else if (on("experts-gate-up")) {
       gemv(w.gate_up, u, egu, {k, ids, 0, 2 * static_cast<size_t>(im)}, "experts (INT4 MoE)");
       check(kern::swiglu(egu, egu + im, im, k, 2 * static_cast<size_t>(im), eh, stream), "swiglu");
     }
