@@ -34,21 +34,8 @@
 namespace qf::kern {
 namespace {
 
-struct Rng {
-  uint64_t s;
-  uint64_t next() {  // splitmix64
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  float uniform(float lo, float hi) {  // [lo, hi)
-    return lo + (hi - lo) * static_cast<float>(next() >> 40) * 0x1p-24f;
-  }
-  uint32_t below(uint32_t n) { return static_cast<uint32_t>(next() % n); }
-};
-
 using test::download;  // mixer_check.h
+using test::Rng;
 using test::upload;
 
 // An INT8 matrix in gemv.h's kernel layout, random codes, scales and zeros (any byte), on the host

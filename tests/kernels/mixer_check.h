@@ -1,6 +1,6 @@
 // Helpers for the token-mixer kernel tests (gdn_test, attention_test; lm_head_test takes its
-// host/device copies): GPU presence, host/device copies, seeded random data and the tolerance
-// check.
+// host/device copies and Rng, gemv_test its Rng): GPU presence, host/device copies, seeded
+// random data and the tolerance check.
 //
 // Tolerance model. The kernels and their _ref twins evaluate the same fp32 formulas; they differ
 // only in summation order (trees vs sequential loops), FMA contraction and last-ulp libm results.
@@ -52,6 +52,22 @@ std::vector<T> download(const DeviceBuffer<T>& d, size_t n = SIZE_MAX, size_t fi
   }
   return v;
 }
+
+// Seeded uniform data where the tests must draw exactly the same values on every platform
+// (splitmix64; std:: distributions are implementation-defined): gemv_test, lm_head_test.
+struct Rng {
+  uint64_t s;
+  uint64_t next() {  // splitmix64
+    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  float uniform(float lo, float hi) {  // [lo, hi)
+    return lo + (hi - lo) * static_cast<float>(next() >> 40) * 0x1p-24f;
+  }
+  uint32_t below(uint32_t n) { return static_cast<uint32_t>(next() % n); }
+};
 
 inline std::vector<float> randn(size_t n, std::mt19937_64& g, float scale = 1.0f,
                                 float mean = 0.0f) {
