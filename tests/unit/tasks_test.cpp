@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "qf/tasks.h"
@@ -35,12 +37,16 @@ TEST(RunTasks, EveryIndexOnceWithOneStatePerThread) {
 }
 
 TEST(RunTasks, FirstErrorStopsTheHandOutAndIsRethrown) {
+  // Every other task takes 100 us, so running them all would take the other thread 10 s: the
+  // hand-out must stop long before that. (With empty tasks it could finish all of them while the
+  // throwing thread unwinds on a busy 2-core machine; that made this test flaky.)
   std::atomic<size_t> ran{0};
   EXPECT_THROW(run_tasks(100000, 2,
                          [&] {
                            return [&](size_t i) {
                              ++ran;
                              if (i == 3) throw std::runtime_error("task 3");
+                             std::this_thread::sleep_for(std::chrono::microseconds(100));
                            };
                          }),
                std::runtime_error);
