@@ -3,7 +3,8 @@
 //   states do not sit in L2 between calls, as in a real decode step): time per layer and the
 //   recurrent-state bytes read + written per token / time, against device-to-device copy
 //   bandwidth (cudaMemcpy, counted as read + write).
-//   Attention decode (split + combine, after attn_prepare) at the 122B shape, 12 layers with
+//   Attention decode (norms, rotary, cache append, split-K attention, combine: one launch) at
+//   the 122B shape, 12 layers with
 //   their own caches, at several contexts: time per layer and KV bytes read / time.
 // All layers of one measurement are captured into one CUDA graph and replayed (launch gaps as in
 // the engine's captured decode step). Usage: qforge-bench-mixers [--quick]
@@ -121,8 +122,9 @@ void bench_attention(const char* name, qf::kern::AttnShape s, int n_layers, int 
   const size_t kv_row = static_cast<size_t>(s.n_kv_heads) * hd;
   auto q_proj = filled(nq * 2 * hd, 0.5f), k_proj = filled(kv_row, 0.3f),
        v_proj = filled(kv_row, 0.7f), qn = filled(hd, 0.0f), kn = filled(hd, 0.0f);
-  DeviceBuffer<float> q(nq * hd), out(nq * hd), scratch(qf::kern::attn_scratch_floats(s));
+  DeviceBuffer<float> out(nq * hd), scratch(qf::kern::attn_scratch_floats(s));
   DeviceBuffer<int> pos(1);
+  // The last row: each replay rewrites it with the same values and reads the rows before it.
   const int last = context - 1;
   QF_CUDA_CHECK(cudaMemcpy(pos.data(), &last, sizeof(int), cudaMemcpyHostToDevice));
   std::vector<DeviceBuffer<float>> kc, vc;
@@ -130,30 +132,21 @@ void bench_attention(const char* name, qf::kern::AttnShape s, int n_layers, int 
     kc.push_back(patterned(static_cast<size_t>(context) * kv_row));
     vc.push_back(patterned(static_cast<size_t>(context) * kv_row));
   }
-  const double us_prep =
-      time_graph_us(stream, 20,
-                    [&] {
-                      for (int l = 0; l < n_layers; ++l) {
-                        QF_CUDA_CHECK(qf::kern::attn_prepare(
-                            s, q_proj.data(), k_proj.data(), v_proj.data(), qn.data(), kn.data(),
-                            pos.data(), q.data(), kc[l].data(), vc[l].data(), stream));
-                      }
-                    }) /
-      n_layers;
   const double us = time_graph_us(stream, 20,
                                   [&] {
                                     for (int l = 0; l < n_layers; ++l) {
                                       QF_CUDA_CHECK(qf::kern::attn_decode(
-                                          s, q.data(), q_proj.data(), kc[l].data(), vc[l].data(),
-                                          pos.data(), out.data(), scratch.data(), stream));
+                                          s, q_proj.data(), k_proj.data(), v_proj.data(), qn.data(),
+                                          kn.data(), pos.data(), nullptr, kc[l].data(),
+                                          vc[l].data(), out.data(), scratch.data(), stream));
                                     }
                                   }) /
                     n_layers;
   const double bytes = 2.0 * context * kv_row * sizeof(float);
   std::printf(
-      "attention %-5s Nq %2d Nkv %d hd %d ctx %6d: prepare %5.2f us, decode %7.2f "
-      "us/layer, KV %6.1f MiB, %6.0f GB/s (%3.0f%% of copy)\n",
-      name, s.n_q_heads, s.n_kv_heads, s.head_dim, context, us_prep, us, bytes / (1 << 20),
+      "attention %-5s Nq %2d Nkv %d hd %d ctx %6d: %7.2f us/layer, KV %6.1f MiB, %6.0f GB/s "
+      "(%3.0f%% of copy)\n",
+      name, s.n_q_heads, s.n_kv_heads, s.head_dim, context, us, bytes / (1 << 20),
       bytes / (us * 1e3), 100.0 * bytes / (us * 1e3) / copy_gbs);
 }
 
@@ -181,7 +174,7 @@ int main(int argc, char** argv) {
   a122.n_kv_heads = 2;
   a122.head_dim = 256;
   a122.rot_dim = 64;
-  for (int ctx : {1, 4096, 32768, 131072}) {
+  for (int ctx : {1, 1024, 4096, 32768, 131072}) {
     if (quick && ctx > 4096) break;
     bench_attention("122B", a122, 12, ctx, copy_gbs, stream);
   }

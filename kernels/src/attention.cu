@@ -1,22 +1,27 @@
 // Gated full attention decode for one token (qf/kern/attention.h, qwen35-architecture.md §3.4).
-// Twin: attention_ref.cpp. Test: tests/kernels/attention_test.cpp.
+// Twins: attention_ref.cpp (attn_prepare_ref, then attn_decode_ref). Test:
+// tests/kernels/attention_test.cpp.
 //
-// attn_prepare_kernel: one block per q head and per k head (the k blocks also copy v): the
-// zero-centred RMSNorm, then partial NeoX RoPE, written to q or to cache row *pos. The rotary
-// table is built in double and rounded once (inv_freq = 1 / (float)theta^(2i/rot), angle =
-// (float)pos * inv_freq, cos/sin of that float angle): that is the correctly rounded value of
-// the CPU engine's f32 powf/cosf/sinf, so q and k agree with it to an ulp at any position.
-//
-// Flash-decoding, two launches. attn_split_kernel, grid (n_splits, Nkv, head blocks): a block
-// takes one KV head and up to 16 (hd 256) of its query heads over one chunk of the context, so
-// each K/V row is read once for the whole GQA group. Rows go in tiles of 32: a warp computes the
-// group's scores for 4 rows, a warp per head updates the online softmax (running max m, sum l),
-// then thread `dim` accumulates p * v[dim] for its heads. Each split leaves m, l and the
-// unnormalized output. attn_combine_kernel, one block per query head, rescales the splits to the
-// global max, divides by the total sum and multiplies by sigmoid(gate). The chunk length is
-// derived on the device from *pos with a fixed split count, so graphs replay at any position,
-// every split count is the same for the same position (deterministic), and splits past the
-// context exit at once.
+// Flash-decoding, two launches. attn_split_kernel, grid (n_splits, Nkv, head blocks): a block takes
+// one KV head and up to 8 (hd 256; 8 * 256 / hd in general) of its query heads over one chunk of
+// the context, so each K/V row is read once per head block and the GQA group's blocks fill the GPU.
+//   * Before its PDL wait a block builds the rotary table for *pos and loads its first tile of
+//     cached rows (both written by earlier steps), so those loads overlap the projection before.
+//     The table is computed in double and rounded once (inv_freq = 1 / (float)theta^(2i/rot),
+//     angle = (float)pos * inv_freq, cos/sin of that float angle): the correctly rounded value of
+//     the CPU engine's f32 powf/cosf/sinf, so q and k agree with it to an ulp at any position.
+//   * Then a warp per query head applies the zero-centred RMSNorm and partial NeoX RoPE to its
+//     q_proj row in shared memory. The split holding row *pos (the last one) does the same for
+//     the new k row, copies the new v row, uses both from shared memory and appends them to the
+//     caches (head block 0 writes); no block reads row *pos from memory.
+//   * Rows go in tiles of 32: a warp computes the heads' scores for 4 rows, a warp per head
+//     updates the online softmax (running max m, sum l), then thread `dim` accumulates p * v[dim]
+//     for its heads. Each split leaves m, l and the unnormalized output in scratch.
+//   * attn_combine_kernel, one block per query head, rescales the splits to the global max,
+//     divides by the total sum and multiplies by sigmoid(gate), in split order.
+// The chunk length is derived on the device from *pos with a fixed split count, so graphs replay
+// at any position, every result is the same for the same position (deterministic), and splits
+// past the context exit at once.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -28,16 +33,21 @@
 namespace qf::kern {
 namespace {
 
-constexpr int kPrepThreads = 128;
-constexpr int kMaxHeadDim = 512;  // attn_prepare (shared-memory row)
-constexpr int kTile = 32;         // context rows per online-softmax step (one per lane)
-constexpr int kDecThreads = 256;
+constexpr int kTile = 32;  // context rows per online-softmax step (one per lane)
+constexpr int kThreads = 256;
 constexpr int kMaxSplits = 128;
-constexpr int kMaxAcc = 16;  // query heads one thread accumulates (times kDecThreads / hd)
+constexpr int kMaxAcc = 8;             // query heads one thread accumulates (times kThreads / hd)
 constexpr int kCombineThreads = 1024;  // a multiple of every supported hd
 
 int n_splits_for(const AttnShape& s) {
   return std::min(kMaxSplits, (s.max_len + kTile - 1) / kTile);
+}
+int heads_per_block(const AttnShape& s) {
+  return std::min(s.n_q_heads / s.n_kv_heads, kMaxAcc * (kThreads / s.head_dim));
+}
+int head_blocks(const AttnShape& s) {
+  const int group = s.n_q_heads / s.n_kv_heads, hpb = heads_per_block(s);
+  return (group + hpb - 1) / hpb;
 }
 
 // Rows per split for a context of t rows: a multiple of kTile, at least one tile.
@@ -47,34 +57,112 @@ __device__ __forceinline__ int split_chunk(int t, int n_splits) {
 }
 
 // Context length for *pos, clamped to the cache so a bad position cannot fault.
-__device__ __forceinline__ int context_len(const int* pos, int max_len) {
-  return min(max(*pos + 1, 1), max_len);
+__device__ __forceinline__ int context_len(int pos, int max_len) {
+  return min(max(pos + 1, 1), max_len);
 }
 
-__global__ void __launch_bounds__(kPrepThreads)
-    attn_prepare_kernel(AttnShape s, const float* __restrict__ q_proj,
-                        const float* __restrict__ k_proj, const float* __restrict__ v_proj,
-                        const float* __restrict__ q_norm_w, const float* __restrict__ k_norm_w,
-                        const int* __restrict__ pos_p, float* __restrict__ q,
-                        float* __restrict__ k_cache, float* __restrict__ v_cache) {
-  pdl::wait();
-  __shared__ float x[kMaxHeadDim];
-  __shared__ float cos_s[kMaxHeadDim / 2], sin_s[kMaxHeadDim / 2];
-  __shared__ double red[32];
-  const int pos = *pos_p;
-  if (pos < 0 || pos >= s.max_len) return;  // contract: 0 <= *pos < max_len; write nothing
-  const int hd = s.head_dim, half = s.rot_dim / 2, tid = threadIdx.x;
-  const bool is_q = static_cast<int>(blockIdx.x) < s.n_q_heads;
-  const int kvh = blockIdx.x - s.n_q_heads;
-  const size_t row = (static_cast<size_t>(pos) * s.n_kv_heads + kvh) * hd;
-  const float* src = is_q ? q_proj + static_cast<size_t>(blockIdx.x) * 2 * hd
-                          : k_proj + static_cast<size_t>(kvh) * hd;
-  const float* w = is_q ? q_norm_w : k_norm_w;
-  float* dst = is_q ? q + static_cast<size_t>(blockIdx.x) * hd : k_cache + row;
-  if (!is_q) {
-    for (int i = tid; i < hd; i += blockDim.x) v_cache[row + i] = v_proj[kvh * hd + i];
+// kVec consecutive floats at p (16-byte aligned for 4, 8 for 2). kCg: through L2 only
+// (ld.global.cg): the cache rows may be loaded before the PDL wait (pdl.cuh, rule (b)).
+template <int kVec, bool kCg>
+__device__ __forceinline__ void load_vec(const float* p, float* out) {
+  if constexpr (kVec == 4) {
+    const float4* p4 = reinterpret_cast<const float4*>(p);
+    const float4 v = kCg ? __ldcg(p4) : *p4;
+    out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
+  } else if constexpr (kVec == 2) {
+    const float2* p2 = reinterpret_cast<const float2*>(p);
+    const float2 v = kCg ? __ldcg(p2) : *p2;
+    out[0] = v.x, out[1] = v.y;
+  } else {
+    out[0] = kCg ? __ldcg(p) : *p;
   }
-  for (int i = tid; i < half; i += blockDim.x) {
+}
+
+// One level of a warp's reduce-scatter: lanes with bit kO clear keep v[0..kO) and add their
+// partner's, lanes with it set keep v[kO..2 kO) and add their partner's, stored at v[0..kO).
+// After levels 16, 8, 4, 2, 1, lane L holds the warp's sum of the lanes' v[L].
+template <int kO>
+__device__ __forceinline__ void reduce_scatter(float (&v)[32], int lane) {
+  const bool upper = lane & kO;
+#pragma unroll
+  for (int i = 0; i < kO; ++i) {
+    const float send = upper ? v[i] : v[i + kO];
+    const float keep = upper ? v[i + kO] : v[i];
+    v[i] = keep + __shfl_xor_sync(0xffffffffu, send, kO);
+  }
+}
+
+struct AttnArgs {
+  const float *q_proj, *k_proj, *v_proj, *q_norm_w, *k_norm_w;
+  const int* pos;
+  float *q, *k_cache, *v_cache, *out;
+  float *part_o, *part_ml;  // [Nq, n_splits, hd] unnormalized outputs; [Nq, n_splits, 2] (m, l)
+};
+
+// Writes the zero-centred RMSNorm of src (hd floats; sum of squares in double, as the CPU
+// engine) times (1 + w) to dst, then rotates pairs (i, i + half) for i < half. One warp.
+template <int kHd>
+__device__ __forceinline__ void norm_rope_warp(const float* src, const float* w, float eps,
+                                               int half, const float* cos_s, const float* sin_s,
+                                               float* dst) {
+  constexpr int kE = kHd / 32;
+  const int lane = threadIdx.x & 31;
+  float x[kE];
+  double ss = 0;
+#pragma unroll
+  for (int e = 0; e < kE; ++e) {
+    x[e] = src[lane + 32 * e];
+    ss += static_cast<double>(x[e]) * x[e];
+  }
+  ss = mixer::warp_sum(ss);
+  const float inv = 1.0f / sqrtf(static_cast<float>(ss) / static_cast<float>(kHd) + eps);
+#pragma unroll
+  for (int e = 0; e < kE; ++e) dst[lane + 32 * e] = x[e] * inv * (1.0f + w[lane + 32 * e]);
+  __syncwarp();
+  // Unfused products so the rounding is the CPU engine's; a lane rewrites only its own pairs.
+  for (int i = lane; i < half; i += 32) {
+    const float a = dst[i], b = dst[i + half];
+    dst[i] = __fsub_rn(__fmul_rn(a, cos_s[i]), __fmul_rn(b, sin_s[i]));
+    dst[i + half] = __fadd_rn(__fmul_rn(b, cos_s[i]), __fmul_rn(a, sin_s[i]));
+  }
+  __syncwarp();
+}
+
+template <int kHd>
+__global__ void __launch_bounds__(kThreads)
+    attn_split_kernel(AttnShape s, int n_splits, int hpb, AttnArgs a) {
+  constexpr int kE = kHd / 32;  // elements of a K row per lane
+  constexpr int kVec = kE < 4 ? kE : 4;
+  constexpr int kWarps = kThreads / 32, kRowsPerWarp = kTile / kWarps;
+  constexpr int kSlices = kThreads / kHd;   // threads sharing one output dim
+  constexpr int kPass = 32 / kRowsPerWarp;  // heads per scoring pass: one pair per lane
+  static_assert(kE % kVec == 0 && kTile % kWarps == 0 && kThreads % kHd == 0 &&
+                kRowsPerWarp * kPass == 32);
+
+  // q [hpb, hd] | p [hpb, kTile] | m, l, corr [hpb] | new k, new v [hd] | cos, sin [hd / 2]
+  extern __shared__ __align__(16) float smem[];
+  float* qs = smem;
+  float* ps = qs + hpb * kHd;
+  float* m_s = ps + hpb * kTile;
+  float* l_s = m_s + hpb;
+  float* corr_s = l_s + hpb;
+  float* kn_s = corr_s + hpb;
+  float* vn_s = kn_s + kHd;
+  float* cos_s = vn_s + kHd;
+  float* sin_s = cos_s + kHd / 2;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, dim = tid % kHd, slice = tid / kHd;
+
+  // Before the wait: *pos (written by the previous step) and this split's first tile of cached
+  // rows (written by earlier steps), both through L2 (pdl.cuh, rule (b)); the rotary table.
+  const int pos = __ldcg(a.pos);
+  const int t_len = context_len(pos, s.max_len);
+  const int chunk = split_chunk(t_len, n_splits), t0 = blockIdx.x * chunk;
+  const int t1 = min(t_len, t0 + chunk);
+  const int kvh = blockIdx.y, half = s.rot_dim / 2;
+  const size_t row_stride = static_cast<size_t>(s.n_kv_heads) * kHd;
+  const float* kbase = a.k_cache + static_cast<size_t>(kvh) * kHd;
+  const float* vbase = a.v_cache + static_cast<size_t>(kvh) * kHd;
+  for (int i = tid; i < half; i += kThreads) {
     const float exponent = static_cast<float>(2 * i) / static_cast<float>(s.rot_dim);
     const float inv_freq =
         1.0f / static_cast<float>(pow(static_cast<double>(s.theta), static_cast<double>(exponent)));
@@ -82,130 +170,121 @@ __global__ void __launch_bounds__(kPrepThreads)
     cos_s[i] = static_cast<float>(cos(static_cast<double>(angle)));
     sin_s[i] = static_cast<float>(sin(static_cast<double>(angle)));
   }
-  double ss = 0;
-  for (int i = tid; i < hd; i += blockDim.x) {
-    x[i] = src[i];
-    ss += static_cast<double>(x[i]) * x[i];
-  }
-  const float inv =
-      1.0f / sqrtf(static_cast<float>(mixer::block_sum(ss, red)) / static_cast<float>(hd) + s.eps);
-  for (int i = tid; i < hd; i += blockDim.x) x[i] = x[i] * inv * (1.0f + w[i]);
-  __syncthreads();
-  // Rotate-half pairs (i, i + half); unfused products so the rounding is the CPU engine's.
-  for (int i = tid; i < hd; i += blockDim.x) {
-    float y = x[i];
-    if (i < half) {
-      y = __fsub_rn(__fmul_rn(x[i], cos_s[i]), __fmul_rn(x[i + half], sin_s[i]));
-    } else if (i < 2 * half) {
-      const int f = i - half;
-      y = __fadd_rn(__fmul_rn(x[i], cos_s[f]), __fmul_rn(x[f], sin_s[f]));
-    }
-    dst[i] = y;
-  }
-}
-
-template <int kVec>
-__device__ __forceinline__ void load_vec(const float* p, float* out) {
-  if constexpr (kVec == 4) {
-    const float4 v = *reinterpret_cast<const float4*>(p);
-    out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
-  } else if constexpr (kVec == 2) {
-    const float2 v = *reinterpret_cast<const float2*>(p);
-    out[0] = v.x, out[1] = v.y;
-  } else {
-    out[0] = *p;
-  }
-}
-
-// part_o: [Nq, n_splits, hd] unnormalized outputs; part_ml: [Nq, n_splits, 2] (max, sum).
-template <int kHd>
-__global__ void __launch_bounds__(kDecThreads)
-    attn_split_kernel(AttnShape s, int n_splits, int heads_per_block, const float* __restrict__ q,
-                      const float* __restrict__ k_cache, const float* __restrict__ v_cache,
-                      const int* __restrict__ pos_p, float* __restrict__ part_o,
-                      float* __restrict__ part_ml) {
-  pdl::wait();
-  constexpr int kE = kHd / 32;  // elements of a K row per lane
-  constexpr int kVec = kE < 4 ? kE : 4;
-  constexpr int kWarps = kDecThreads / 32, kRowsPerWarp = kTile / kWarps;
-  constexpr int kSlices = kDecThreads / kHd;  // threads sharing one output dim
-  static_assert(kE % kVec == 0 && kTile % kWarps == 0 && kDecThreads % kHd == 0);
-
-  const int t_len = context_len(pos_p, s.max_len);
-  const int chunk = split_chunk(t_len, n_splits), t0 = blockIdx.x * chunk;
-  if (t0 >= t_len) return;
-  const int t1 = min(t_len, t0 + chunk);
-  const int group = s.n_q_heads / s.n_kv_heads, kvh = blockIdx.y;
-  const int h_lo = kvh * group + blockIdx.z * heads_per_block;
-  const int nh = min(heads_per_block, group - static_cast<int>(blockIdx.z) * heads_per_block);
-
-  extern __shared__ __align__(16) float smem[];  // q [hpb, hd] | p [hpb, kTile] | m, l, corr [hpb]
-  float* qs = smem;
-  float* ps = qs + heads_per_block * kHd;
-  float* m_s = ps + heads_per_block * kTile;
-  float* l_s = m_s + heads_per_block;
-  float* corr_s = l_s + heads_per_block;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  for (int i = tid; i < nh * kHd; i += kDecThreads) qs[i] = q[static_cast<size_t>(h_lo) * kHd + i];
-  for (int i = tid; i < nh; i += kDecThreads) {
-    m_s[i] = -INFINITY;
-    l_s[i] = 0.0f;
-  }
-
-  const int dim = tid % kHd, slice = tid / kHd;
-  float acc[kMaxAcc];
-#pragma unroll
-  for (int u = 0; u < kMaxAcc; ++u) acc[u] = 0.0f;
-  const size_t row_stride = static_cast<size_t>(s.n_kv_heads) * kHd;
-  const float* kbase = k_cache + static_cast<size_t>(kvh) * kHd;
-  const float* vbase = v_cache + static_cast<size_t>(kvh) * kHd;
-  const float scale = 1.0f / sqrtf(static_cast<float>(kHd));
-  __syncthreads();
-
-  for (int tb = t0; tb < t1; tb += kTile) {
-    const int nt = min(kTile, t1 - tb);
-    // Scores: lane holds elements c * 32 * kVec + lane * kVec + v of its rows (coalesced rows,
-    // conflict-free q reads from shared memory).
-    float kr[kRowsPerWarp][kE];
+  // Lane holds elements c * 32 * kVec + lane * kVec + v of rows warp + kWarps * rr (coalesced
+  // rows, conflict-free q reads from shared memory); thread `dim` holds v[dim] of every row.
+  // Rows from *pos on stay zero here (the new row comes from shared memory, see below).
+  float kr[kRowsPerWarp][kE], vr[kTile];
+  const auto load_tile = [&](int tb) {
+    const int end = min(t1, pos) - tb;  // rows tb .. tb + end - 1 are in the cache
 #pragma unroll
     for (int rr = 0; rr < kRowsPerWarp; ++rr) {
       const int r = warp + kWarps * rr;
 #pragma unroll
       for (int c = 0; c < kE / kVec; ++c) {
-        if (r < nt) {
-          load_vec<kVec>(kbase + (tb + r) * row_stride + c * 32 * kVec + lane * kVec,
-                         &kr[rr][c * kVec]);
+        if (r < end) {
+          load_vec<kVec, true>(kbase + (tb + r) * row_stride + c * 32 * kVec + lane * kVec,
+                               &kr[rr][c * kVec]);
         } else {
 #pragma unroll
           for (int v = 0; v < kVec; ++v) kr[rr][c * kVec + v] = 0.0f;
         }
       }
     }
-    // V rows now too, so both DRAM round trips overlap the score and softmax work.
-    float vr[kTile];
 #pragma unroll
-    for (int t = 0; t < kTile; ++t) vr[t] = t < nt ? vbase[(tb + t) * row_stride + dim] : 0.0f;
-    for (int h = 0; h < nh; ++h) {
-      const float* qh = qs + h * kHd;
-      float part[kRowsPerWarp];
+    for (int t = 0; t < kTile; ++t)
+      vr[t] = t < end ? __ldcg(vbase + (tb + t) * row_stride + dim) : 0.0f;
+  };
+  if (t0 < t1) load_tile(t0);
+  pdl::wait();
+  if (t0 >= t1 || pos < 0 || pos >= s.max_len) return;  // contract: 0 <= *pos < max_len
+  __syncthreads();                                      // the rotary table
+
+  const int group = s.n_q_heads / s.n_kv_heads;
+  const int h_lo = kvh * group + blockIdx.z * hpb;
+  const int nh = min(hpb, group - static_cast<int>(blockIdx.z) * hpb);
+  const bool has_new = pos < t1;  // this split ends with the new row
+  // Warp per item: query heads 0 .. nh - 1, then the new k row.
+  for (int it = warp; it < nh + (has_new ? 1 : 0); it += kWarps) {
+    if (it < nh) {
+      norm_rope_warp<kHd>(a.q_proj + static_cast<size_t>(h_lo + it) * 2 * kHd, a.q_norm_w, s.eps,
+                          half, cos_s, sin_s, qs + it * kHd);
+    } else {
+      norm_rope_warp<kHd>(a.k_proj + static_cast<size_t>(kvh) * kHd, a.k_norm_w, s.eps, half, cos_s,
+                          sin_s, kn_s);
+    }
+  }
+  if (has_new) {
+    for (int i = tid; i < kHd; i += kThreads) vn_s[i] = a.v_proj[kvh * kHd + i];
+  }
+  for (int i = tid; i < nh; i += kThreads) {
+    m_s[i] = -INFINITY;
+    l_s[i] = 0.0f;
+  }
+  __syncthreads();
+  if (has_new && blockIdx.z == 0) {
+    const size_t row = static_cast<size_t>(pos) * row_stride + static_cast<size_t>(kvh) * kHd;
+    for (int i = tid; i < kHd; i += kThreads) {
+      a.k_cache[row + i] = kn_s[i];
+      a.v_cache[row + i] = vn_s[i];
+    }
+  }
+  if (a.q && blockIdx.x == 0) {
+    for (int i = tid; i < nh * kHd; i += kThreads) a.q[static_cast<size_t>(h_lo) * kHd + i] = qs[i];
+  }
+
+  float acc[kMaxAcc];
 #pragma unroll
-      for (int rr = 0; rr < kRowsPerWarp; ++rr) part[rr] = 0.0f;
+  for (int u = 0; u < kMaxAcc; ++u) acc[u] = 0.0f;
+  const float scale = 1.0f / sqrtf(static_cast<float>(kHd));
+  for (int tb = t0; tb < t1; tb += kTile) {
+    const int nt = min(kTile, t1 - tb);
+    if (tb != t0) load_tile(tb);
+    if (pos < tb + kTile) {  // the new row is in this tile: take it from shared memory
+      const int r_new = pos - tb;
 #pragma unroll
-      for (int c = 0; c < kE / kVec; ++c) {
-        float qv[kVec];
-        load_vec<kVec>(qh + c * 32 * kVec + lane * kVec, qv);
+      for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+        if (warp + kWarps * rr == r_new) {
 #pragma unroll
-        for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+          for (int c = 0; c < kE / kVec; ++c) {
 #pragma unroll
-          for (int v = 0; v < kVec; ++v) part[rr] += qv[v] * kr[rr][c * kVec + v];
+            for (int v = 0; v < kVec; ++v)
+              kr[rr][c * kVec + v] = kn_s[c * 32 * kVec + lane * kVec + v];
+          }
         }
       }
 #pragma unroll
-      for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-        part[rr] = mixer::warp_sum(part[rr]);
-        const int r = warp + kWarps * rr;
-        if (lane == 0 && r < nt) ps[h * kTile + r] = part[rr] * scale;
+      for (int t = 0; t < kTile; ++t) {
+        if (t == r_new) vr[t] = vn_s[dim];
       }
+    }
+    // Scores, kPass heads at a time: a lane sums its elements of every (row, head) pair, then a
+    // reduce-scatter butterfly (31 shuffles instead of 5 per pair) leaves pair
+    // (lane / kPass, lane % kPass) complete on lane `lane`.
+    for (int h0 = 0; h0 < nh; h0 += kPass) {
+      float v[32];
+#pragma unroll
+      for (int j = 0; j < kPass; ++j) {
+        const float* qh = qs + min(h0 + j, nh - 1) * kHd;  // past nh: a real row, result unused
+        float qv[kE];
+#pragma unroll
+        for (int c = 0; c < kE / kVec; ++c) {
+          load_vec<kVec, false>(qh + c * 32 * kVec + lane * kVec, &qv[c * kVec]);
+        }
+#pragma unroll
+        for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+          float d = 0.0f;
+#pragma unroll
+          for (int e = 0; e < kE; ++e) d += qv[e] * kr[rr][e];
+          v[rr * kPass + j] = d;
+        }
+      }
+      reduce_scatter<16>(v, lane);
+      reduce_scatter<8>(v, lane);
+      reduce_scatter<4>(v, lane);
+      reduce_scatter<2>(v, lane);
+      reduce_scatter<1>(v, lane);
+      const int h = h0 + lane % kPass, r = warp + kWarps * (lane / kPass);
+      if (h < nh && r < nt) ps[h * kTile + r] = v[0] * scale;
     }
     __syncthreads();
     // Online softmax, one warp per head: rows past the context get p = 0.
@@ -227,23 +306,27 @@ __global__ void __launch_bounds__(kDecThreads)
     for (int u = 0; u < kMaxAcc; ++u) {
       const int h = slice + kSlices * u;
       if (h < nh) {
-        float a = acc[u] * corr_s[h];
-        const float* ph = ps + h * kTile;
+        float acc_h = acc[u] * corr_s[h];
+        const float4* ph = reinterpret_cast<const float4*>(ps + h * kTile);
 #pragma unroll
-        for (int t = 0; t < kTile; ++t) a += ph[t] * vr[t];
-        acc[u] = a;
+        for (int t4 = 0; t4 < kTile / 4; ++t4) {
+          const float4 p = ph[t4];
+          acc_h +=
+              p.x * vr[4 * t4] + p.y * vr[4 * t4 + 1] + p.z * vr[4 * t4 + 2] + p.w * vr[4 * t4 + 3];
+        }
+        acc[u] = acc_h;
       }
     }
     __syncthreads();  // ps and corr_s are rewritten by the next tile
   }
+  const size_t split = blockIdx.x;
 #pragma unroll
   for (int u = 0; u < kMaxAcc; ++u) {
     const int h = slice + kSlices * u;
-    if (h < nh)
-      part_o[(static_cast<size_t>(h_lo + h) * n_splits + blockIdx.x) * kHd + dim] = acc[u];
+    if (h < nh) a.part_o[(static_cast<size_t>(h_lo + h) * n_splits + split) * kHd + dim] = acc[u];
   }
-  for (int i = tid; i < nh; i += kDecThreads) {
-    float* ml = part_ml + (static_cast<size_t>(h_lo + i) * n_splits + blockIdx.x) * 2;
+  for (int i = tid; i < nh; i += kThreads) {
+    float* ml = a.part_ml + (static_cast<size_t>(h_lo + i) * n_splits + split) * 2;
     ml[0] = m_s[i];
     ml[1] = l_s[i];
   }
@@ -261,7 +344,7 @@ __global__ void __launch_bounds__(kCombineThreads)
   __shared__ float red[kCombineThreads];
   __shared__ float warp_stat[kCombineThreads / 32];
   __shared__ float m_all, l_all;
-  const int t_len = context_len(pos_p, s.max_len);
+  const int t_len = context_len(*pos_p, s.max_len);
   const int chunk = split_chunk(t_len, n_splits), n_active = (t_len + chunk - 1) / chunk;
   const int h = blockIdx.x, hd = s.head_dim, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int n_warps = blockDim.x >> 5;
@@ -302,62 +385,48 @@ __global__ void __launch_bounds__(kCombineThreads)
   }
 }
 
-bool shape_ok(const AttnShape& s) {
-  return s.n_q_heads > 0 && s.n_kv_heads > 0 && s.n_q_heads % s.n_kv_heads == 0 && s.max_len > 0 &&
-         s.head_dim > 0;
-}
-
 template <int kHd>
-cudaError_t launch_decode(const AttnShape& s, const float* q, const float* q_proj,
-                          const float* k_cache, const float* v_cache, const int* pos, float* out,
-                          float* scratch, cudaStream_t stream) {
-  const int n_splits = n_splits_for(s), group = s.n_q_heads / s.n_kv_heads;
-  const int hpb = std::min(group, kMaxAcc * (kDecThreads / kHd));
-  const int n_sub = (group + hpb - 1) / hpb;
-  float* part_o = scratch;
-  float* part_ml = scratch + static_cast<size_t>(s.n_q_heads) * n_splits * kHd;
+cudaError_t launch_decode(const AttnShape& s, AttnArgs a, float* scratch, cudaStream_t stream) {
+  const int n_splits = n_splits_for(s), hpb = heads_per_block(s), n_sub = head_blocks(s);
+  a.part_o = scratch;
+  a.part_ml = scratch + static_cast<size_t>(s.n_q_heads) * n_splits * kHd;
   const dim3 grid(static_cast<unsigned>(n_splits), static_cast<unsigned>(s.n_kv_heads),
                   static_cast<unsigned>(n_sub));
-  const size_t smem = static_cast<size_t>(hpb) * (kHd + kTile + 3) * sizeof(float);
-  const cudaError_t err = pdl::launch(attn_split_kernel<kHd>, grid, kDecThreads, smem, stream, s,
-                                      n_splits, hpb, q, k_cache, v_cache, pos, part_o, part_ml);
+  const size_t smem = (static_cast<size_t>(hpb) * (kHd + kTile + 3) + 3 * kHd) * sizeof(float);
+  const cudaError_t err =
+      pdl::launch(attn_split_kernel<kHd>, grid, kThreads, smem, stream, s, n_splits, hpb, a);
   if (err != cudaSuccess) return err;
   return pdl::launch(attn_combine_kernel, s.n_q_heads, kCombineThreads, 0, stream, s, n_splits,
-                     q_proj, pos, part_o, part_ml, out);
+                     a.q_proj, a.pos, a.part_o, a.part_ml, a.out);
+}
+
+bool shape_ok(const AttnShape& s) {
+  return s.n_q_heads > 0 && s.n_kv_heads > 0 && s.n_q_heads % s.n_kv_heads == 0 && s.max_len > 0 &&
+         (s.head_dim == 64 || s.head_dim == 128 || s.head_dim == 256) && s.rot_dim >= 0 &&
+         s.rot_dim % 2 == 0 && s.rot_dim <= s.head_dim;
 }
 
 }  // namespace
 
-cudaError_t attn_prepare(const AttnShape& shape, const float* q_proj, const float* k_proj,
-                         const float* v_proj, const float* q_norm_w, const float* k_norm_w,
-                         const int* pos, float* q, float* k_cache, float* v_cache,
-                         cudaStream_t stream) {
-  if (!shape_ok(shape) || shape.head_dim > kMaxHeadDim || shape.rot_dim < 0 ||
-      shape.rot_dim % 2 != 0 || shape.rot_dim > shape.head_dim) {
-    return cudaErrorInvalidValue;
-  }
-  return pdl::launch(attn_prepare_kernel, shape.n_q_heads + shape.n_kv_heads, kPrepThreads, 0,
-                     stream, shape, q_proj, k_proj, v_proj, q_norm_w, k_norm_w, pos, q, k_cache,
-                     v_cache);
-}
-
 size_t attn_scratch_floats(const AttnShape& shape) {
+  if (!shape_ok(shape)) return 0;
   return static_cast<size_t>(shape.n_q_heads) * n_splits_for(shape) * (shape.head_dim + 2);
 }
 
-cudaError_t attn_decode(const AttnShape& shape, const float* q, const float* q_proj,
-                        const float* k_cache, const float* v_cache, const int* pos, float* out,
+cudaError_t attn_decode(const AttnShape& shape, const float* q_proj, const float* k_proj,
+                        const float* v_proj, const float* q_norm_w, const float* k_norm_w,
+                        const int* pos, float* q, float* k_cache, float* v_cache, float* out,
                         float* scratch, cudaStream_t stream) {
   if (!shape_ok(shape)) return cudaErrorInvalidValue;
+  const AttnArgs a{q_proj, k_proj,  v_proj,  q_norm_w, k_norm_w, pos,
+                   q,      k_cache, v_cache, out,      nullptr,  nullptr};
   switch (shape.head_dim) {
     case 64:
-      return launch_decode<64>(shape, q, q_proj, k_cache, v_cache, pos, out, scratch, stream);
+      return launch_decode<64>(shape, a, scratch, stream);
     case 128:
-      return launch_decode<128>(shape, q, q_proj, k_cache, v_cache, pos, out, scratch, stream);
-    case 256:
-      return launch_decode<256>(shape, q, q_proj, k_cache, v_cache, pos, out, scratch, stream);
+      return launch_decode<128>(shape, a, scratch, stream);
     default:
-      return cudaErrorInvalidValue;
+      return launch_decode<256>(shape, a, scratch, stream);
   }
 }
 

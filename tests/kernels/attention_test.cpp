@@ -1,9 +1,9 @@
-// attn_prepare + attn_decode on the GPU against their _ref twins: token after token from position
-// 0, each side appending to its own KV cache, the GPU pair captured once in a CUDA graph and
-// replayed with only the device-side position changing. Checked at contexts 1, 7, 300 and 4096
-// for the 122B-A10B shape (Nq 32, Nkv 2, hd 256, rot 64), past 4096 (several tiles per split),
-// at tile edges, and at awkward shapes (hd 64 and 128, full rotary, groups of 1, 3 and > 16
-// query heads). Tolerances (mixer_check.h):
+// attn_decode on the GPU against its _ref twins (attn_prepare_ref, then attn_decode_ref): token
+// after token from position 0, each side appending to its own KV cache, the GPU launch captured
+// once in a CUDA graph and replayed with only the device-side position changing. Checked at
+// contexts 1, 7, 300 and 4096 for the 122B-A10B shape (Nq 32, Nkv 2, hd 256, rot 64), past 4096
+// (several tiles per split), at tile edges, and at awkward shapes (hd 64 and 128, full rotary,
+// groups of 1, 3 and > 16 query heads). Tolerances (mixer_check.h):
 //   v cache rows: exact (a copy);
 //   q and k rows: rel 1e-5 of their rms. They are normed (a 256-long sum of squares in double
 //     on both sides) and rotated with cos/sin that both sides round from the same f32 angle, so
@@ -59,14 +59,11 @@ void run_sequence(const AttnShape& s, int n_steps, const std::vector<int>& check
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   QF_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  const cudaError_t e1 =
-      attn_prepare(s, d_qproj.data(), d_kproj.data(), d_vproj.data(), d_qn.data(), d_kn.data(),
-                   d_pos.data(), d_q.data(), d_kc.data(), d_vc.data(), stream);
-  const cudaError_t e2 = attn_decode(s, d_q.data(), d_qproj.data(), d_kc.data(), d_vc.data(),
-                                     d_pos.data(), d_out.data(), d_scratch.data(), stream);
+  const cudaError_t err = attn_decode(
+      s, d_qproj.data(), d_kproj.data(), d_vproj.data(), d_qn.data(), d_kn.data(), d_pos.data(),
+      d_q.data(), d_kc.data(), d_vc.data(), d_out.data(), d_scratch.data(), stream);
   QF_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  ASSERT_EQ(e1, cudaSuccess);
-  ASSERT_EQ(e2, cudaSuccess);
+  ASSERT_EQ(err, cudaSuccess);
   QF_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
 
   for (int pos = 0; pos < n_steps; ++pos) {
@@ -139,7 +136,7 @@ TEST(AttentionKernel, AwkwardShapes) {
 }
 TEST(AttentionKernel, LargeGroupsSplitAcrossBlocks) {
   QF_REQUIRE_GPU();
-  // 40 query heads on one KV head at hd 256 (16 per block: 16 + 16 + 8), 70 at hd 64 (64 + 6).
+  // 40 query heads on one KV head at hd 256 (8 per block, 5 blocks), 70 at hd 64 (32 + 32 + 6).
   run_sequence(
       AttnShape{.n_q_heads = 40, .n_kv_heads = 1, .head_dim = 256, .rot_dim = 64, .max_len = 100},
       100, {0, 99}, 16);
@@ -150,21 +147,21 @@ TEST(AttentionKernel, LargeGroupsSplitAcrossBlocks) {
 
 TEST(AttentionKernel, RejectsUnsupportedShapes) {
   // Validation happens before any launch, so this needs no device.
-  const AttnShape odd_hd{
-      .n_q_heads = 2, .n_kv_heads = 1, .head_dim = 96, .rot_dim = 32, .max_len = 8};
-  EXPECT_EQ(
-      attn_decode(odd_hd, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr),
-      cudaErrorInvalidValue);
-  const AttnShape bad_group{
-      .n_q_heads = 3, .n_kv_heads = 2, .head_dim = 64, .rot_dim = 32, .max_len = 8};
-  EXPECT_EQ(attn_decode(bad_group, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
-                        nullptr),
-            cudaErrorInvalidValue);
-  const AttnShape odd_rot{
-      .n_q_heads = 2, .n_kv_heads = 1, .head_dim = 64, .rot_dim = 7, .max_len = 8};
-  EXPECT_EQ(attn_prepare(odd_rot, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
-                         nullptr, nullptr, nullptr),
-            cudaErrorInvalidValue);
+  const auto refused = [](const AttnShape& s) {
+    EXPECT_EQ(attn_scratch_floats(s), 0u);
+    return attn_decode(s, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                       nullptr, nullptr, nullptr, nullptr) == cudaErrorInvalidValue;
+  };
+  EXPECT_TRUE(
+      refused({.n_q_heads = 2, .n_kv_heads = 1, .head_dim = 96, .rot_dim = 32, .max_len = 8}));
+  EXPECT_TRUE(
+      refused({.n_q_heads = 3, .n_kv_heads = 2, .head_dim = 64, .rot_dim = 32, .max_len = 8}));
+  EXPECT_TRUE(
+      refused({.n_q_heads = 2, .n_kv_heads = 1, .head_dim = 64, .rot_dim = 7, .max_len = 8}));
+  EXPECT_TRUE(
+      refused({.n_q_heads = 2, .n_kv_heads = 1, .head_dim = 64, .rot_dim = 66, .max_len = 8}));
+  EXPECT_TRUE(
+      refused({.n_q_heads = 2, .n_kv_heads = 1, .head_dim = 64, .rot_dim = 32, .max_len = 0}));
 }
 
 }  // namespace

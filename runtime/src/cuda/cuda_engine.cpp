@@ -54,8 +54,8 @@ struct CudaEngine::Impl {
   // Outputs of row groups are contiguous: gin = qkv | z | b | a, qkvp = q | k | v,
   // rl = router logits | shared gate logit, egu = [k, gate | up] (unused where the
   // experts are paired: gemv_swiglu writes eh directly), sgu = shared gate | up.
-  float *x, *u, *mix, *gin, *qkv, *z, *b, *a, *core, *qkvp, *qproj, *kp, *vp, *q, *att, *rl,
-      *rlogits, *sgl, *rweights, *egu, *eh, *ey, *sgu, *sh, *sy, *hidden, *logits, *gdn_scratch,
+  float *x, *u, *mix, *gin, *qkv, *z, *b, *a, *core, *qkvp, *qproj, *kp, *vp, *att, *rl, *rlogits,
+      *sgl, *rweights, *egu, *eh, *ey, *sgu, *sh, *sy, *hidden, *logits, *gdn_scratch,
       *attn_scratch;
   int *ids, *token, *next, *pos, *argmax_scratch;
   int* pinned = nullptr;  // host: the token in, the argmax out
@@ -115,7 +115,7 @@ struct CudaEngine::Impl {
     qkv = gin, z = qkv + c.conv_dim(), b = z + c.value_dim(), a = b + nv;
     qkvp = f(c.q_proj_rows() + 2 * c.kv_rows());
     qproj = qkvp, kp = qproj + c.q_proj_rows(), vp = kp + c.kv_rows();
-    q = f(c.num_attention_heads * c.head_dim), att = f(c.num_attention_heads * c.head_dim);
+    att = f(c.num_attention_heads * c.head_dim);
     rl = f(c.num_experts + 1), rlogits = rl, sgl = rl + c.num_experts, rweights = f(k);
     egu = f(k * 2 * im), eh = f(k * im), ey = f(k * h);
     sgu = f(2 * is), sh = f(is), sy = f(h), hidden = f(h);
@@ -281,11 +281,8 @@ struct CudaEngine::Impl {
       if (w.full_attention) {
         gemv(w.qkv, u, qkvp, {}, "attention projections");
         if (on("attention")) {
-          check(kern::attn_prepare(attn, qproj, kp, vp, w.q_norm, w.k_norm, pos, q, k_cache[l],
-                                   v_cache[l], stream),
-                "attn_prepare");
-          check(kern::attn_decode(attn, q, qproj, k_cache[l], v_cache[l], pos, att, attn_scratch,
-                                  stream),
+          check(kern::attn_decode(attn, qproj, kp, vp, w.q_norm, w.k_norm, pos, nullptr, k_cache[l],
+                                  v_cache[l], att, attn_scratch, stream),
                 "attn_decode");
         }
         mark("attention", 2ull * (position + 1) * c.kv_rows() * 4);
