@@ -122,7 +122,9 @@ void bench_attention(const char* name, qf::kern::AttnShape s, int n_layers, int 
   const size_t kv_row = static_cast<size_t>(s.n_kv_heads) * hd;
   auto q_proj = filled(nq * 2 * hd, 0.5f), k_proj = filled(kv_row, 0.3f),
        v_proj = filled(kv_row, 0.7f), qn = filled(hd, 0.0f), kn = filled(hd, 0.0f);
-  DeviceBuffer<float> out(nq * hd), scratch(qf::kern::attn_scratch_floats(s));
+  DeviceBuffer<float> out(nq * hd), scratch(qf::kern::attn_scratch_floats(s)),
+      rope(qf::kern::attn_rope_floats(s));
+  QF_CUDA_CHECK(qf::kern::attn_rope_table(s, rope.data(), stream));
   DeviceBuffer<int> pos(1);
   // The last row: each replay rewrites it with the same values and reads the rows before it.
   const int last = context - 1;

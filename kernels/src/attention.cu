@@ -5,11 +5,13 @@
 // Flash-decoding, two launches. attn_split_kernel, grid (n_splits, Nkv, head blocks): a block takes
 // one KV head and up to 8 (hd 256; 8 * 256 / hd in general) of its query heads over one chunk of
 // the context, so each K/V row is read once per head block and the GQA group's blocks fill the GPU.
-//   * Before its PDL wait a block builds the rotary table for *pos and loads its first tile of
+//   * Before its PDL wait a block reads the rotary table's row *pos and loads its first tile of
 //     cached rows (both written by earlier steps), so those loads overlap the projection before.
-//     The table is computed in double and rounded once (inv_freq = 1 / (float)theta^(2i/rot),
-//     angle = (float)pos * inv_freq, cos/sin of that float angle): the correctly rounded value of
-//     the CPU engine's f32 powf/cosf/sinf, so q and k agree with it to an ulp at any position.
+//     The table (attn_rope_kernel, once at load) holds cos/sin computed in double and rounded
+//     once (inv_freq = 1 / (float)theta^(2i/rot), angle = (float)pos * inv_freq, cos/sin of that
+//     float angle): the correctly rounded value of the CPU engine's f32 powf/cosf/sinf, so q and k
+//     agree with it to an ulp at any position, and no double arithmetic is left in the step (a
+//     GB10 runs it at 1/64 of the f32 rate).
 //   * Then a warp per query head applies the zero-centred RMSNorm and partial NeoX RoPE to its
 //     q_proj row in shared memory. The split holding row *pos (the last one) does the same for
 //     the new k row, copies the new v row, uses both from shared memory and appends them to the
@@ -93,7 +95,7 @@ __device__ __forceinline__ void reduce_scatter(float (&v)[32], int lane) {
 }
 
 struct AttnArgs {
-  const float *q_proj, *k_proj, *v_proj, *q_norm_w, *k_norm_w;
+  const float *q_proj, *k_proj, *v_proj, *q_norm_w, *k_norm_w, *rope;
   const int* pos;
   float *q, *k_cache, *v_cache, *out;
   float *part_o, *part_ml;  // [Nq, n_splits, hd] unnormalized outputs; [Nq, n_splits, 2] (m, l)
@@ -153,7 +155,7 @@ __global__ void __launch_bounds__(kThreads)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, dim = tid % kHd, slice = tid / kHd;
 
   // Before the wait: *pos (written by the previous step) and this split's first tile of cached
-  // rows (written by earlier steps), both through L2 (pdl.cuh, rule (b)); the rotary table.
+  // rows (written by earlier steps), both through L2 (pdl.cuh, rule (b)); the rotary row.
   const int pos = __ldcg(a.pos);
   const int t_len = context_len(pos, s.max_len);
   const int chunk = split_chunk(t_len, n_splits), t0 = blockIdx.x * chunk;
@@ -162,13 +164,10 @@ __global__ void __launch_bounds__(kThreads)
   const size_t row_stride = static_cast<size_t>(s.n_kv_heads) * kHd;
   const float* kbase = a.k_cache + static_cast<size_t>(kvh) * kHd;
   const float* vbase = a.v_cache + static_cast<size_t>(kvh) * kHd;
+  const float* rope = a.rope + static_cast<size_t>(t_len - 1) * s.rot_dim;  // (cos, sin) pairs
   for (int i = tid; i < half; i += kThreads) {
-    const float exponent = static_cast<float>(2 * i) / static_cast<float>(s.rot_dim);
-    const float inv_freq =
-        1.0f / static_cast<float>(pow(static_cast<double>(s.theta), static_cast<double>(exponent)));
-    const float angle = static_cast<float>(pos) * inv_freq;
-    cos_s[i] = static_cast<float>(cos(static_cast<double>(angle)));
-    sin_s[i] = static_cast<float>(sin(static_cast<double>(angle)));
+    cos_s[i] = rope[2 * i];
+    sin_s[i] = rope[2 * i + 1];
   }
   // Lane holds elements c * 32 * kVec + lane * kVec + v of rows warp + kWarps * rr (coalesced
   // rows, conflict-free q reads from shared memory); thread `dim` holds v[dim] of every row.
@@ -197,7 +196,7 @@ __global__ void __launch_bounds__(kThreads)
   if (t0 < t1) load_tile(t0);
   pdl::wait();
   if (t0 >= t1 || pos < 0 || pos >= s.max_len) return;  // contract: 0 <= *pos < max_len
-  __syncthreads();                                      // the rotary table
+  __syncthreads();                                      // the rotary row
 
   const int group = s.n_q_heads / s.n_kv_heads;
   const int h_lo = kvh * group + blockIdx.z * hpb;
@@ -385,6 +384,24 @@ __global__ void __launch_bounds__(kCombineThreads)
   }
 }
 
+// Entry (p, i) of the table: (cos, sin) of pos p at frequency i, computed in double and rounded
+// once (inv_freq = 1 / (float)theta^(2i/rot), angle = (float)p * inv_freq): the correctly
+// rounded value of the CPU engine's f32 powf/cosf/sinf.
+__global__ void attn_rope_kernel(AttnShape s, float* __restrict__ table) {
+  const int half = s.rot_dim / 2;
+  const int64_t n = static_cast<int64_t>(s.max_len) * half;
+  for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < n;
+       j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int p = static_cast<int>(j / half), i = static_cast<int>(j % half);
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(s.rot_dim);
+    const float inv_freq =
+        1.0f / static_cast<float>(pow(static_cast<double>(s.theta), static_cast<double>(exponent)));
+    const float angle = static_cast<float>(p) * inv_freq;
+    table[2 * j] = static_cast<float>(cos(static_cast<double>(angle)));
+    table[2 * j + 1] = static_cast<float>(sin(static_cast<double>(angle)));
+  }
+}
+
 template <int kHd>
 cudaError_t launch_decode(const AttnShape& s, AttnArgs a, float* scratch, cudaStream_t stream) {
   const int n_splits = n_splits_for(s), hpb = heads_per_block(s), n_sub = head_blocks(s);
@@ -408,6 +425,19 @@ bool shape_ok(const AttnShape& s) {
 
 }  // namespace
 
+size_t attn_rope_floats(const AttnShape& shape) {
+  return shape_ok(shape) ? static_cast<size_t>(shape.max_len) * shape.rot_dim : 0;
+}
+
+cudaError_t attn_rope_table(const AttnShape& shape, float* table, cudaStream_t stream) {
+  if (!shape_ok(shape)) return cudaErrorInvalidValue;
+  if (shape.rot_dim == 0) return cudaSuccess;
+  const int64_t n = static_cast<int64_t>(shape.max_len) * (shape.rot_dim / 2);
+  const int blocks = static_cast<int>(std::min<int64_t>((n + 255) / 256, 4096));
+  attn_rope_kernel<<<blocks, 256, 0, stream>>>(shape, table);
+  return cudaGetLastError();
+}
+
 size_t attn_scratch_floats(const AttnShape& shape) {
   if (!shape_ok(shape)) return 0;
   return static_cast<size_t>(shape.n_q_heads) * n_splits_for(shape) * (shape.head_dim + 2);
@@ -415,10 +445,10 @@ size_t attn_scratch_floats(const AttnShape& shape) {
 
 cudaError_t attn_decode(const AttnShape& shape, const float* q_proj, const float* k_proj,
                         const float* v_proj, const float* q_norm_w, const float* k_norm_w,
-                        const int* pos, float* q, float* k_cache, float* v_cache, float* out,
-                        float* scratch, cudaStream_t stream) {
+                        const float* rope, const int* pos, float* q, float* k_cache, float* v_cache,
+                        float* out, float* scratch, cudaStream_t stream) {
   if (!shape_ok(shape)) return cudaErrorInvalidValue;
-  const AttnArgs a{q_proj, k_proj,  v_proj,  q_norm_w, k_norm_w, pos,
+  const AttnArgs a{q_proj, k_proj,  v_proj,  q_norm_w, k_norm_w, rope,   pos,
                    q,      k_cache, v_cache, out,      nullptr,  nullptr};
   switch (shape.head_dim) {
     case 64:

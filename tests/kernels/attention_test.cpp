@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstring>
 #include <random>
@@ -48,10 +49,12 @@ void run_sequence(const AttnShape& s, int n_steps, const std::vector<int>& check
   const std::vector<float> q_norm_w = randn(hd, g, 0.1f), k_norm_w = randn(hd, g, 0.1f);
   auto d_qn = upload(q_norm_w), d_kn = upload(k_norm_w);
   DeviceBuffer<float> d_qproj(nq * 2 * hd), d_kproj(kv_row), d_vproj(kv_row), d_q(nq * hd),
-      d_out(nq * hd), d_kc(cache), d_vc(cache), d_scratch(attn_scratch_floats(s));
+      d_out(nq * hd), d_kc(cache), d_vc(cache), d_scratch(attn_scratch_floats(s)),
+      d_rope(attn_rope_floats(s) + 1);
   DeviceBuffer<int> d_pos(1);
   QF_CUDA_CHECK(cudaMemset(d_kc.data(), 0, d_kc.bytes()));
   QF_CUDA_CHECK(cudaMemset(d_vc.data(), 0, d_vc.bytes()));
+  ASSERT_EQ(attn_rope_table(s, d_rope.data(), nullptr), cudaSuccess);
   std::vector<float> kc(cache, 0.0f), vc(cache, 0.0f), q(nq * hd), out(nq * hd);
 
   cudaStream_t stream;
@@ -60,8 +63,8 @@ void run_sequence(const AttnShape& s, int n_steps, const std::vector<int>& check
   cudaGraphExec_t exec;
   QF_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   const cudaError_t err = attn_decode(
-      s, d_qproj.data(), d_kproj.data(), d_vproj.data(), d_qn.data(), d_kn.data(), d_pos.data(),
-      d_q.data(), d_kc.data(), d_vc.data(), d_out.data(), d_scratch.data(), stream);
+      s, d_qproj.data(), d_kproj.data(), d_vproj.data(), d_qn.data(), d_kn.data(), d_rope.data(),
+      d_pos.data(), d_q.data(), d_kc.data(), d_vc.data(), d_out.data(), d_scratch.data(), stream);
   QF_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   ASSERT_EQ(err, cudaSuccess);
   QF_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
@@ -145,12 +148,38 @@ TEST(AttentionKernel, LargeGroupsSplitAcrossBlocks) {
       {0, 39}, 17);
 }
 
+TEST(AttentionKernel, RotaryTableIsTheRoundedDoubleValue) {
+  QF_REQUIRE_GPU();
+  // Every entry equals cos/sin of the f32 angle in double, rounded once (on the host here).
+  const AttnShape s{
+      .n_q_heads = 32, .n_kv_heads = 2, .head_dim = 256, .rot_dim = 64, .max_len = 5000};
+  DeviceBuffer<float> d_rope(attn_rope_floats(s));
+  ASSERT_EQ(d_rope.size(), 5000u * 64);
+  ASSERT_EQ(attn_rope_table(s, d_rope.data(), nullptr), cudaSuccess);
+  const std::vector<float> got = download(d_rope);
+  size_t wrong = 0;
+  for (int p = 0; p < s.max_len; ++p) {
+    for (int i = 0; i < s.rot_dim / 2; ++i) {
+      const float exponent = static_cast<float>(2 * i) / static_cast<float>(s.rot_dim);
+      const float inv_freq = 1.0f / static_cast<float>(std::pow(static_cast<double>(s.theta),
+                                                                static_cast<double>(exponent)));
+      const double angle = static_cast<float>(p) * inv_freq;
+      const size_t j = (static_cast<size_t>(p) * (s.rot_dim / 2) + i) * 2;
+      wrong += got[j] != static_cast<float>(std::cos(angle));
+      wrong += got[j + 1] != static_cast<float>(std::sin(angle));
+    }
+  }
+  EXPECT_EQ(wrong, 0u) << "of " << got.size();
+}
+
 TEST(AttentionKernel, RejectsUnsupportedShapes) {
   // Validation happens before any launch, so this needs no device.
   const auto refused = [](const AttnShape& s) {
     EXPECT_EQ(attn_scratch_floats(s), 0u);
+    EXPECT_EQ(attn_rope_floats(s), 0u);
+    EXPECT_EQ(attn_rope_table(s, nullptr, nullptr), cudaErrorInvalidValue);
     return attn_decode(s, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
-                       nullptr, nullptr, nullptr, nullptr) == cudaErrorInvalidValue;
+                       nullptr, nullptr, nullptr, nullptr, nullptr) == cudaErrorInvalidValue;
   };
   EXPECT_TRUE(
       refused({.n_q_heads = 2, .n_kv_heads = 1, .head_dim = 96, .rot_dim = 32, .max_len = 8}));

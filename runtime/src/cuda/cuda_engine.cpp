@@ -56,7 +56,7 @@ struct CudaEngine::Impl {
   // experts are paired: gemv_swiglu writes eh directly), sgu = shared gate | up.
   float *x, *u, *mix, *gin, *qkv, *z, *b, *a, *core, *qkvp, *qproj, *kp, *vp, *att, *rl, *rlogits,
       *sgl, *rweights, *egu, *eh, *ey, *sgu, *sh, *sy, *hidden, *logits, *gdn_scratch,
-      *attn_scratch;
+      *attn_scratch, *rope;
   int *ids, *token, *next, *pos, *argmax_scratch;
   int* pinned = nullptr;  // host: the token in, the argmax out
   int64_t position = 0;
@@ -122,6 +122,8 @@ struct CudaEngine::Impl {
     logits = f(c.vocab_size);
     gdn_scratch = f(static_cast<int64_t>(kern::gdn_scratch_floats(gdn)) + 1);
     attn_scratch = f(static_cast<int64_t>(kern::attn_scratch_floats(attn)) + 1);
+    rope = f(static_cast<int64_t>(kern::attn_rope_floats(attn)) + 1);
+    check(kern::attn_rope_table(attn, rope, stream), "attn_rope_table");
     ids = i(k), token = i(1), next = i(1), pos = i(1);
     std::vector<int> distinct(static_cast<size_t>(k));  // what --skip router-topk leaves there
     std::iota(distinct.begin(), distinct.end(), 0);
@@ -281,8 +283,8 @@ struct CudaEngine::Impl {
       if (w.full_attention) {
         gemv(w.qkv, u, qkvp, {}, "attention projections");
         if (on("attention")) {
-          check(kern::attn_decode(attn, qproj, kp, vp, w.q_norm, w.k_norm, pos, nullptr, k_cache[l],
-                                  v_cache[l], att, attn_scratch, stream),
+          check(kern::attn_decode(attn, qproj, kp, vp, w.q_norm, w.k_norm, rope, pos, nullptr,
+                                  k_cache[l], v_cache[l], att, attn_scratch, stream),
                 "attn_decode");
         }
         mark("attention", 2ull * (position + 1) * c.kv_rows() * 4);

@@ -18,14 +18,19 @@ struct AttnShape {
   int max_len = 0;  // cache rows
 };
 
+// The rotary table: [max_len, rot_dim / 2] pairs (cos, sin) of every position, filled once by
+// attn_rope_table (a launch; attn_rope_floats(shape) floats, 0 for a refused shape).
+size_t attn_rope_floats(const AttnShape& shape);
+cudaError_t attn_rope_table(const AttnShape& shape, float* table, cudaStream_t stream);
+
 // q_proj: [Nq, 2 * hd] (per head [query | gate]) as the projection wrote it; k_proj, v_proj:
-// [Nkv * hd]. Appends the normed, rotated k and v to k_cache/v_cache [max_len, Nkv, hd] at row
-// *pos and writes out: [Nq * hd]. q: [Nq, hd], the normed, rotated queries, or nullptr (not
-// written). scratch: attn_scratch_floats(shape) floats.
+// [Nkv * hd]; rope: the table above. Appends the normed, rotated k and v to k_cache/v_cache
+// [max_len, Nkv, hd] at row *pos and writes out: [Nq * hd]. q: [Nq, hd], the normed, rotated
+// queries, or nullptr (not written). scratch: attn_scratch_floats(shape) floats.
 cudaError_t attn_decode(const AttnShape& shape, const float* q_proj, const float* k_proj,
                         const float* v_proj, const float* q_norm_w, const float* k_norm_w,
-                        const int* pos, float* q, float* k_cache, float* v_cache, float* out,
-                        float* scratch, cudaStream_t stream);
+                        const float* rope, const int* pos, float* q, float* k_cache, float* v_cache,
+                        float* out, float* scratch, cudaStream_t stream);
 size_t attn_scratch_floats(const AttnShape& shape);  // 0 for a shape attn_decode refuses
 
 // Contracts: device pointers; stream-ordered, allocates nothing, never syncs with the host, so
@@ -34,9 +39,9 @@ size_t attn_scratch_floats(const AttnShape& shape);  // 0 for a shape attn_decod
 // and <= head_dim; otherwise cudaErrorInvalidValue. The context is split over
 // min(128, ceil(max_len / 32)) chunks (flash-decoding), combined in a fixed order:
 // deterministic for a given max_len. Sums of squares accumulate in double, as the CPU engine
-// does; the rotary table is rounded from double, matching its powf/cosf/sinf. Loads *pos and
-// the cache rows before *pos before its PDL wait (pdl.cuh, rule (b)): they must not be written
-// by the launch just before.
+// does; the rotary table is rounded from double, matching its powf/cosf/sinf. Loads *pos, the
+// table and the cache rows before *pos before its PDL wait (pdl.cuh, rule (b)): they must not be
+// written by the launch just before.
 
 // Host twins on host pointers (pos is a host int here): attn_prepare_ref (norms, rotary, cache
 // append) then attn_decode_ref (attention over the cache) compute what attn_decode does.
