@@ -139,7 +139,7 @@ void bench_attention(const char* name, qf::kern::AttnShape s, int n_layers, int 
                                     for (int l = 0; l < n_layers; ++l) {
                                       QF_CUDA_CHECK(qf::kern::attn_decode(
                                           s, q_proj.data(), k_proj.data(), v_proj.data(), qn.data(),
-                                          kn.data(), pos.data(), nullptr, kc[l].data(),
+                                          kn.data(), rope.data(), pos.data(), nullptr, kc[l].data(),
                                           vc[l].data(), out.data(), scratch.data(), stream));
                                     }
                                   }) /
