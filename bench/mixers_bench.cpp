@@ -90,10 +90,12 @@ void bench_gdn(const char* name, qf::kern::GdnShape s, int n_layers, double copy
        a_log = filled(s.n_v_heads, 0.1f), norm_w = filled(s.dv, 1.0f);
   auto qkv = filled(conv_dim, 0.3f), z = filled(vd, 0.2f), b = filled(s.n_v_heads, 0.1f),
        a = filled(s.n_v_heads, -0.2f);
-  DeviceBuffer<float> out(vd), scratch(qf::kern::gdn_scratch_floats(s));
+  DeviceBuffer<float> out(vd);
+  DeviceBuffer<int> pos(1);
+  QF_CUDA_CHECK(cudaMemset(pos.data(), 0, sizeof(int)));
   std::vector<DeviceBuffer<float>> convs, ssms;
   for (int l = 0; l < n_layers; ++l) {
-    convs.push_back(filled(conv_dim * (s.kc - 1), 0.0f));
+    convs.push_back(filled(qf::kern::gdn_conv_state_floats(s), 0.0f));
     ssms.push_back(patterned(state));
   }
   const qf::kern::GdnParams p{conv_w.data(), dt.data(), a_log.data(), norm_w.data()};
@@ -102,8 +104,8 @@ void bench_gdn(const char* name, qf::kern::GdnShape s, int n_layers, double copy
                     [&] {
                       for (int l = 0; l < n_layers; ++l) {
                         QF_CUDA_CHECK(qf::kern::gdn_decode(
-                            s, p, qkv.data(), z.data(), b.data(), a.data(),
-                            {convs[l].data(), ssms[l].data()}, out.data(), scratch.data(), stream));
+                            s, p, qkv.data(), z.data(), b.data(), a.data(), pos.data(),
+                            {convs[l].data(), ssms[l].data()}, out.data(), stream));
                       }
                     }) /
       n_layers;

@@ -1,31 +1,33 @@
 // Gated DeltaNet decode for one token (qf/kern/gdn.h, shared/docs/qwen35-architecture.md §3.3).
 // Twin: gdn_ref.cpp. Test: tests/kernels/gdn_test.cpp.
 //
-// Launch 1, gdn_conv_kernel: one block per head segment of the conv channels
-// [q heads (dk) | k heads (dk) | v heads (dv)], one thread per channel: causal depthwise conv +
-// SiLU, conv-state shift, and for q/k the l2 norm (q also x 1/sqrt(dk)); activations go to
-// scratch.
-// Launch 2, gdn_recur_kernel: grid (n_tiles, Nv), the n_tiles column tiles of one head forming
-// one thread-block cluster. The delta rule is independent per value column e (p[e], delta[e],
-// S[:, e], o[e] only touch column e), so a block owns `tile` columns of one head and all dk rows:
-// thread (g, c) keeps rows d = g, g + groups, ... of column tile * blockIdx.x + c in registers.
-// Consecutive threads read consecutive columns of one state row, so the state is read and
-// written once per token, coalesced. Column reductions over d go through shared memory in a
-// fixed order. The gated RMSNorm needs the whole head: each block pushes its tile's sum of
-// squares into every block of its cluster (distributed shared memory), and after one cluster
-// barrier each block sums the tiles in index order (deterministic) and normalizes its columns.
+// One launch, gdn_decode_kernel: grid (n_tiles, Nv), the n_tiles column tiles of one head forming
+// one thread-block cluster.
+//   * Conv: a block computes the causal depthwise conv + SiLU of the channels it needs itself,
+//     the q and k channels of its key head (then their l2 norms, q also x 1/sqrt(dk)) and the v
+//     channels of its columns, a thread per channel (two at most). The blocks of a key head all
+//     compute its q and k, so the history is double-buffered: every block reads copy *pos % 2,
+//     and the next history of each channel goes into the other copy, written by one block only.
+//   * Recurrence: the delta rule is independent per value column e (p[e], delta[e], S[:, e],
+//     o[e] only touch column e), so a block owns `tile` columns of one head and all dk rows:
+//     thread (g, c) keeps rows d = g, g + groups, ... of column tile * blockIdx.x + c in
+//     registers. Consecutive threads read consecutive columns of one state row, so the state is
+//     read and written once per token, coalesced. Column reductions over d go through shared
+//     memory in a fixed order.
+//   * The gated RMSNorm needs the whole head: each block pushes its tile's sum of squares into
+//     every block of its cluster (distributed shared memory), and after one cluster barrier each
+//     block sums the tiles in index order (deterministic) and normalizes its columns.
 //
-// Latency (a decode step launches these 36 times, PDL, pdl.cuh): everything the kernel launched
-// just before does not write is loaded before pdl::wait() (pdl.cuh, "early loads"): the conv
-// history and weights in launch 1; the recurrent state, z, b, a, dt_bias, A_log and norm_w in
-// launch 2 (z, b, a are the in_proj outputs, two launches back), with beta, alpha and silu(z)
-// computed before the wait too. After its wait, launch 2 only reads q^, k^ and v from scratch.
-// H200, 122B synthetic, same run: 3.68 -> 3.58 ms/step against the previous version (per-head
-// tickets, last tile normalizing through global scratch, loads after the wait); the early loads
-// are 82 us of it. Measured slower and dropped: 512-thread recurrence blocks (+55 us/step),
-// 128 threads x 32 rows (+58), 16-column tiles in clusters of 8 (+100), 64-column tiles (+4),
-// an L2 prefetch of the state issued early by launch 1 (+12). Without launch 1 at all (wrong
-// results, a bound for fusing it into launch 2) a step would be 51 us faster.
+// Latency (a decode step launches this 36 times, PDL, pdl.cuh): everything the kernel launched
+// just before (the in_proj GEMV) does not write is loaded before pdl::wait() (pdl.cuh, "early
+// loads"): *pos, the recurrent state (up to 256 threads a block), dt_bias, A_log and norm_w.
+// After its wait it reads its qkv channels, z, b, a (the in_proj's outputs) and the conv
+// weights and history, all in one round trip (loading the conv's taps in a loop, one round trip
+// each, made the fused kernel slower than the two launches it replaced). The conv was a launch
+// of its own until then: one launch is faster (H200, 122B synthetic, ctx 1024: 2840 -> 2822 us
+// per step; 35B unchanged, 1634 -> 1632). Measured slower and dropped earlier: 512-thread
+// recurrence blocks (+55 us/step), 128 threads x 32 rows (+58), 16-column tiles in clusters of 8
+// (+100), 64-column tiles (+4), an L2 prefetch of the state (+12).
 #include <cooperative_groups.h>
 
 #include <algorithm>
@@ -43,7 +45,8 @@ using mixer::silu;
 constexpr int kRecurThreads = 256;  // preferred recurrence block size
 constexpr int kMaxRows = 16;        // state rows one recurrence thread keeps in registers
 constexpr int kMaxTiles = 8;        // column tiles per head = cluster size (portable maximum)
-constexpr int kMaxKc = 8;           // conv taps one conv thread keeps in registers
+constexpr int kMaxKc = 8;           // conv taps a thread keeps in registers
+constexpr int kConvSlots = 2;       // conv channels per thread: 2 dk + tile <= 2 threads
 constexpr int kMaxTileCols = 128;   // dv <= 1024 = kMaxTiles * 128
 
 struct Plan {
@@ -62,11 +65,6 @@ Plan make_plan(const GdnShape& s) {
   p.groups = std::max(p.groups, (s.dk + kMaxRows - 1) / kMaxRows);
   p.n_tiles = (s.dv + p.tile - 1) / p.tile;
   return p;
-}
-
-// One conv thread per channel of the largest segment.
-int conv_threads(const GdnShape& s) {
-  return (std::max(s.dk, s.dv) + 31) / 32 * 32;
 }
 
 // Cluster barrier halves (PTX barrier.cluster): every thread of the cluster arrives, then waits.
@@ -89,112 +87,141 @@ __device__ __forceinline__ void cluster_wait_acquire() {
 #endif
 }
 
-__global__ void __launch_bounds__(1024)
-    gdn_conv_kernel(GdnShape s, const float* __restrict__ conv_w, const float* __restrict__ qkv,
-                    float* __restrict__ conv_state, float* __restrict__ act) {
-  __shared__ double red[32];
-  const int nk = s.n_k_heads, key_dim = nk * s.dk, seg = blockIdx.x, i = threadIdx.x;
-  const bool is_q = seg < nk, is_k = !is_q && seg < 2 * nk;
-  const int c0 = is_q ? seg * s.dk
-                      : (is_k ? key_dim + (seg - nk) * s.dk : 2 * key_dim + (seg - 2 * nk) * s.dv);
-  const int len = (is_q || is_k) ? s.dk : s.dv;
-  const bool mine = i < len;
-  const int kc = s.kc, n_hist = kc - 1;
-  const size_t ch = static_cast<size_t>(c0 + (mine ? i : 0));
-  float* hist = conv_state + ch * n_hist;
-
-  // Early loads: conv weights, and this channel's history (last written by this kernel one
-  // token earlier; gdn_decode's contract keeps it out of the previous launch).
-  float w[kMaxKc - 1] = {}, h[kMaxKc - 1] = {}, w_last = 0.0f;
-  if (mine) {
-    w_last = __ldg(conv_w + ch * kc + kc - 1);
-#pragma unroll
-    for (int j = 0; j < kMaxKc - 1; ++j) {
-      if (j < n_hist) {
-        w[j] = __ldg(conv_w + ch * kc + j);
-        h[j] = __ldcg(hist + j);
-      }
-    }
-  }
-  pdl::wait();
-
-  float y = 0.0f;
-  if (mine) {
-    const float x = __ldcg(qkv + ch);  // the in_proj output
-    y = w_last * x;
-#pragma unroll
-    for (int j = 0; j < kMaxKc - 1; ++j) {
-      if (j < n_hist) y += w[j] * h[j];
-    }
-#pragma unroll
-    for (int j = 0; j + 1 < kMaxKc - 1; ++j) {
-      if (j + 1 < n_hist) hist[j] = h[j + 1];
-    }
-    if (n_hist > 0) hist[n_hist - 1] = x;
-    y = silu(y);
-  }
-  if (!is_q && !is_k) {  // uniform per block: v is used raw
-    if (mine) act[ch] = y;
-    return;
-  }
-  // Sum of squares over the segment: warp trees, then the warps in order (mixer::block_sum
-  // without its trailing barrier: red is not reused).
-  const double ws = mixer::warp_sum(static_cast<double>(y) * y);
-  if ((i & 31) == 0) red[i >> 5] = ws;
-  __syncthreads();
-  double ss = 0;
-  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) ss += red[w];
-  const float inv = 1.0f / sqrtf(static_cast<float>(ss) + 1e-6f);
-  const float q_scale = 1.0f / sqrtf(static_cast<float>(s.dk));
-  if (mine) act[ch] = is_q ? y * inv * q_scale : y * inv;
-}
-
-__global__ void __launch_bounds__(1024)
-    gdn_recur_kernel(GdnShape s, Plan pl, GdnParams p, const float* __restrict__ act,
-                     const float* __restrict__ z, const float* __restrict__ b,
-                     const float* __restrict__ a, float* __restrict__ ssm,
-                     float* __restrict__ out) {
+template <int kMaxThreads>
+__global__ void __launch_bounds__(kMaxThreads)
+    gdn_decode_kernel(GdnShape s, Plan pl, GdnParams p, const float* __restrict__ qkv,
+                      const float* __restrict__ z, const float* __restrict__ b,
+                      const float* __restrict__ a, const int* __restrict__ pos_p,
+                      float* __restrict__ conv_state, float* __restrict__ ssm,
+                      float* __restrict__ out) {
   namespace cg = cooperative_groups;
   cluster_arrive_relaxed();  // "this block has started", waited for before the first DSMEM store
-  // k^ [dk] | q^ [dk] | column partials of the prediction [groups, tile] | of the output (same)
+  // k^ [dk] | q^ [dk] | v [tile] | column partials of the prediction [groups, tile] | of the
+  // output (same)
   extern __shared__ __align__(16) float smem[];
   __shared__ double col_sq[kMaxTileCols];
   __shared__ double tile_sq[kMaxTiles];  // tile t's sum of squares, pushed by block t
-  const int dk = s.dk, dv = s.dv, j = blockIdx.y, tid = threadIdx.x;
+  __shared__ double warp_sq[2][32];      // per warp: its q and k channels' sums of squares
+  const int dk = s.dk, dv = s.dv, j = blockIdx.y, tid = threadIdx.x, n_thr = blockDim.x;
   const int col = tid % pl.tile, g = tid / pl.tile, e = blockIdx.x * pl.tile + col;
   const bool live = e < dv;  // the last tile may be partly idle
   float* ks = smem;
   float* qs = smem + dk;
-  float* red_p = smem + 2 * dk;
+  float* vs = smem + 2 * dk;
+  float* red_p = vs + pl.tile;
   float* red_o = red_p + pl.groups * pl.tile;
 
-  // Early loads (pdl.cuh): none of this is written by the conv kernel launched just before.
-  const float beta = mixer::sigmoid(__ldcg(b + j));
-  const float alpha =
-      expf(-expf(__ldg(p.a_log + j)) * mixer::softplus(__ldcg(a + j) + __ldg(p.dt_bias + j)));
+  // The conv channels this block needs: slot c < dk is q channel c of key head kh, c < 2 dk k
+  // channel c - dk, then v channel c - 2 dk of this tile; thread tid takes slots tid + n_thr i.
+  // Every block reads the history copy *pos % 2 and one block writes each channel's next
+  // history into the other copy: the v channels' own block, the q and k channels' block
+  // (first value head of the key head, tile 0). So no block reads what another writes.
+  const int key_dim = s.n_k_heads * dk, r = s.n_v_heads / s.n_k_heads, kh = j / r;
+  const int kc = s.kc, n_hist = kc - 1;
+  const auto channel = [&](int c) -> int {  // -1: a v slot past dv
+    if (c < dk) return kh * dk + c;
+    if (c < 2 * dk) return key_dim + kh * dk + c - dk;
+    const int ev = blockIdx.x * pl.tile + c - 2 * dk;
+    return c < 2 * dk + pl.tile && ev < dv ? 2 * key_dim + j * dv + ev : -1;
+  };
+
+  // Early loads (pdl.cuh): none of this is written by the in_proj launched just before. *pos
+  // and the state were written by the step before (this kernel, one token earlier).
+  const int pos = __ldcg(pos_p);
+  const size_t copy = static_cast<size_t>(2 * key_dim + s.n_v_heads * dv) * n_hist;
+  const float* hist_in = conv_state + (pos & 1) * copy;
+  float* hist_out = conv_state + ((pos + 1) & 1) * copy;
+
+  const float neg_a = -expf(__ldg(p.a_log + j)), dt_bias = __ldg(p.dt_bias + j);
   const size_t head = static_cast<size_t>(j) * dv;
-  float gate = 0.0f;  // norm_w[e] and silu(z[e]), for the threads that write the output
-  float norm_w = 0.0f;
-  if (g == 0 && live) {
-    norm_w = __ldg(p.norm_w + e);
-    gate = silu(__ldcg(z + head + e));
-  }
+  const float norm_w = g == 0 && live ? __ldg(p.norm_w + e) : 0.0f;  // for the output threads
   float* S = ssm + static_cast<size_t>(j) * dk * dv + e;  // column e of head j: S[d * dv]
   float st[kMaxRows];
+  const auto load_state = [&] {
 #pragma unroll
-  for (int i = 0; i < kMaxRows; ++i) {
-    const int d = g + pl.groups * i;
-    st[i] = live && d < dk ? __ldcg(S + static_cast<size_t>(d) * dv) : 0.0f;
-  }
+    for (int i = 0; i < kMaxRows; ++i) {
+      const int d = g + pl.groups * i;
+      st[i] = live && d < dk ? __ldcg(S + static_cast<size_t>(d) * dv) : 0.0f;
+    }
+  };
+  // Up to 256 threads the state rows load before the wait; 1024-thread blocks (64 registers a
+  // thread) load them after the conv, so that nothing spills.
+  constexpr bool kEarlyState = kMaxThreads <= 256;
+  if constexpr (kEarlyState) load_state();
   pdl::wait();
 
-  const int key_dim = s.n_k_heads * dk, kh = j / (s.n_v_heads / s.n_k_heads);
-  for (int i = tid; i < dk; i += blockDim.x) {
-    qs[i] = __ldcg(act + kh * dk + i);
-    ks[i] = __ldcg(act + key_dim + kh * dk + i);
+  // z, b, a: the in_proj launched just before wrote them.
+  const float beta = mixer::sigmoid(__ldcg(b + j));
+  const float alpha = expf(neg_a * mixer::softplus(__ldcg(a + j) + dt_bias));
+  const float gate = g == 0 && live ? silu(__ldcg(z + head + e)) : 0.0f;  // silu(z[e])
+
+  // Causal depthwise conv + SiLU of the slots into qs / ks / vs (0 for v past dv), the history
+  // shifted into the other copy.
+  double sq_q = 0, sq_k = 0;
+#pragma unroll
+  for (int i = 0; i < kConvSlots; ++i) {
+    const int c = tid + n_thr * i, ch = channel(c);
+    float* dst = c < dk ? qs + c : c < 2 * dk ? ks + c - dk : vs + c - 2 * dk;
+    if (ch < 0) {
+      if (c < 2 * dk + pl.tile) *dst = 0.0f;
+      continue;
+    }
+    const float x = __ldcg(qkv + ch);  // the in_proj output
+    const float* h_in = hist_in + static_cast<size_t>(ch) * n_hist;
+    float* h_out = hist_out + static_cast<size_t>(ch) * n_hist;
+    const bool write = c >= 2 * dk || (j % r == 0 && blockIdx.x == 0);
+    // Taps t < n_hist multiply history entry t; the last tap, the new input. All loads first
+    // (one round trip), then the sum in tap order.
+    const float* w = p.conv_w + static_cast<size_t>(ch) * kc;
+    float wt[kMaxKc - 1], h[kMaxKc - 1];
+#pragma unroll
+    for (int t = 0; t < kMaxKc - 1; ++t) {
+      wt[t] = t < n_hist ? __ldg(w + t) : 0.0f;
+      h[t] = t < n_hist ? __ldcg(h_in + t) : 0.0f;
+    }
+    float acc = __ldg(w + n_hist) * x;
+#pragma unroll
+    for (int t = 0; t < kMaxKc - 1; ++t) {
+      if (t < n_hist) acc += wt[t] * h[t];
+      if (write && t >= 1 && t < n_hist) h_out[t - 1] = h[t];
+    }
+    if (write && n_hist > 0) h_out[n_hist - 1] = x;
+    const float y = silu(acc);
+    *dst = y;
+    if (c < dk) {
+      sq_q += static_cast<double>(y) * y;
+    } else if (c < 2 * dk) {
+      sq_k += static_cast<double>(y) * y;
+    }
   }
-  const float v = live ? __ldcg(act + 2 * key_dim + head + e) : 0.0f;
-  __syncthreads();  // ks, qs ready
+  // l2 norms of q and k over their dk channels: warp trees, then the warps in order.
+  sq_q = mixer::warp_sum(sq_q);
+  sq_k = mixer::warp_sum(sq_k);
+  if ((tid & 31) == 0) {
+    warp_sq[0][tid >> 5] = sq_q;
+    warp_sq[1][tid >> 5] = sq_k;
+  }
+  __syncthreads();
+  double tq = 0, tk = 0;
+  for (int w = 0; w < (n_thr >> 5); ++w) {
+    tq += warp_sq[0][w];
+    tk += warp_sq[1][w];
+  }
+  const float inv_q = 1.0f / sqrtf(static_cast<float>(tq) + 1e-6f);
+  const float inv_k = 1.0f / sqrtf(static_cast<float>(tk) + 1e-6f);
+  const float q_scale = 1.0f / sqrtf(static_cast<float>(dk));
+#pragma unroll
+  for (int i = 0; i < kConvSlots; ++i) {
+    const int c = tid + n_thr * i;  // the thread's own slots: no other thread touches them
+    if (c < dk) {
+      qs[c] = qs[c] * inv_q * q_scale;
+    } else if (c < 2 * dk) {
+      ks[c - dk] = ks[c - dk] * inv_k;
+    }
+  }
+  if constexpr (!kEarlyState) load_state();
+  __syncthreads();  // ks, qs, vs ready
+  const float v = vs[col];
 
   // Decay, then predict with the decayed state: p[e] = sum_d S[d][e] k[d].
   float acc = 0.0f;
@@ -263,29 +290,29 @@ bool supported(const GdnShape& s) {
   if (s.n_v_heads % s.n_k_heads != 0) return false;
   const Plan p = make_plan(s);
   return p.n_tiles <= kMaxTiles && p.tile <= kMaxTileCols && p.tile * p.groups <= 1024 &&
-         (s.dk + p.groups - 1) / p.groups <= kMaxRows;
+         (s.dk + p.groups - 1) / p.groups <= kMaxRows &&
+         2 * s.dk + p.tile <= kConvSlots * p.tile * p.groups;
 }
 
 }  // namespace
 
-size_t gdn_scratch_floats(const GdnShape& shape) {
-  return static_cast<size_t>(shape.conv_dim());
+size_t gdn_conv_state_floats(const GdnShape& shape) {
+  return 2 * static_cast<size_t>(shape.conv_dim()) * (shape.kc - 1);
 }
 
 cudaError_t gdn_decode(const GdnShape& shape, const GdnParams& p, const float* qkv, const float* z,
-                       const float* b, const float* a, GdnState state, float* out, float* scratch,
+                       const float* b, const float* a, const int* pos, GdnState state, float* out,
                        cudaStream_t stream) {
   if (!supported(shape)) return cudaErrorInvalidValue;
   const Plan pl = make_plan(shape);
-  float* act = scratch;  // [conv_dim]
-  const int n_seg = 2 * shape.n_k_heads + shape.n_v_heads;
-  const cudaError_t err = pdl::launch(gdn_conv_kernel, n_seg, conv_threads(shape), 0, stream, shape,
-                                      p.conv_w, qkv, state.conv, act);
-  if (err != cudaSuccess) return err;
   const dim3 grid(static_cast<unsigned>(pl.n_tiles), static_cast<unsigned>(shape.n_v_heads));
-  const size_t smem = 2 * (static_cast<size_t>(shape.dk) + pl.groups * pl.tile) * sizeof(float);
-  return pdl::launch_cluster(gdn_recur_kernel, grid, dim3(pl.n_tiles), pl.tile * pl.groups, smem,
-                             stream, shape, pl, p, act, z, b, a, state.ssm, out);
+  const size_t smem =
+      (2 * (static_cast<size_t>(shape.dk) + pl.groups * pl.tile) + pl.tile) * sizeof(float);
+  // Up to 256 threads (every Qwen3.5 shape) the compiler may use 255 registers a thread, and the
+  // conv slots and state rows stay in registers; only deep heads need more threads.
+  const auto kernel = pl.tile * pl.groups <= 256 ? gdn_decode_kernel<256> : gdn_decode_kernel<1024>;
+  return pdl::launch_cluster(kernel, grid, dim3(pl.n_tiles), pl.tile * pl.groups, smem, stream,
+                             shape, pl, p, qkv, z, b, a, pos, state.conv, state.ssm, out);
 }
 
 }  // namespace qf::kern

@@ -3,7 +3,8 @@
 // 4; kc = 2, 3, 4), at the edges of the launch plan (clusters of 5, 7 and 8 column tiles, a
 // partly idle last tile, 128-column tiles, 1024-thread blocks, kc = 1 and 8) and the real
 // 35B-A3B / 122B-A10B sizes. Tolerances (mixer_check.h):
-//   conv state: exact (it only moves inputs);
+//   conv state: exact (it only moves inputs; the kernel's two copies are checked against the
+//     reference's one, the copy each step writes);
 //   recurrent state: rel 1e-5 of its rms. Per token each element takes a dk-long dot product
 //     (p), one multiply-add and a decay; the old error is multiplied by alpha (I - beta k k^T),
 //     which does not grow it, so the error stays a few u * sqrt(dk) ~ 1e-6 of the state;
@@ -59,10 +60,17 @@ void run_sequence(const GdnShape& s, int steps, uint64_t seed) {
   const size_t conv_dim = static_cast<size_t>(s.conv_dim());
   const size_t nv = static_cast<size_t>(s.n_v_heads), vd = nv * s.dv;
   auto d_conv_w = upload(h.conv_w), d_dt = upload(h.dt_bias), d_alog = upload(h.a_log),
-       d_norm = upload(h.norm_w), d_conv = upload(h.conv), d_ssm = upload(h.ssm);
+       d_norm = upload(h.norm_w), d_ssm = upload(h.ssm);
   DeviceBuffer<float> d_qkv(conv_dim), d_z(vd), d_b(nv), d_a(nv), d_out(vd);
-  DeviceBuffer<float> d_scratch(gdn_scratch_floats(s));
-  QF_CUDA_CHECK(cudaMemset(d_scratch.data(), 0xFF, d_scratch.bytes()));  // no init needed
+  // Two history copies: the step at position t reads copy t % 2 and writes the other. Copy 1
+  // starts as NaN, so a step that read the copy it should not would show.
+  const size_t hist = h.conv.size();
+  DeviceBuffer<float> d_conv(gdn_conv_state_floats(s) + 1);
+  ASSERT_EQ(gdn_conv_state_floats(s), 2 * hist);
+  QF_CUDA_CHECK(cudaMemset(d_conv.data(), 0xFF, d_conv.bytes()));
+  QF_CUDA_CHECK(
+      cudaMemcpy(d_conv.data(), h.conv.data(), hist * sizeof(float), cudaMemcpyHostToDevice));
+  DeviceBuffer<int> d_pos(1);
   const GdnParams dp{d_conv_w.data(), d_dt.data(), d_alog.data(), d_norm.data()};
   const GdnParams hp{h.conv_w.data(), h.dt_bias.data(), h.a_log.data(), h.norm_w.data()};
   const double rel_state = 1e-5, rel_out = 1e-5 * std::sqrt(static_cast<double>(s.dk));
@@ -77,15 +85,16 @@ void run_sequence(const GdnShape& s, int steps, uint64_t seed) {
     upload_to(z, d_z);
     upload_to(b, d_b);
     upload_to(a, d_a);
-    ASSERT_EQ(
-        gdn_decode(s, dp, d_qkv.data(), d_z.data(), d_b.data(), d_a.data(),
-                   GdnState{d_conv.data(), d_ssm.data()}, d_out.data(), d_scratch.data(), nullptr),
-        cudaSuccess);
+    QF_CUDA_CHECK(cudaMemcpy(d_pos.data(), &t, sizeof(int), cudaMemcpyHostToDevice));
+    ASSERT_EQ(gdn_decode(s, dp, d_qkv.data(), d_z.data(), d_b.data(), d_a.data(), d_pos.data(),
+                         GdnState{d_conv.data(), d_ssm.data()}, d_out.data(), nullptr),
+              cudaSuccess);
     gdn_decode_ref(s, hp, qkv.data(), z.data(), b.data(), a.data(),
                    GdnState{h.conv.data(), h.ssm.data()}, out.data());
     QF_CUDA_CHECK(cudaDeviceSynchronize());
     const std::vector<float> conv = download(d_conv);
-    EXPECT_EQ(std::memcmp(conv.data(), h.conv.data(), conv.size() * sizeof(float)), 0)
+    EXPECT_EQ(std::memcmp(conv.data() + ((t + 1) % 2) * hist, h.conv.data(), hist * sizeof(float)),
+              0)
         << "conv state";
     expect_close(download(d_ssm), h.ssm, rms(h.ssm), rel_state, "state t" + std::to_string(t));
     expect_close(download(d_out), out, rms(out), rel_out, "out t" + std::to_string(t));
@@ -138,14 +147,18 @@ TEST(GdnKernel, Deterministic) {
        d_norm = upload(h.norm_w), d_qkv = upload(qkv), d_z = upload(z), d_b = upload(b),
        d_a = upload(a);
   const GdnParams dp{d_conv_w.data(), d_dt.data(), d_alog.data(), d_norm.data()};
-  DeviceBuffer<float> d_out(vd), d_scratch(gdn_scratch_floats(s));
+  DeviceBuffer<float> d_out(vd);
+  DeviceBuffer<int> d_pos(1);
   std::vector<float> first_out, first_ssm;
   for (int run = 0; run < 3; ++run) {
-    auto d_conv = upload(h.conv), d_ssm = upload(h.ssm);
+    DeviceBuffer<float> d_conv(gdn_conv_state_floats(s));
+    QF_CUDA_CHECK(cudaMemcpy(d_conv.data(), h.conv.data(), h.conv.size() * sizeof(float),
+                             cudaMemcpyHostToDevice));
+    auto d_ssm = upload(h.ssm);
     for (int t = 0; t < 3; ++t) {
-      ASSERT_EQ(gdn_decode(s, dp, d_qkv.data(), d_z.data(), d_b.data(), d_a.data(),
-                           GdnState{d_conv.data(), d_ssm.data()}, d_out.data(), d_scratch.data(),
-                           nullptr),
+      QF_CUDA_CHECK(cudaMemcpy(d_pos.data(), &t, sizeof(int), cudaMemcpyHostToDevice));
+      ASSERT_EQ(gdn_decode(s, dp, d_qkv.data(), d_z.data(), d_b.data(), d_a.data(), d_pos.data(),
+                           GdnState{d_conv.data(), d_ssm.data()}, d_out.data(), nullptr),
                 cudaSuccess);
     }
     const std::vector<float> out = download(d_out), ssm = download(d_ssm);
@@ -163,24 +176,30 @@ TEST(GdnKernel, RejectsUnsupportedShapes) {
   // Validation happens before any launch, so this needs no device.
   const GdnParams p{};
   const GdnShape bad_ratio{.n_k_heads = 3, .n_v_heads = 4, .dk = 16, .dv = 16, .kc = 4};
-  EXPECT_EQ(gdn_decode(bad_ratio, p, nullptr, nullptr, nullptr, nullptr, GdnState{}, nullptr,
+  EXPECT_EQ(gdn_decode(bad_ratio, p, nullptr, nullptr, nullptr, nullptr, nullptr, GdnState{},
                        nullptr, nullptr),
             cudaErrorInvalidValue);
   const GdnShape too_deep{.n_k_heads = 1, .n_v_heads = 1, .dk = 1024, .dv = 128, .kc = 4};
-  EXPECT_EQ(gdn_decode(too_deep, p, nullptr, nullptr, nullptr, nullptr, GdnState{}, nullptr,
+  EXPECT_EQ(gdn_decode(too_deep, p, nullptr, nullptr, nullptr, nullptr, nullptr, GdnState{},
                        nullptr, nullptr),
             cudaErrorInvalidValue);
   const GdnShape too_wide{.n_k_heads = 1, .n_v_heads = 1, .dk = 16, .dv = 1056, .kc = 4};
-  EXPECT_EQ(gdn_decode(too_wide, p, nullptr, nullptr, nullptr, nullptr, GdnState{}, nullptr,
+  EXPECT_EQ(gdn_decode(too_wide, p, nullptr, nullptr, nullptr, nullptr, nullptr, GdnState{},
                        nullptr, nullptr),
             cudaErrorInvalidValue);
   for (const int kc : {0, 9}) {
     const GdnShape bad_kc{.n_k_heads = 1, .n_v_heads = 1, .dk = 16, .dv = 16, .kc = kc};
-    EXPECT_EQ(gdn_decode(bad_kc, p, nullptr, nullptr, nullptr, nullptr, GdnState{}, nullptr,
+    EXPECT_EQ(gdn_decode(bad_kc, p, nullptr, nullptr, nullptr, nullptr, nullptr, GdnState{},
                          nullptr, nullptr),
               cudaErrorInvalidValue)
         << kc;
   }
+  // 2 dk + tile = 2056 conv channels for 512 threads (tile 8, 64 row groups): more than two a
+  // thread.
+  const GdnShape many_channels{.n_k_heads = 1, .n_v_heads = 1, .dk = 1024, .dv = 8, .kc = 4};
+  EXPECT_EQ(gdn_decode(many_channels, p, nullptr, nullptr, nullptr, nullptr, nullptr, GdnState{},
+                       nullptr, nullptr),
+            cudaErrorInvalidValue);
 }
 
 }  // namespace

@@ -55,8 +55,7 @@ struct CudaEngine::Impl {
   // rl = router logits | shared gate logit, egu = [k, gate | up] (unused where the
   // experts are paired: gemv_swiglu writes eh directly), sgu = shared gate | up.
   float *x, *u, *mix, *gin, *qkv, *z, *b, *a, *core, *qkvp, *qproj, *kp, *vp, *att, *rl, *rlogits,
-      *sgl, *rweights, *egu, *eh, *ey, *sgu, *sh, *sy, *hidden, *logits, *gdn_scratch,
-      *attn_scratch, *rope;
+      *sgl, *rweights, *egu, *eh, *ey, *sgu, *sh, *sy, *hidden, *logits, *attn_scratch, *rope;
   int *ids, *token, *next, *pos, *argmax_scratch;
   int* pinned = nullptr;  // host: the token in, the argmax out
   int64_t position = 0;
@@ -102,7 +101,8 @@ struct CudaEngine::Impl {
                   is = c.shared_expert_intermediate_size;
     for (int64_t l = 0; l < c.num_layers(); ++l) {
       const bool full = c.full_attention[l];
-      conv.push_back(full ? nullptr : f(c.conv_dim() * (c.linear_conv_kernel_dim - 1)));
+      conv.push_back(full ? nullptr
+                          : f(static_cast<int64_t>(kern::gdn_conv_state_floats(gdn)) + 1));
       ssm.push_back(
           full ? nullptr
                : f(c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim));
@@ -120,7 +120,6 @@ struct CudaEngine::Impl {
     egu = f(k * 2 * im), eh = f(k * im), ey = f(k * h);
     sgu = f(2 * is), sh = f(is), sy = f(h), hidden = f(h);
     logits = f(c.vocab_size);
-    gdn_scratch = f(static_cast<int64_t>(kern::gdn_scratch_floats(gdn)) + 1);
     attn_scratch = f(static_cast<int64_t>(kern::attn_scratch_floats(attn)) + 1);
     rope = f(static_cast<int64_t>(kern::attn_rope_floats(attn)) + 1);
     check(kern::attn_rope_table(attn, rope, stream), "attn_rope_table");
@@ -292,8 +291,8 @@ struct CudaEngine::Impl {
       } else {
         if (on("gdn-in-proj")) gemv(w.gdn_in, u, gin, {}, "DeltaNet projections");
         if (on("gdn-mixer")) {
-          check(kern::gdn_decode(gdn, {w.conv, w.dt_bias, w.a_log, w.gdn_norm}, qkv, z, b, a,
-                                 {conv[l], ssm[l]}, core, gdn_scratch, stream),
+          check(kern::gdn_decode(gdn, {w.conv, w.dt_bias, w.a_log, w.gdn_norm}, qkv, z, b, a, pos,
+                                 {conv[l], ssm[l]}, core, stream),
                 "gdn_decode");
         }
         mark("DeltaNet recurrence",
@@ -337,8 +336,7 @@ struct CudaEngine::Impl {
     const ckpt::Qwen35Config& c = m->config;
     for (size_t l = 0; l < conv.size(); ++l) {
       if (!conv[l]) continue;
-      check(cudaMemsetAsync(conv[l], 0, c.conv_dim() * (c.linear_conv_kernel_dim - 1) * 4, stream),
-            "memset");
+      check(cudaMemsetAsync(conv[l], 0, kern::gdn_conv_state_floats(gdn) * 4, stream), "memset");
       check(cudaMemsetAsync(
                 ssm[l], 0,
                 c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim * 4,

@@ -24,30 +24,32 @@ struct GdnParams {
 };
 
 struct GdnState {
-  float* conv = nullptr;  // [conv_dim, kc - 1], oldest first
-  float* ssm = nullptr;   // [Nv, dk, dv]  (S[j][d][e])
+  // gdn_decode: two copies [2, conv_dim, kc - 1] (gdn_conv_state_floats), oldest input first;
+  // the step at position p reads copy p % 2 and writes copy (p + 1) % 2. gdn_decode_ref: one
+  // copy [conv_dim, kc - 1], updated in place.
+  float* conv = nullptr;
+  float* ssm = nullptr;  // [Nv, dk, dv]  (S[j][d][e])
 };
 
-// qkv: [conv_dim]; z: [Nv * dv]; b, a: [Nv]; out: [Nv * dv]; scratch: at least
-// gdn_scratch_floats(shape) floats, contents need no initialization. Device pointers;
-// stream-ordered, allocates nothing, no host sync, so a captured graph replays it. Two PDL
-// launches (pdl.cuh): a channel-parallel conv/SiLU/l2-norm pass into scratch, then one block per
-// (value head, column tile), the tiles of a head forming a thread-block cluster that shares the
-// gated RMSNorm's sum of squares (summed in tile order: deterministic).
-// Early loads (pdl.cuh, (b)): the conv kernel loads state.conv, and the recurrence kernel (which
-// follows the conv kernel) z, b, a and state.ssm, before their PDL wait; so the kernel launched
-// just before gdn_decode on the stream may write qkv, z, b, a (the in_proj GEMV does) and
-// state.ssm, but not state.conv.
+// qkv: [conv_dim]; z: [Nv * dv]; b, a: [Nv]; pos: the token's position (device); out:
+// [Nv * dv]. Device pointers; stream-ordered, allocates nothing, no host sync, so a captured
+// graph replays it. One PDL launch (pdl.cuh): one block per (value head, column tile), the
+// tiles of a head forming a thread-block cluster that shares the gated RMSNorm's sum of squares
+// (summed in tile order: deterministic); each block computes the conv of the channels it needs.
+// Early loads (pdl.cuh, (b)): *pos and state.ssm are loaded before the PDL wait; so the kernel
+// launched just before gdn_decode on the stream may write qkv, z, b, a (the in_proj GEMV does),
+// but not pos or the states.
 // Shapes: Nv a multiple of Nk; 1 <= kc <= 8; dk, dv <= 1024 and dk <= 16 * 1024 / tile, where
 // tile = min(32, dv rounded up to a power of two), doubled while ceil(dv / tile) > 8 (dk <= 512
-// at 16 < dv <= 256); otherwise cudaErrorInvalidValue. Sums of squares accumulate in double, as the
-// CPU engine does.
+// at 16 < dv <= 256), and 2 dk + tile <= 2 * tile * groups (the block's threads, two conv
+// channels each; every Qwen3.5 shape and dk <= 512 at dv >= 32); otherwise
+// cudaErrorInvalidValue. Sums of squares accumulate in double, as the CPU engine does.
 cudaError_t gdn_decode(const GdnShape& shape, const GdnParams& p, const float* qkv, const float* z,
-                       const float* b, const float* a, GdnState state, float* out, float* scratch,
+                       const float* b, const float* a, const int* pos, GdnState state, float* out,
                        cudaStream_t stream);
-size_t gdn_scratch_floats(const GdnShape& shape);
+size_t gdn_conv_state_floats(const GdnShape& shape);
 
-// Host twin on host pointers (the same arithmetic as the CPU engine).
+// Host twin on host pointers (the same arithmetic as the CPU engine), its conv state one copy.
 void gdn_decode_ref(const GdnShape& shape, const GdnParams& p, const float* qkv, const float* z,
                     const float* b, const float* a, GdnState state, float* out);
 
