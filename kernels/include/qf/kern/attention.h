@@ -36,12 +36,12 @@ size_t attn_scratch_floats(const AttnShape& shape);  // 0 for a shape attn_decod
 // Contracts: device pointers; stream-ordered, allocates nothing, never syncs with the host, so
 // one captured graph replays at every position. 0 <= *pos < max_len; for a position outside it
 // nothing is written (memory-safe). head_dim 64, 128 or 256, Nq a multiple of Nkv, rot_dim even
-// and <= head_dim; otherwise cudaErrorInvalidValue. The context is split over
-// min(128, ceil(max_len / 32)) chunks (flash-decoding), combined in a fixed order:
-// deterministic for a given max_len. Sums of squares accumulate in double, as the CPU engine
-// does; the rotary table is rounded from double, matching its powf/cosf/sinf. Loads *pos, the
-// table and the cache rows before *pos before its PDL wait (pdl.cuh, rule (b)): they must not be
-// written by the launch just before.
+// and <= head_dim; otherwise cudaErrorInvalidValue. The context is split (flash-decoding) over
+// enough chunks for two blocks per SM of the current device, at most min(128, ceil(max_len /
+// 32)), and combined in a fixed order: deterministic for a given max_len on a given GPU. Sums of
+// squares accumulate in double, as the CPU engine does; the rotary table is rounded from double,
+// matching its powf/cosf/sinf. Loads *pos, the table and the cache rows before *pos before its PDL
+// wait (pdl.cuh, rule (b)): they must not be written by the launch just before.
 
 // Host twins on host pointers (pos is a host int here): attn_prepare_ref (norms, rotary, cache
 // append) then attn_decode_ref (attention over the cache) compute what attn_decode does.
