@@ -1,5 +1,5 @@
 // Programmatic Dependent Launch (PDL) for the decode-step kernels (sm_90 and later; sm_121
-// included). A decode step is ~670 short launches, so the gap between one kernel's end and the
+// included). A decode step is ~590 short launches, so the gap between one kernel's end and the
 // next one's start is a large part of it. pdl::launch() lets a kernel's blocks start as soon as
 // every block of the previous kernel on the stream has passed its pdl::wait() or exited, before
 // that kernel has completed; the kernel then calls pdl::wait() (griddepcontrol.wait), which
