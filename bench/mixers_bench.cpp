@@ -3,9 +3,9 @@
 //   states do not sit in L2 between calls, as in a real decode step): time per layer and the
 //   recurrent-state bytes read + written per token / time, against device-to-device copy
 //   bandwidth (cudaMemcpy, counted as read + write).
-//   Attention decode (norms, rotary, cache append, split-K attention, combine: one launch) at
-//   the 122B shape, 12 layers with
-//   their own caches, at several contexts: time per layer and KV bytes read / time.
+//   Attention decode (norms, rotary, cache append and split-K attention in one launch, then the
+//   combine) at the 122B shape, 12 layers with their own caches, at several contexts: time per
+//   layer and KV bytes read / time.
 // All layers of one measurement are captured into one CUDA graph and replayed (launch gaps as in
 // the engine's captured decode step). Usage: qforge-bench-mixers [--quick]
 #include <cuda_runtime.h>

@@ -97,7 +97,10 @@ __device__ __forceinline__ void load_vec(const float* p, float* out) {
 
 // One level of a warp's reduce-scatter: lanes with bit kO clear keep v[0..kO) and add their
 // partner's, lanes with it set keep v[kO..2 kO) and add their partner's, stored at v[0..kO).
-// After levels 16, 8, 4, 2, 1, lane L holds the warp's sum of the lanes' v[L].
+// After levels 16, 8, 4, 2, 1, lane L holds the warp's sum of the lanes' v[L]. The same tree as
+// gemv_detail::reduce_rows<32> (gemv_common.cuh), whose loop form leaves v in local memory on
+// sm_90 (a 128-byte stack frame, ptxas); moving gemv and lm_head to this form changes their
+// SASS, which is left for a session with a GPU to time it.
 template <int kO>
 __device__ __forceinline__ void reduce_scatter(float (&v)[32], int lane) {
   const bool upper = lane & kO;

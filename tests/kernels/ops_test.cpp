@@ -140,7 +140,7 @@ TEST(Ops, AddThenNormIsTheResidualAddAndTheNorm) {
 TEST(Ops, AddPartsThenNormAddsTheirSumInOrder) {
   QF_REQUIRE_GPU();
   for (int n : {1, 33, 1000, 3072, 4096, 4097, 8191}) {
-    for (int parts : {2, 3, 4}) {
+    for (int parts : {2, 3, 4, kMaxNormParts}) {
       const size_t stride = static_cast<size_t>(n) + 5;  // a gap between parts
       const int seed = 5 * n + 10 * parts;
       const auto x0 = randn(n, seed), y = randn(stride * parts, seed + 1);
