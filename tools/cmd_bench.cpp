@@ -28,6 +28,7 @@ struct BenchArgs {
   bool json = false;
   bool serial_shared = false;
   bool unfused_swiglu = false;
+  bool shared_in_experts = false;
   int out_parts = rt::CudaOptions{}.out_parts;
   std::vector<std::string> skip;
 };
@@ -40,6 +41,7 @@ int run(const BenchArgs& a) {
   rt::CudaOptions o;
   o.max_context = a.context + a.steps + 2;
   o.parallel_shared = !a.serial_shared;
+  o.shared_in_experts = a.shared_in_experts;
   o.fused_swiglu = !a.unfused_swiglu;
   o.out_parts = a.out_parts;
   o.skip = a.skip;
@@ -84,6 +86,7 @@ int run(const BenchArgs& a) {
                         {"device_bytes", ls.device_bytes},
                         {"load_seconds", ls.load_seconds},
                         {"skipped", a.skip},
+                        {"shared_in_experts", ls.shared_in_experts},
                         {"kernels", nlohmann::json::array()}};
     for (const rt::KernelShare& k : shares) {
       j["kernels"].push_back({{"name", k.name}, {"us", k.microseconds}, {"bytes", k.bytes}});
@@ -100,6 +103,11 @@ int run(const BenchArgs& a) {
   std::printf("bytes per step %s -> %.0f GB/s; device copy %.0f GB/s (read + write): %.1f%%\n",
               human_bytes(step_bytes).c_str(), gbs, copy_gbs, 100 * efficiency);
   std::printf("projected on a GB10 (232 GB/s) at the same efficiency: %.1f tok/s\n", gb10_tps);
+  if (a.shared_in_experts) {
+    std::printf("shared expert: %s\n", ls.shared_in_experts
+                                           ? "extra slots of the routed experts' launches"
+                                           : "its own launches (the formats do not allow slots)");
+  }
   if (!a.skip.empty()) {
     std::string left_out;
     for (const std::string& n : a.skip) left_out += (left_out.empty() ? "" : ", ") + n;
@@ -132,6 +140,9 @@ Command add_bench(CLI::App& app) {
   sub->add_option("--context", a->context, "tokens in the context when timing")
       ->capture_default_str();
   sub->add_option("--seed", a->seed, "--synthetic: value seed")->capture_default_str();
+  sub->add_flag("--shared-in-experts", a->shared_in_experts,
+                "run the shared expert as extra slots of the routed experts' two launches, not "
+                "in launches of its own (to compare)");
   sub->add_flag("--serial-shared", a->serial_shared,
                 "run the shared expert after the routed experts, not beside them (to compare)");
   sub->add_flag("--unfused-swiglu", a->unfused_swiglu,

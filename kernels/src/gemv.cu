@@ -38,6 +38,7 @@
 #include <type_traits>
 
 #include "gemv_common.cuh"
+#include "moe_shared.cuh"
 #include "pdl.cuh"
 #include "qf/kern/gemv.h"
 #include "qf/quant/formats.h"
@@ -45,7 +46,9 @@
 namespace qf::kern {
 namespace {
 
+using gemv_detail::e4m3x2;
 using gemv_detail::expert;
+using gemv_detail::f16_bits_to_f32;
 using gemv_detail::kMaxSmemK;
 using gemv_detail::kThreads;
 using gemv_detail::kWarps;
@@ -53,6 +56,8 @@ using gemv_detail::ld_stream;
 using gemv_detail::Mat;
 using gemv_detail::reduce_rows;
 using gemv_detail::w_elem_bytes;
+using gemv_detail::x_pos;
+using gemv_detail::x_smem_bytes;
 
 constexpr int kPersistFactor = 4;  // go persistent beyond this many waves of tiles
 // Fast-path blocks per SM the register budget is cut for (ptxas must not spill): 4 x 256 threads
@@ -86,10 +91,6 @@ __host__ __device__ constexpr size_t row_bytes(WeightKind kind, int k) {
 
 __device__ __forceinline__ uint32_t word(const uint4& v, int q) {
   return q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w;
-}
-
-__device__ __forceinline__ float f16_bits_to_f32(uint32_t h) {
-  return __half2float(__ushort_as_half(static_cast<unsigned short>(h)));
 }
 
 // ---- fast path: per-format chunk decoders --------------------------------------------------
@@ -183,12 +184,6 @@ struct Fmt<WeightKind::kFp8> {
     return {__ldg(m.block_scale + i)};
   }
   static __device__ __forceinline__ Param param(const Raw& raw) { return raw; }
-  // Two E4M3 codes (low byte first) as exact f32 values.
-  static __device__ __forceinline__ float2 e4m3x2(uint32_t pair) {
-    uint32_t h2;
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(static_cast<unsigned short>(pair)));
-    return make_float2(f16_bits_to_f32(h2 & 0xFFFFu), f16_bits_to_f32(h2 >> 16));
-  }
   template <int kR, class XAt>
   static __device__ __forceinline__ void dot(const uint4 (&wv)[kR], const Param (&p)[kR], XAt x_at,
                                              float (&acc)[kR][2], uint32_t magic) {
@@ -253,18 +248,6 @@ struct Fmt<WeightKind::kF32> {
     }
   }
 };
-
-// x in shared memory as float4s with one float4 of padding after every 8 (128 bytes): float4 l
-// lives at l + l / 8. Lanes read consecutive chunks of P = 1, 2, 4 or 8 float4s; with the padding
-// the 8 lanes of a quarter-warp hit 8 different 16-byte bank groups (P = 8: 9v + i; P = 4:
-// 4v + v/2 + i; ...), a chunk never straddles a pad (P divides 8), so chunk v's float4 i is at
-// x_pos(v * P) + i, and chunk v + 32u at x_pos(v * P) + 36 u P: immediate offsets.
-__host__ __device__ constexpr int x_pos(int l) {
-  return l + (l >> 3);
-}
-constexpr size_t x_smem_bytes(int k) {
-  return sizeof(float4) * x_pos(k / 4);
-}
 
 // How a fast-kernel warp walks its rows (template argument of gemv_fast_kernel):
 //   kPlain  each warp owns kR rows of a tile and all their chunks, lane l reads chunks
@@ -720,6 +703,30 @@ cudaError_t gemv_swiglu(const DeviceLinear& w, const float* x, float* h, const G
   if (w.n == 0 || batch.n_slots == 0) return cudaSuccess;
   if (!gemv_swiglu_ok(w, batch) || batch.k_splits != 1) return cudaErrorNotSupported;
   return gemv_detail::launch_int4_mma(w, x, h, batch, stream, true);
+}
+
+bool gemv_moe_ok(const DeviceLinear& experts, const GemvBatch& batch, bool swiglu,
+                 const SharedProduct& shared) {
+  const DeviceLinear& w = shared.w;
+  const bool routed =
+      swiglu ? gemv_swiglu_ok(experts, batch)
+             : experts.kind == WeightKind::kInt4 && gemv_detail::int4_mma_ok(experts, batch);
+  return routed && batch.k_splits == 1 && w.kind == WeightKind::kFp8 && w.n > 0 &&
+         (!swiglu || w.n % 2 == 0) && w.k > 0 && w.k % 16 == 0 && w.k <= gemv_detail::kSharedMaxK &&
+         w.block >= 16 && (w.block & (w.block - 1)) == 0 &&
+         reinterpret_cast<uintptr_t>(w.w) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(shared.x) % 16 == 0 && batch.n_slots + 8 <= 65535;
+}
+
+cudaError_t gemv_moe(const DeviceLinear& experts, const float* x, float* y, const GemvBatch& batch,
+                     bool swiglu, const SharedProduct& shared, cudaStream_t stream) {
+  if (!valid(experts, x, y, batch) || !valid(shared.w, shared.x, shared.y, GemvBatch{})) {
+    return cudaErrorInvalidValue;
+  }
+  if (experts.n == 0 || batch.n_slots == 0) return cudaErrorNotSupported;
+  if (!gemv_moe_ok(experts, batch, swiglu, shared)) return cudaErrorNotSupported;
+  const gemv_detail::SharedArgs sh{shared.w, shared.x, shared.y, 0, swiglu};  // rows: the launch
+  return gemv_detail::launch_int4_mma(experts, x, y, batch, stream, swiglu, &sh);
 }
 
 }  // namespace qf::kern

@@ -53,6 +53,30 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {
   return r;
 }
 
+__device__ __forceinline__ float f16_bits_to_f32(uint32_t h) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(h)));
+}
+
+// Two E4M3 codes (low byte first) as exact f32 values (cvt.rn.f16x2.e4m3x2: sm_89 and later,
+// sm_90 and sm_121 alike; e4m3 -> f16 -> f32 is exact).
+__device__ __forceinline__ float2 e4m3x2(uint32_t pair) {
+  uint32_t h2;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(static_cast<unsigned short>(pair)));
+  return make_float2(f16_bits_to_f32(h2 & 0xFFFFu), f16_bits_to_f32(h2 >> 16));
+}
+
+// x in shared memory as float4s with one float4 of padding after every 8 (128 bytes): float4 l
+// lives at l + l / 8. Lanes read consecutive chunks of P = 1, 2, 4 or 8 float4s; with the padding
+// the 8 lanes of a quarter-warp hit 8 different 16-byte bank groups (P = 8: 9v + i; P = 4:
+// 4v + v/2 + i; ...), a chunk never straddles a pad (P divides 8), so chunk v's float4 i is at
+// x_pos(v * P) + i, and chunk v + 32u at x_pos(v * P) + 36 u P: immediate offsets.
+__host__ __device__ constexpr int x_pos(int l) {
+  return l + (l >> 3);
+}
+__host__ __device__ constexpr size_t x_smem_bytes(int k) {
+  return sizeof(float4) * x_pos(k / 4);
+}
+
 // Sums of kR rows spread over the lanes -> lane l returns the whole sum of row l / (32 / kR)
 // (gemv.cu, lm_head.cu). Every row is summed by the same butterfly tree, so equal inputs give
 // equal bits wherever they sit.
@@ -78,8 +102,11 @@ __device__ __forceinline__ float reduce_rows(float (&s)[kR], int lane) {
 // and at most kMaxSmemK, 16-byte aligned rows and experts, groups a power-of-two multiple of 128
 // columns or one group per row), and its launch.
 bool int4_mma_ok(const DeviceLinear& w, const GemvBatch& b);
-// swiglu: w in the paired row order (gemv.h), y = silu(gate) * up (n / 2 per slot).
+// swiglu: w in the paired row order (gemv.h), y = silu(gate) * up (n / 2 per slot). shared: the
+// FP8 shared expert's product in extra blocks of the same launch (moe_shared.cuh, gemv_moe).
+struct SharedArgs;
 cudaError_t launch_int4_mma(const DeviceLinear& w, const float* x, float* y, const GemvBatch& b,
-                            cudaStream_t stream, bool swiglu = false);
+                            cudaStream_t stream, bool swiglu = false,
+                            const SharedArgs* shared = nullptr);
 
 }  // namespace qf::kern::gemv_detail

@@ -44,6 +44,7 @@
 #include <cstdint>
 
 #include "gemv_common.cuh"
+#include "moe_shared.cuh"
 #include "pdl.cuh"
 
 namespace qf::kern {
@@ -63,11 +64,6 @@ struct Int4Args {
   uint32_t n_groups;  // scales per row: ceil(K / group)
   bool swiglu;        // paired rows (gemv.h): y = silu(gate) * up, n / 2 per slot
 };
-
-// silu(g) * u exactly as swiglu_kernel (ops.cu) evaluates it, so fusing changes no bit.
-__device__ __forceinline__ float silu_mul(float g, float u) {
-  return g * (1.0f / (1.0f + expf(-g))) * u;
-}
 
 // Shared memory: per 32-column block kb, 16 uint2 (lane g * 4 + t, g < 4): the B fragment of
 // limb column g, .x = columns 32 kb + 4t .. +3, .y = columns 32 kb + 16 + 4t .. +3 (one byte
@@ -160,11 +156,21 @@ __device__ __forceinline__ uint32_t load_scale_zero(const Mat& m, uint32_t i) {
 constexpr int kU = 3;          // units in flight per warp (the ring's slots)
 constexpr int kMinBlocks = 2;  // resident blocks per SM the registers are budgeted for
 
+// kShared: the first sh.rows rows of blocks (blockIdx.y < sh.rows, dispatched first) compute the
+// FP8 shared expert's rows (moe_shared.cuh, gemv_moe) and slot s is block row sh.rows + s; a
+// separate instance, so the plain kernel's code and registers stay as they were.
+template <bool kShared>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     gemv_int4_mma_kernel(const DeviceLinear w, const float* __restrict__ x, float* __restrict__ y,
-                         const GemvBatch b, const Int4Args args) {
+                         const GemvBatch b, const Int4Args args, const SharedArgs sh) {
   extern __shared__ uint4 smem[];  // limbs (k / 4 uint4), SegStats, then the partial sums
-  const int slot = blockIdx.y;
+  if constexpr (kShared) {
+    if (static_cast<int>(blockIdx.y) < sh.rows) {
+      shared_fp8(sh, reinterpret_cast<float4*>(smem));  // x as padded float4s over the limbs
+      return;
+    }
+  }
+  const int slot = static_cast<int>(blockIdx.y) - (kShared ? sh.rows : 0);
   // The ids are the router's output: wait for it unless it ran two or more launches back.
   if (b.ids != nullptr && !b.ids_early) pdl::wait();
   const Mat m = expert(w, b, slot, b.ids_early);
@@ -385,18 +391,34 @@ size_t smem_bytes(int k, int per_block) {
          sizeof(float) * 16 * kWarps * static_cast<size_t>(per_block);
 }
 
-// Blocks of per_block items resident per SM (past 48 KiB of shared memory: after the opt-in).
-cudaError_t resident_blocks(int k, int per_block, int* per_sm) {
-  const size_t smem = smem_bytes(k, per_block);
+// Blocks of `smem` bytes resident per SM (past 48 KiB of shared memory: after the opt-in).
+template <bool kShared>
+cudaError_t resident_blocks(size_t smem, int* per_sm) {
   cudaError_t e = cudaSuccess;
   if (smem > 48 * 1024) {
-    e = cudaFuncSetAttribute(gemv_int4_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(smem));
+    e = cudaFuncSetAttribute(gemv_int4_mma_kernel<kShared>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   }
   if (e == cudaSuccess) {
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, gemv_int4_mma_kernel, kThreads, smem);
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, gemv_int4_mma_kernel<kShared>,
+                                                      kThreads, smem);
   }
   return e;
+}
+
+// The whole launch, its routed slots sized by launch_int4_mma.
+template <bool kShared>
+cudaError_t launch_kernel(const DeviceLinear& w, const float* x, float* y, const GemvBatch& b,
+                          const Int4Args& args, const SharedArgs& sh, cudaStream_t stream) {
+  size_t smem = smem_bytes(w.k, args.per_block);
+  if (kShared) smem = std::max(smem, x_smem_bytes(sh.w.k));
+  int per_sm = 0;
+  const cudaError_t e = resident_blocks<kShared>(smem, &per_sm);  // sets the opt-in
+  if (e != cudaSuccess) return e;
+  const dim3 grid(static_cast<unsigned>((args.items + args.per_block - 1) / args.per_block),
+                  b.n_slots + (kShared ? sh.rows : 0));
+  return pdl::launch(gemv_int4_mma_kernel<kShared>, grid, kThreads, smem, stream, w, x, y, b, args,
+                     sh);
 }
 
 }  // namespace
@@ -416,9 +438,10 @@ bool int4_mma_ok(const DeviceLinear& w, const GemvBatch& b) {
 // item meet in shared memory at the end. H200, against the ring in registers with K slices per
 // tile (the kernel before): rings of 3 units at 2 blocks per SM beat 2, 4, 6, 8 and 12 units at
 // 1 to 3 blocks (deeper rings and more blocks were slower, one block per SM slower still),
-// INT4 MoE gate|up 57% -> 64% of copy bandwidth, the 122B step 3116 -> 2987 us.
+// INT4 MoE gate|up 57% -> 64% of copy bandwidth, the 122B step 3116 -> 2987 us. A shared
+// expert (gemv_moe) adds rows of blocks beyond that wave.
 cudaError_t launch_int4_mma(const DeviceLinear& w, const float* x, float* y, const GemvBatch& b,
-                            cudaStream_t stream, bool swiglu) {
+                            cudaStream_t stream, bool swiglu, const SharedArgs* shared) {
   int device = 0, n_sm = 0;
   cudaError_t e = cudaGetDevice(&device);
   if (e == cudaSuccess) e = cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, device);
@@ -430,25 +453,26 @@ cudaError_t launch_int4_mma(const DeviceLinear& w, const float* x, float* y, con
   args.seg_shift = w.group >= w.k ? 30 : __builtin_ctz(static_cast<unsigned>(w.group / kSegCols));
   args.n_groups = static_cast<uint32_t>((w.k + w.group - 1) / w.group);
   args.swiglu = swiglu;
+  // The shared expert's rows of blocks: as many as its bytes are routed experts' (at least 1).
   // Items per block for one wave; the partial sums' shared memory grows with them, so the
-  // residency is taken again for the second pass.
+  // residency is taken again for the second pass. The same with a shared expert, so that the
+  // routed slots sum in the same order (bit for bit gemv's).
   args.per_block = 1;
   for (int pass = 0; pass < 2; ++pass) {
     int per_sm = 0;
-    if ((e = resident_blocks(w.k, args.per_block, &per_sm)) != cudaSuccess) return e;
+    if ((e = resident_blocks<false>(smem_bytes(w.k, args.per_block), &per_sm)) != cudaSuccess) {
+      return e;
+    }
     if (per_sm == 0) return cudaErrorInvalidConfiguration;
     const long cap = std::max(1L, static_cast<long>(per_sm) * n_sm / b.n_slots);  // per slot
     args.per_block = static_cast<int>((args.items + cap - 1) / cap);
   }
-  const size_t smem = smem_bytes(w.k, args.per_block);
-  if (smem > 48 * 1024) {
-    e = cudaFuncSetAttribute(gemv_int4_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(smem));
-    if (e != cudaSuccess) return e;
-  }
-  const dim3 grid(static_cast<unsigned>((args.items + args.per_block - 1) / args.per_block),
-                  b.n_slots);
-  return pdl::launch(gemv_int4_mma_kernel, grid, kThreads, smem, stream, w, x, y, b, args);
+  if (!shared) return launch_kernel<false>(w, x, y, b, args, SharedArgs{}, stream);
+  // The shared expert's rows of blocks: as many as its bytes are routed experts' (at least 1).
+  SharedArgs sh = *shared;
+  sh.rows = static_cast<int>(
+      std::clamp<size_t>((weight_bytes(shared->w) + weight_bytes(w) / 2) / weight_bytes(w), 1, 8));
+  return launch_kernel<true>(w, x, y, b, args, sh, stream);
 }
 
 }  // namespace gemv_detail

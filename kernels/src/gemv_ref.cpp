@@ -117,6 +117,25 @@ void gemv_swiglu_ref(const DeviceLinear& w, const float* x, float* h, const Gemv
   }
 }
 
+void gemv_moe_ref(const DeviceLinear& experts, const float* x, float* y, const GemvBatch& batch,
+                  bool swiglu, const SharedProduct& shared, const int* host_ids) {
+  // The routed slots as gemv_ref / gemv_swiglu_ref; the shared product as gemv_ref, then
+  // swiglu_ref on its unpaired gate and up halves.
+  if (swiglu) {
+    gemv_swiglu_ref(experts, x, y, batch, host_ids);
+  } else {
+    gemv_ref(experts, x, y, batch, host_ids);
+  }
+  const int n = shared.w.n;
+  if (!swiglu) {
+    gemv_ref(shared.w, shared.x, shared.y, GemvBatch{}, nullptr);
+    return;
+  }
+  std::vector<float> t(static_cast<size_t>(n));
+  gemv_ref(shared.w, shared.x, t.data(), GemvBatch{}, nullptr);
+  swiglu_ref(t.data(), t.data() + n / 2, n / 2, 1, 0, shared.y);
+}
+
 size_t weight_bytes(const DeviceLinear& w) {
   const size_t n = static_cast<size_t>(w.n), k = static_cast<size_t>(w.k);
   switch (w.kind) {

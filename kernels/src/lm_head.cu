@@ -79,11 +79,9 @@ struct Vec<Path::kWord> {
   static __device__ __forceinline__ uint32_t word(uint32_t v, int) { return v; }
 };
 
-// x in shared memory: float4 l of a row at l + l / 8 (the padding that keeps a lane group's 8
-// chunks on 8 distinct 16-byte bank groups, gemv.cu's x_pos); rows x_row(k) float4s apart.
-__host__ __device__ constexpr int x_pos(int l) {
-  return l + (l >> 3);
-}
+// x in shared memory: float4 l of a row at x_pos(l) (gemv_common.cuh: the padding that keeps a
+// lane group's 8 chunks on 8 distinct 16-byte bank groups); rows x_row(k) float4s apart.
+using gemv_detail::x_pos;
 __host__ __device__ constexpr int x_row(int k) {
   return x_pos(k / 4) + 1;
 }

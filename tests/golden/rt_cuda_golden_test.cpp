@@ -131,6 +131,42 @@ TEST(CudaGoldenTiny, PairedSwigluExpertsEqualUnfusedAndTheCpuReference) {
   expect_same(c, f, vocab, 1e-4, "tiny int4 paired cuda vs cpu");
 }
 
+// The tiny preset as a hybrid (INT4 experts in the paired order, FP8 shared experts): the shared
+// expert as extra slots of the routed experts' launches (kern::gemv_moe) must take effect and
+// equal the CPU reference, as the engine with its own launches does.
+TEST(CudaGoldenTiny, SharedExpertInTheExpertLaunchesEqualsTheCpuReference) {
+  std::string why;
+  if (!CudaEngine::available(&why)) GTEST_SKIP() << why;
+  test::TempDir tmp;
+  const fs::path src = tmp / "tiny-bf16";
+  const test::CommandResult r =
+      test::run_command(std::string(QF_BIN) + " synth " + src.string() +
+                        " --preset tiny --layout bf16 --layers 4 --no-mtp --no-vision --seed 5");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::unique_ptr<Model> bf16 = Model::load(src);
+  ASSERT_NO_FATAL_FAILURE(test::build_hybrid(QF_BIN, src, tmp.path(), bf16->config().vocab_size));
+  const std::unique_ptr<Model> model = Model::load(tmp / "hybrid");
+  const int64_t vocab = model->config().vocab_size;
+  const std::vector<int32_t> prompt = {1, 17, 300, 5, 42, 99, 7, 250, 3, 11};
+  CudaOptions o;
+  o.max_context = 64;
+  o.shared_in_experts = true;
+  CudaEngine slots(*model, o);
+  EXPECT_TRUE(slots.load_stats().shared_in_experts);
+  o.shared_in_experts = false;
+  CudaEngine own(*model, o);
+  EXPECT_FALSE(own.load_stats().shared_in_experts);
+  CpuEngine cpu(*model, 2);
+  std::vector<float> s(prompt.size() * vocab), w(s.size()), c(s.size());
+  for (size_t t = 0; t < prompt.size(); ++t) {
+    slots.step(prompt[t], s.data() + t * vocab);
+    own.step(prompt[t], w.data() + t * vocab);
+    cpu.step(prompt[t], c.data() + t * vocab);
+  }
+  expect_same(c, s, vocab, 1e-4, "tiny hybrid shared in experts vs cpu");
+  expect_same(c, w, vocab, 1e-4, "tiny hybrid shared launches vs cpu");
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGolden, ::testing::ValuesIn(test::model_fixtures()),
                          test::fixture_test_name);
 

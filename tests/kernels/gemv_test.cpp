@@ -2,8 +2,9 @@
 // directly in the kernel layouts (gemv.h): awkward sizes (N = 1..129, K not a multiple of 128,
 // partial groups and FP8 blocks, misaligned rows and inputs: the generic path) and the real
 // Qwen3.5-122B-A10B shapes (expert gate/up/down, q_proj, the INT8 LM head, the FP8 shared expert,
-// the BF16 router), expert batches with repeated and out-of-order ids, and graph replay; and
-// gemv_swiglu, the gate|up product with SwiGLU in its epilogue (its own tolerance, below).
+// the BF16 router), expert batches with repeated and out-of-order ids, and graph replay;
+// gemv_swiglu, the gate|up product with SwiGLU in its epilogue (its own tolerance, below); and
+// gemv_moe, the routed experts with the FP8 shared expert in the same launch.
 //
 // Tolerance: gemv_ref is the exact dot product of the exactly reconstructed weights, rounded once
 // (it sums the exact products in double). The kernel forms the same products exactly (fma) and
@@ -726,6 +727,140 @@ TEST(GemvSwiglu, RefusesWhatItCannotPair) {
             cudaErrorNotSupported);
   const auto f = make_linear(WeightKind::kFp8, 32, 1024, 1, 128, 128, 562);
   EXPECT_EQ(gemv_swiglu(f->view(true), d_x.data(), d_h.data(), GemvBatch{}, nullptr),
+            cudaErrorNotSupported);
+}
+
+// gemv_moe: the routed slots bit for bit what gemv_swiglu (or gemv) writes, NaN poison included
+// (so nothing else is written there); the shared expert's rows within the file's bound of their
+// exact sums (swiglu: check_swiglu's bound, its gate rows 0 .. n/2 - 1 and up rows n/2 ..),
+// gemv_moe_ref's shared rows equal to the exact sums rounded (then swiglu_ref's formula), and
+// nothing past the shared outputs written.
+void check_moe(const TestLinear& ex, const Batch& b, bool swiglu, const TestLinear& sh,
+               uint64_t seed) {
+  SCOPED_TRACE(std::string("moe ") + (swiglu ? "gate|up" : "down") + " experts n " +
+               std::to_string(ex.n) + " k " + std::to_string(ex.k) + ", shared n " +
+               std::to_string(sh.n) + " k " + std::to_string(sh.k) + " block " +
+               std::to_string(sh.block) + " slots " + std::to_string(b.n_slots));
+  Rng rng{seed};
+  Inputs in = make_inputs(ex, b, rng);
+  const size_t n_out = swiglu ? ex.n / 2 : ex.n, sh_out = swiglu ? sh.n / 2 : sh.n;
+  const size_t ny = (b.n_slots - 1) * in.gb.y_stride + n_out;
+  std::vector<float> xs(static_cast<size_t>(sh.k));
+  for (float& v : xs) v = rng.uniform(-1.0f, 1.0f);
+  DeviceBuffer<float> d_xs(xs.size()), d_y(ny), d_y2(ny), d_ys(sh_out + 8);
+  QF_CUDA_CHECK(cudaMemcpy(d_xs.data(), xs.data(), d_xs.bytes(), cudaMemcpyHostToDevice));
+  for (auto* d : {&d_y, &d_y2, &d_ys}) QF_CUDA_CHECK(cudaMemset(d->data(), 0xFF, d->bytes()));
+  const SharedProduct sp{sh.view(true), d_xs.data(), d_ys.data()};
+  ASSERT_TRUE(gemv_moe_ok(ex.view(true), in.gb, swiglu, sp));
+  ASSERT_EQ(gemv_moe(ex.view(true), in.d_x.data(), d_y.data(), in.gb, swiglu, sp, nullptr),
+            cudaSuccess);
+  ASSERT_EQ(swiglu ? gemv_swiglu(ex.view(true), in.d_x.data(), d_y2.data(), in.gb, nullptr)
+                   : gemv(ex.view(true), in.d_x.data(), d_y2.data(), in.gb, nullptr),
+            cudaSuccess);
+  QF_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<float> y(ny), y2(ny), ys(sh_out + 8), want_y(ny), want_s(sh_out);
+  QF_CUDA_CHECK(cudaMemcpy(y.data(), d_y.data(), d_y.bytes(), cudaMemcpyDeviceToHost));
+  QF_CUDA_CHECK(cudaMemcpy(y2.data(), d_y2.data(), d_y2.bytes(), cudaMemcpyDeviceToHost));
+  QF_CUDA_CHECK(cudaMemcpy(ys.data(), d_ys.data(), d_ys.bytes(), cudaMemcpyDeviceToHost));
+  EXPECT_EQ(std::memcmp(y.data(), y2.data(), ny * sizeof(float)), 0) << "routed slots differ";
+  const SharedProduct host{sh.view(false), xs.data(), want_s.data()};
+  gemv_moe_ref(ex.view(false), in.x.data(), want_y.data(), in.gb, swiglu, host,
+               b.ids.empty() ? nullptr : b.ids.data());
+
+  int bad = 0;
+  for (size_t j = 0; j < sh_out; ++j) {
+    double sum[2] = {0, 0}, abs_sum[2] = {0, 0};
+    for (int part = 0; part < (swiglu ? 2 : 1); ++part) {
+      const int64_t r = static_cast<int64_t>(j + part * sh_out);
+      for (int64_t c = 0; c < sh.k; ++c) {
+        const double p = static_cast<double>(weight_at(sh, 0, r, c)) * xs[c];
+        sum[part] += p;
+        abs_sum[part] += std::fabs(p);
+      }
+    }
+    const double tg = (std::ceil(sh.k / 32.0) + 16) * 0x1p-24 * abs_sum[0];
+    double tol = tg, own = sum[0];
+    if (swiglu) {
+      const double tu = (std::ceil(sh.k / 32.0) + 16) * 0x1p-24 * abs_sum[1];
+      const float g = static_cast<float>(sum[0]), u = static_cast<float>(sum[1]);
+      const double sg = std::fabs(silu_mul_f(g, 1.0f)), au = std::fabs(u);
+      tol = 1.1 * tg * (au + tu) + sg * tu + 16 * 0x1p-24 * (sg + 1.1 * tg) * (au + tu);
+      own = silu_mul_f(g, u);
+    }
+    const bool ok_ref = want_s[j] == static_cast<float>(own);
+    const bool ok = std::fabs(static_cast<double>(ys[j]) - want_s[j]) <= tol;
+    if ((!ok || !ok_ref) && ++bad <= 5) {
+      ADD_FAILURE() << "shared output " << j << ": gpu " << ys[j] << " ref " << want_s[j] << " own "
+                    << own << " tol " << tol;
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  for (size_t j = sh_out; j < ys.size(); ++j) {
+    uint32_t bits;
+    std::memcpy(&bits, &ys[j], 4);
+    ASSERT_EQ(bits, 0xFFFFFFFFu) << "shared y[" << j << "] past its outputs written";
+  }
+}
+
+// Qwen3.5-122B-A10B (hidden 3072, expert and shared inter 1024) and 35B-A3B (2048, 512): the
+// gate | up launch (one x) and the down launch (x per slot), 8 of 256 experts.
+TEST(GemvMoe, RealShapes) {
+  QF_REQUIRE_GPU();
+  const std::vector<int> ids = {201, 17, 88, 17, 3, 255, 140, 64};
+  for (const auto& [h, i] : {std::pair{3072, 1024}, std::pair{2048, 512}}) {
+    const auto gu = make_linear(WeightKind::kInt4, 2 * i, h, 256, 128, 128, 601 + h);
+    const auto sgu = make_linear(WeightKind::kFp8, 2 * i, h, 1, 128, 128, 602 + h);
+    check_moe(*gu, Batch{8, ids, 0, static_cast<size_t>(i)}, true, *sgu, 603 + h);
+    const auto dn = make_linear(WeightKind::kInt4, h, i, 256, 128, 128, 604 + h);
+    const auto sdn = make_linear(WeightKind::kFp8, h, i, 1, 128, 128, 605 + h);
+    check_moe(*dn, Batch{8, ids, static_cast<size_t>(i), static_cast<size_t>(h)}, false, *sdn,
+              606 + h);
+  }
+}
+
+// Shared shapes off the models' grid: K of 1 to 6 chunks a lane (16 .. 3072 columns, partial
+// lanes), odd row counts, few and many units per block, FP8 blocks of 16 .. past K.
+TEST(GemvMoe, AwkwardSharedShapes) {
+  QF_REQUIRE_GPU();
+  uint64_t seed = 620;
+  const auto gu = make_linear(WeightKind::kInt4, 32, 256, 4, 128, 128, ++seed);
+  const auto dn = make_linear(WeightKind::kInt4, 48, 128, 4, 128, 128, ++seed);
+  for (int k : {16, 48, 528, 1040, 1552, 2064, 2576, 3072}) {
+    for (int n : {2, 26, 301 * 2}) {
+      for (int block : {16, 128, 4096}) {
+        const auto s = make_linear(WeightKind::kFp8, n, k, 1, 128, block, ++seed);
+        check_moe(*gu, Batch{3, {2, 0, 2}, 0, 16}, true, *s, ++seed);
+        check_moe(*dn, Batch{2, {3, 1}, 132, 50}, false, *s, ++seed);
+      }
+    }
+  }
+  const auto odd = make_linear(WeightKind::kFp8, 37, 512, 1, 128, 128, ++seed);
+  check_moe(*dn, Batch{1, {2}, 0, 0}, false, *odd, ++seed);
+}
+
+TEST(GemvMoe, RefusesWhatItCannotCarry) {
+  QF_REQUIRE_GPU();
+  const auto gu = make_linear(WeightKind::kInt4, 32, 256, 4, 128, 128, 640);
+  DeviceBuffer<float> d_x(4096), d_y(4096);
+  const GemvBatch b{2, nullptr, 0, 16};
+  const auto ok = [&](const TestLinear& s, bool swiglu, const float* x) {
+    return gemv_moe_ok(gu->view(true), b, swiglu, SharedProduct{s.view(true), x, d_y.data()});
+  };
+  const auto fine = make_linear(WeightKind::kFp8, 32, 512, 1, 128, 128, 641);
+  EXPECT_TRUE(ok(*fine, true, d_x.data()));
+  EXPECT_FALSE(ok(*fine, true, d_x.data() + 1));  // x not 16-byte aligned
+  EXPECT_FALSE(ok(*make_linear(WeightKind::kFp8, 32, 3088, 1, 128, 128, 642), true, d_x.data()));
+  EXPECT_FALSE(ok(*make_linear(WeightKind::kFp8, 32, 520, 1, 128, 128, 643), true, d_x.data()));
+  EXPECT_FALSE(ok(*make_linear(WeightKind::kFp8, 32, 512, 1, 128, 96, 644), true, d_x.data()));
+  EXPECT_FALSE(ok(*make_linear(WeightKind::kFp8, 31, 512, 1, 128, 128, 645), true, d_x.data()));
+  EXPECT_FALSE(ok(*make_linear(WeightKind::kInt8, 32, 512, 1, 128, 128, 646), true, d_x.data()));
+  const SharedProduct sp{fine->view(true), d_x.data(), d_y.data()};
+  GemvBatch split = b;
+  split.k_splits = 2;
+  split.split_stride = 32;
+  EXPECT_FALSE(gemv_moe_ok(gu->view(true), split, false, sp));  // K parts
+  const auto unpaired = make_linear(WeightKind::kInt4, 24, 256, 4, 128, 128, 647);
+  EXPECT_EQ(gemv_moe(unpaired->view(true), d_x.data(), d_y.data(), b, true, sp, nullptr),
             cudaErrorNotSupported);
 }
 

@@ -138,6 +138,26 @@ cudaError_t gemv_swiglu(const DeviceLinear& w, const float* x, float* h, const G
 void gemv_swiglu_ref(const DeviceLinear& w, const float* x, float* h, const GemvBatch& batch,
                      const int* host_ids);
 
+// The MoE block's products with the shared expert as extra expert slots (one launch instead of
+// the routed launch plus the shared expert's own): `experts` as gemv (swiglu: gemv_swiglu) of x
+// into y, and in the same launch the FP8 shared product `shared.w` of shared.x into shared.y,
+// its swiglu rows unpaired (gate rows 0 .. n/2 - 1, up rows n/2 ..: shared.y[j] = silu(gate_j) *
+// up_j, n/2 values; else n). The routed slots' results are gemv's / gemv_swiglu's bit for bit;
+// the shared rows apply each FP8 block scale to a 16-column chunk's sum (gemv rounds every
+// scaled weight), so they are within gemv_test's bound of gemv_ref, not bit for bit gemv's.
+// Where gemv_moe_ok is false: cudaErrorNotSupported (the caller keeps separate launches).
+struct SharedProduct {
+  DeviceLinear w;            // kFp8, K % 16 == 0 and <= 3072, block a power of two >= 16
+  const float* x = nullptr;  // 16-byte aligned
+  float* y = nullptr;
+};
+bool gemv_moe_ok(const DeviceLinear& experts, const GemvBatch& batch, bool swiglu,
+                 const SharedProduct& shared);
+cudaError_t gemv_moe(const DeviceLinear& experts, const float* x, float* y, const GemvBatch& batch,
+                     bool swiglu, const SharedProduct& shared, cudaStream_t stream);
+void gemv_moe_ref(const DeviceLinear& experts, const float* x, float* y, const GemvBatch& batch,
+                  bool swiglu, const SharedProduct& shared, const int* host_ids);
+
 // Turns n_mats kInt4 matrices (mat_words u32 words apart) written with untiled rows (every row
 // as the layout's row order, row r at word r * k / 8) into the kernel layout, in place: their
 // tiles of 16 rows when int4_tiled(k) (nothing to do otherwise). The loader's last step.

@@ -19,8 +19,13 @@ struct CudaOptions {
   int device = 0;
   int64_t max_context = 4096;  // KV cache rows per attention layer
   bool graph = true;           // false: launch kernel by kernel (profiling)
-  // The shared expert on a second stream, a branch of the step's graph beside the router and
-  // the routed experts (its short launches hide behind theirs); false: one after the other.
+  // The FP8 shared expert as extra slots of the routed experts' two launches (kern::gemv_moe),
+  // where the formats allow; false, or where they do not: launches of its own, placed by
+  // parallel_shared. Off: slower on the H200 (122B synthetic, context 1024: 3159.6 against
+  // 2819.0 us per step beside them), where the branch hides those launches behind the router's.
+  bool shared_in_experts = false;
+  // The shared expert's own launches on a second stream, a branch of the step's graph beside the
+  // router and the routed experts; false: one after the other.
   bool parallel_shared = true;
   // The routed experts' gate | up product applies SwiGLU in its epilogue (weights loaded in
   // kern::gemv_swiglu's paired row order where it takes them); false: gemv, then swiglu.
@@ -53,6 +58,9 @@ struct CudaLoadStats {
   uint64_t weight_bytes = 0;  // read by one decode step (experts: top-k of each layer)
   uint64_t host_bytes = 0;    // copied from the checkpoint
   double load_seconds = 0;
+  // CudaOptions::shared_in_experts took effect: every layer's shared expert runs as extra slots
+  // of its routed experts' launches.
+  bool shared_in_experts = false;
 };
 
 class CudaEngine {
