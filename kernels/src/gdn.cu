@@ -23,7 +23,9 @@
 // loads"): *pos, the recurrent state (up to 256 threads a block), dt_bias, A_log and norm_w.
 // After its wait it reads its qkv channels, z, b, a (the in_proj's outputs) and the conv
 // weights and history, all in one round trip (loading the conv's taps in a loop, one round trip
-// each, made the fused kernel slower than the two launches it replaced). The conv was a launch
+// each, made the fused kernel slower than the two launches it replaced); where the grid is at
+// most one block per SM, the conv weights and history are staged in shared memory before the
+// wait instead (kStageConv, gdn_decode). The conv was a launch
 // of its own until then: one launch is faster (H200, 122B synthetic, ctx 1024: 2840 -> 2822 us
 // per step; 35B unchanged, 1634 -> 1632). Measured slower and dropped earlier: 512-thread
 // recurrence blocks (+55 us/step), 128 threads x 32 rows (+58), 16-column tiles in clusters of 8
@@ -87,7 +89,15 @@ __device__ __forceinline__ void cluster_wait_acquire() {
 #endif
 }
 
-template <int kMaxThreads>
+// kStageConv (kMaxThreads <= 256): the conv taps and history are loaded before the wait, into
+// shared memory (gdn_decode says when).
+// kStageConv: the conv taps and history of slot i of thread tid, after the other shared arrays
+// (red_o's end): its taps, then its history, kc + kc - 1 floats a slot.
+__device__ __forceinline__ float* staged_conv(float* base, int tid, int i, int kc) {
+  return base + (tid * kConvSlots + i) * (2 * kc - 1);
+}
+
+template <int kMaxThreads, bool kStageConv>
 __global__ void __launch_bounds__(kMaxThreads)
     gdn_decode_kernel(GdnShape s, Plan pl, GdnParams p, const float* __restrict__ qkv,
                       const float* __restrict__ z, const float* __restrict__ b,
@@ -147,6 +157,30 @@ __global__ void __launch_bounds__(kMaxThreads)
   // Up to 256 threads the state rows load before the wait; 1024-thread blocks (64 registers a
   // thread) load them after the conv, so that nothing spills.
   constexpr bool kEarlyState = kMaxThreads <= 256;
+  static_assert(kEarlyState || !kStageConv, "conv staging is for blocks of up to 256 threads");
+  // kStageConv: this thread's conv taps (weights) and history (written by this kernel a step
+  // earlier) go through registers into shared memory before the state rows, so that they hold no
+  // register past here and only the in_proj's outputs follow the wait.
+  if constexpr (kStageConv) {
+#pragma unroll
+    for (int i = 0; i < kConvSlots; ++i) {
+      const int ch = channel(tid + n_thr * i);
+      if (ch < 0) continue;
+      const float* w = p.conv_w + static_cast<size_t>(ch) * kc;
+      const float* h_in = hist_in + static_cast<size_t>(ch) * n_hist;
+      float* dst = staged_conv(red_o + pl.groups * pl.tile, tid, i, kc);
+      float v[2 * kMaxKc - 1];
+#pragma unroll
+      for (int t = 0; t < kMaxKc; ++t) v[t] = t < kc ? __ldg(w + t) : 0.0f;
+#pragma unroll
+      for (int t = 0; t < kMaxKc - 1; ++t) v[kMaxKc + t] = t < n_hist ? __ldcg(h_in + t) : 0.0f;
+#pragma unroll
+      for (int t = 0; t < kMaxKc; ++t) {
+        if (t < kc) dst[t] = v[t];
+        if (t < n_hist) dst[kc + t] = v[kMaxKc + t];
+      }
+    }
+  }
   if constexpr (kEarlyState) load_state();
   pdl::wait();
 
@@ -171,15 +205,25 @@ __global__ void __launch_bounds__(kMaxThreads)
     float* h_out = hist_out + static_cast<size_t>(ch) * n_hist;
     const bool write = c >= 2 * dk || (j % r == 0 && blockIdx.x == 0);
     // Taps t < n_hist multiply history entry t; the last tap, the new input. All loads first
-    // (one round trip), then the sum in tap order.
+    // (one round trip, or staged before the wait), then the sum in tap order.
     const float* w = p.conv_w + static_cast<size_t>(ch) * kc;
-    float wt[kMaxKc - 1], h[kMaxKc - 1];
+    float wt[kMaxKc - 1], h[kMaxKc - 1], acc;
+    if constexpr (kStageConv) {
+      const float* staged = staged_conv(red_o + pl.groups * pl.tile, tid, i, kc);
 #pragma unroll
-    for (int t = 0; t < kMaxKc - 1; ++t) {
-      wt[t] = t < n_hist ? __ldg(w + t) : 0.0f;
-      h[t] = t < n_hist ? __ldcg(h_in + t) : 0.0f;
+      for (int t = 0; t < kMaxKc - 1; ++t) {
+        wt[t] = t < n_hist ? staged[t] : 0.0f;
+        h[t] = t < n_hist ? staged[kc + t] : 0.0f;
+      }
+      acc = staged[n_hist] * x;
+    } else {
+#pragma unroll
+      for (int t = 0; t < kMaxKc - 1; ++t) {
+        wt[t] = t < n_hist ? __ldg(w + t) : 0.0f;
+        h[t] = t < n_hist ? __ldcg(h_in + t) : 0.0f;
+      }
+      acc = __ldg(w + n_hist) * x;
     }
-    float acc = __ldg(w + n_hist) * x;
 #pragma unroll
     for (int t = 0; t < kMaxKc - 1; ++t) {
       if (t < n_hist) acc += wt[t] * h[t];
@@ -306,11 +350,26 @@ cudaError_t gdn_decode(const GdnShape& shape, const GdnParams& p, const float* q
   if (!supported(shape)) return cudaErrorInvalidValue;
   const Plan pl = make_plan(shape);
   const dim3 grid(static_cast<unsigned>(pl.n_tiles), static_cast<unsigned>(shape.n_v_heads));
+  // Conv staging where the grid is at most one block per SM: its blocks then start beside the
+  // in_proj's (one slot per SM is left), so loads before the wait cost nothing; with more
+  // blocks, those that start late would stall on them before the wait, which delays the grid's
+  // trigger of the next launch. H100: 35B (128 blocks) 1.78 -> 1.75 ms per step; 122B (256)
+  // 3.20 -> 3.24 ms with staging, hence not there.
+  int device = 0, n_sm = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, device);
+  if (e != cudaSuccess) return e;
+  const int threads = pl.tile * pl.groups;
+  const bool stage = threads <= 256 && static_cast<long>(grid.x) * grid.y <= n_sm;
   const size_t smem =
-      (2 * (static_cast<size_t>(shape.dk) + pl.groups * pl.tile) + pl.tile) * sizeof(float);
+      (2 * (static_cast<size_t>(shape.dk) + pl.groups * pl.tile) + pl.tile +
+       (stage ? static_cast<size_t>(threads) * kConvSlots * (2 * shape.kc - 1) : 0)) *
+      sizeof(float);
   // Up to 256 threads (every Qwen3.5 shape) the compiler may use 255 registers a thread, and the
   // conv slots and state rows stay in registers; only deep heads need more threads.
-  const auto kernel = pl.tile * pl.groups <= 256 ? gdn_decode_kernel<256> : gdn_decode_kernel<1024>;
+  const auto kernel = threads > 256 ? gdn_decode_kernel<1024, false>
+                      : stage       ? gdn_decode_kernel<256, true>
+                                    : gdn_decode_kernel<256, false>;
   return pdl::launch_cluster(kernel, grid, dim3(pl.n_tiles), pl.tile * pl.groups, smem, stream,
                              shape, pl, p, qkv, z, b, a, pos, state.conv, state.ssm, out);
 }
