@@ -453,7 +453,6 @@ cudaError_t launch_int4_mma(const DeviceLinear& w, const float* x, float* y, con
   args.seg_shift = w.group >= w.k ? 30 : __builtin_ctz(static_cast<unsigned>(w.group / kSegCols));
   args.n_groups = static_cast<uint32_t>((w.k + w.group - 1) / w.group);
   args.swiglu = swiglu;
-  // The shared expert's rows of blocks: as many as its bytes are routed experts' (at least 1).
   // Items per block for one wave; the partial sums' shared memory grows with them, so the
   // residency is taken again for the second pass. The same with a shared expert, so that the
   // routed slots sum in the same order (bit for bit gemv's).

@@ -78,6 +78,14 @@ void check(const fs::path& model_dir, const fs::path& reference, const std::stri
   EXPECT_EQ(got.ids, want.ids) << name << ": greedy continuations differ";
 }
 
+// The logits of every prompt position, one engine stepping through the prompt.
+template <class Engine>
+std::vector<float> prompt_logits(Engine& e, const std::vector<int32_t>& prompt, int64_t vocab) {
+  std::vector<float> out(prompt.size() * vocab);
+  for (size_t t = 0; t < prompt.size(); ++t) e.step(prompt[t], out.data() + t * vocab);
+  return out;
+}
+
 class CudaGolden : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
@@ -120,12 +128,9 @@ TEST(CudaGoldenTiny, PairedSwigluExpertsEqualUnfusedAndTheCpuReference) {
   o.fused_swiglu = false;
   CudaEngine unfused(*model, o);
   CpuEngine cpu(*model, 2);
-  std::vector<float> f(prompt.size() * vocab), u(f.size()), c(f.size());
-  for (size_t t = 0; t < prompt.size(); ++t) {
-    fused.step(prompt[t], f.data() + t * vocab);
-    unfused.step(prompt[t], u.data() + t * vocab);
-    cpu.step(prompt[t], c.data() + t * vocab);
-  }
+  const std::vector<float> f = prompt_logits(fused, prompt, vocab),
+                           u = prompt_logits(unfused, prompt, vocab),
+                           c = prompt_logits(cpu, prompt, vocab);
   EXPECT_EQ(std::memcmp(f.data(), u.data(), f.size() * sizeof(float)), 0)
       << "fused and unfused SwiGLU differ";
   expect_same(c, f, vocab, 1e-4, "tiny int4 paired cuda vs cpu");
@@ -157,12 +162,9 @@ TEST(CudaGoldenTiny, SharedExpertInTheExpertLaunchesEqualsTheCpuReference) {
   CudaEngine own(*model, o);
   EXPECT_FALSE(own.load_stats().shared_in_experts);
   CpuEngine cpu(*model, 2);
-  std::vector<float> s(prompt.size() * vocab), w(s.size()), c(s.size());
-  for (size_t t = 0; t < prompt.size(); ++t) {
-    slots.step(prompt[t], s.data() + t * vocab);
-    own.step(prompt[t], w.data() + t * vocab);
-    cpu.step(prompt[t], c.data() + t * vocab);
-  }
+  const std::vector<float> s = prompt_logits(slots, prompt, vocab),
+                           w = prompt_logits(own, prompt, vocab),
+                           c = prompt_logits(cpu, prompt, vocab);
   expect_same(c, s, vocab, 1e-4, "tiny hybrid shared in experts vs cpu");
   expect_same(c, w, vocab, 1e-4, "tiny hybrid shared launches vs cpu");
 }
