@@ -1,5 +1,5 @@
 // Helpers for the token-mixer kernel tests (gdn_test, attention_test; lm_head_test takes its
-// host/device copies and Rng, gemv_test its Rng): GPU presence, host/device copies, seeded
+// host/device copies and Rng, gemv_check.h its Rng): GPU presence, host/device copies, seeded
 // random data and the tolerance check.
 //
 // Tolerance model. The kernels and their _ref twins evaluate the same fp32 formulas; they differ
