@@ -11,17 +11,11 @@
 
 #include <cmath>
 #include <cstring>
-#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "gemv_check.h"
-#include "gpu_test.h"
-#include "qf/kern/device_buffer.h"
-#include "qf/kern/gemv.h"
-#include "qf/kern/ops.h"
-#include "qf/quant/formats.h"
 
 namespace qf::kern {
 namespace {
