@@ -391,17 +391,17 @@ size_t smem_bytes(int k, int per_block) {
          sizeof(float) * 16 * kWarps * static_cast<size_t>(per_block);
 }
 
-// Blocks of `smem` bytes resident per SM (past 48 KiB of shared memory: after the opt-in).
-template <bool kShared>
+// Blocks of the plain kernel with `smem` bytes resident per SM (past 48 KiB of shared memory:
+// after the opt-in).
 cudaError_t resident_blocks(size_t smem, int* per_sm) {
   cudaError_t e = cudaSuccess;
   if (smem > 48 * 1024) {
-    e = cudaFuncSetAttribute(gemv_int4_mma_kernel<kShared>,
+    e = cudaFuncSetAttribute(gemv_int4_mma_kernel<false>,
                              cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   }
   if (e == cudaSuccess) {
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, gemv_int4_mma_kernel<kShared>,
-                                                      kThreads, smem);
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, gemv_int4_mma_kernel<false>, kThreads,
+                                                      smem);
   }
   return e;
 }
@@ -412,9 +412,12 @@ cudaError_t launch_kernel(const DeviceLinear& w, const float* x, float* y, const
                           const Int4Args& args, const SharedArgs& sh, cudaStream_t stream) {
   size_t smem = smem_bytes(w.k, args.per_block);
   if (kShared) smem = std::max(smem, x_smem_bytes(sh.w.k));
-  int per_sm = 0;
-  const cudaError_t e = resident_blocks<kShared>(smem, &per_sm);  // sets the opt-in
-  if (e != cudaSuccess) return e;
+  if (smem > 48 * 1024) {
+    const cudaError_t e =
+        cudaFuncSetAttribute(gemv_int4_mma_kernel<kShared>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (e != cudaSuccess) return e;
+  }
   const dim3 grid(static_cast<unsigned>((args.items + args.per_block - 1) / args.per_block),
                   b.n_slots + (kShared ? sh.rows : 0));
   return pdl::launch(gemv_int4_mma_kernel<kShared>, grid, kThreads, smem, stream, w, x, y, b, args,
@@ -459,7 +462,7 @@ cudaError_t launch_int4_mma(const DeviceLinear& w, const float* x, float* y, con
   args.per_block = 1;
   for (int pass = 0; pass < 2; ++pass) {
     int per_sm = 0;
-    if ((e = resident_blocks<false>(smem_bytes(w.k, args.per_block), &per_sm)) != cudaSuccess) {
+    if ((e = resident_blocks(smem_bytes(w.k, args.per_block), &per_sm)) != cudaSuccess) {
       return e;
     }
     if (per_sm == 0) return cudaErrorInvalidConfiguration;

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -263,6 +264,19 @@ inline Inputs make_inputs(const TestLinear& t, const Batch& b, Rng& rng) {
   in.gb.k_splits = b.k_splits;
   in.gb.split_stride = b.split_stride;
   return in;
+}
+
+// Every element of `got` outside `written` still holds the NaN poison (all bits set) its buffer
+// was filled with: nothing outside the product's outputs was written.
+inline void expect_poison_outside(const std::vector<float>& got, const std::vector<bool>& written,
+                                  const char* what) {
+  for (size_t i = 0; i < got.size(); ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &got[i], 4);
+    if (!written[i]) {
+      ASSERT_EQ(bits, 0xFFFFFFFFu) << what << "[" << i << "] outside the outputs written";
+    }
+  }
 }
 
 }  // namespace qf::kern::test

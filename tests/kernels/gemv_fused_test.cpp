@@ -5,6 +5,7 @@
 // device is present.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -18,6 +19,7 @@ namespace qf::kern {
 namespace {
 
 using test::Batch;  // gemv_check.h
+using test::expect_poison_outside;
 using test::Inputs;
 using test::make_inputs;
 using test::make_linear;
@@ -105,13 +107,7 @@ void check_swiglu(const TestLinear& t, const Batch& b, uint64_t seed) {
     }
   }
   EXPECT_EQ(bad, 0);
-  for (size_t i = 0; i < nh; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, &got[i], 4);
-    if (!written[i]) {
-      ASSERT_EQ(bits, 0xFFFFFFFFu) << "h[" << i << "] outside the slots' rows written";
-    }
-  }
+  expect_poison_outside(got, written, "h");
 }
 
 // Awkward sizes: one pair tile (n_h = 8), a few, an odd count of tiles (136 = 17 x 8), many;
@@ -234,11 +230,9 @@ void check_moe(const TestLinear& ex, const Batch& b, bool swiglu, const TestLine
     }
   }
   EXPECT_EQ(bad, 0);
-  for (size_t j = sh_out; j < ys.size(); ++j) {
-    uint32_t bits;
-    std::memcpy(&bits, &ys[j], 4);
-    ASSERT_EQ(bits, 0xFFFFFFFFu) << "shared y[" << j << "] past its outputs written";
-  }
+  std::vector<bool> shared_written(ys.size(), false);
+  std::fill_n(shared_written.begin(), sh_out, true);
+  expect_poison_outside(ys, shared_written, "shared y");
 }
 
 // Qwen3.5-122B-A10B (hidden 3072, expert and shared inter 1024) and 35B-A3B (2048, 512): the

@@ -231,11 +231,11 @@ struct CudaEngine::Impl {
   std::pair<kern::SharedProduct, kern::SharedProduct> shared_slots(const cuda::DeviceMoe& w) const {
     const ckpt::Qwen35Config& c = m->config;
     const size_t k = c.num_experts_per_tok, im = c.moe_intermediate_size, h = c.hidden_size;
-    const auto [pairs, down] = expert_batches();
     if (!o.shared_in_experts || !on("shared-expert") || !w.gate_up.swiglu_pairs ||
         w.shared_gate_up.fused.n == 0) {
       return {};
     }
+    const auto [pairs, down] = expert_batches();
     const kern::SharedProduct gu{w.shared_gate_up.fused, u, eh + k * im};
     const kern::SharedProduct dn{w.shared_down, eh + k * im, ey + k * h};
     if (!kern::gemv_moe_ok(w.gate_up.fused, pairs, true, gu) ||
@@ -263,39 +263,15 @@ struct CudaEngine::Impl {
               is = static_cast<int>(c.shared_expert_intermediate_size);
     const auto [pairs, down_batch] = expert_batches();
     const auto [sh_gate_up, sh_down] = shared_slots(w);
-    if (sh_gate_up.y) {  // the shared expert rides in the routed experts' launches
-      if (on("router")) gemv(w.router, u, rl, {}, "router");  // and the shared gate logit
-      if (on("router-topk")) {
-        check(kern::router_topk(rlogits, static_cast<int>(c.num_experts), k, ids, rweights, stream),
-              "router_topk");
-      }
-      mark("router", 0);
-      const uint64_t sh_bytes = kern::weight_bytes(sh_gate_up.w);
-      if (on("experts-gate-up")) {
-        check(kern::gemv_moe(w.gate_up.fused, u, eh, pairs, true, sh_gate_up, stream),
-              "gemv_moe gate | up");
-      }
-      mark("experts (INT4 MoE)", kern::weight_bytes(w.gate_up.fused) * k + sh_bytes);
-      if (on("experts-down")) {
-        check(kern::gemv_moe(w.down, eh, ey, down_batch, false, sh_down, stream), "gemv_moe down");
-      }
-      mark("experts (INT4 MoE)", kern::weight_bytes(w.down) * k + kern::weight_bytes(sh_down.w));
-      if (on("moe-combine")) {
-        check(kern::moe_combine_norm(ey, rweights, k, sh_down.y, sgl, h, x, next_norm,
-                                     static_cast<float>(c.rms_norm_eps), next_out, stream),
-              "moe_combine_norm");
-      }
-      mark("norms and elementwise", 0);
-      return;
-    }
-    // The profile (marks) times families one after another: no branch then.
-    const bool branch = o.parallel_shared && !marks;
+    const bool slots = sh_gate_up.y != nullptr;  // the shared expert rides in the routed launches
+    // Else its own launches; the profile (marks) times families one after another: no branch then.
+    const bool branch = !slots && o.parallel_shared && !marks;
     const cudaStream_t sh_stream = branch ? side : stream;
     if (branch) {
       check(cudaEventRecord(fork, stream), "cudaEventRecord");
       check(cudaStreamWaitEvent(side, fork), "cudaStreamWaitEvent");
     }
-    if (on("shared-expert")) {
+    if (!slots && on("shared-expert")) {
       gemv(w.shared_gate_up, u, sgu, {}, "shared expert", sh_stream);
       if (on("shared-swiglu")) {
         check(kern::swiglu(sgu, sgu + is, is, 1, is, sh, sh_stream), "swiglu");
@@ -309,19 +285,34 @@ struct CudaEngine::Impl {
             "router_topk");
     }
     mark("router", 0);
-    if (w.gate_up.swiglu_pairs) {  // straight to eh = silu(gate) * up
+    const uint64_t gate_up_bytes = kern::weight_bytes(w.gate_up.fused) * static_cast<uint64_t>(k);
+    if (slots) {
+      if (on("experts-gate-up")) {
+        check(kern::gemv_moe(w.gate_up.fused, u, eh, pairs, true, sh_gate_up, stream),
+              "gemv_moe gate | up");
+      }
+      mark("experts (INT4 MoE)", gate_up_bytes + kern::weight_bytes(sh_gate_up.w));
+    } else if (w.gate_up.swiglu_pairs) {  // straight to eh = silu(gate) * up
       if (on("experts-gate-up")) {
         check(kern::gemv_swiglu(w.gate_up.fused, u, eh, pairs, stream), "gemv_swiglu experts");
       }
-      mark("experts (INT4 MoE)", kern::weight_bytes(w.gate_up.fused) * static_cast<uint64_t>(k));
+      mark("experts (INT4 MoE)", gate_up_bytes);
     } else if (on("experts-gate-up")) {
       gemv(w.gate_up, u, egu, {k, ids, 0, 2 * static_cast<size_t>(im)}, "experts (INT4 MoE)");
       check(kern::swiglu(egu, egu + im, im, k, 2 * static_cast<size_t>(im), eh, stream), "swiglu");
     }
-    if (on("experts-down")) gemv(w.down, eh, ey, down_batch, "experts (INT4 MoE)");
+    if (slots) {
+      if (on("experts-down")) {
+        check(kern::gemv_moe(w.down, eh, ey, down_batch, false, sh_down, stream), "gemv_moe down");
+      }
+      mark("experts (INT4 MoE)",
+           kern::weight_bytes(w.down) * static_cast<uint64_t>(k) + kern::weight_bytes(sh_down.w));
+    } else if (on("experts-down")) {
+      gemv(w.down, eh, ey, down_batch, "experts (INT4 MoE)");
+    }
     if (branch) check(cudaStreamWaitEvent(stream, join), "cudaStreamWaitEvent");
     if (on("moe-combine")) {
-      check(kern::moe_combine_norm(ey, rweights, k, sy, sgl, h, x, next_norm,
+      check(kern::moe_combine_norm(ey, rweights, k, slots ? sh_down.y : sy, sgl, h, x, next_norm,
                                    static_cast<float>(c.rms_norm_eps), next_out, stream),
             "moe_combine_norm");
     }
