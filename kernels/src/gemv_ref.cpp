@@ -5,6 +5,7 @@
 // the exact dot product rounded once (up to double rounding far below f32's), and a test's
 // tolerance only has to cover the kernel's own fp32 summation.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -129,6 +130,10 @@ void gemv_moe_ref(const DeviceLinear& experts, const float* x, float* y, const G
   const int n = shared.w.n;
   if (!swiglu) {
     gemv_ref(shared.w, shared.x, shared.y, GemvBatch{}, nullptr);
+    if (shared.gate) {  // a host pointer here
+      const float sg = 1.0f / (1.0f + std::exp(-*shared.gate));
+      for (int i = 0; i < n; ++i) shared.y[i] *= sg;
+    }
     return;
   }
   std::vector<float> t(static_cast<size_t>(n));

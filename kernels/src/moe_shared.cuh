@@ -19,6 +19,9 @@
 // which leave the memory system idle; here its 9.4 MB a layer lengthen the two expert launches
 // on the critical path.
 //
+// The shared expert's sigmoid gate can be folded into the down product's epilogue (SharedArgs::
+// gate): sigmoid(g) * sum, so the MoE combine adds that output as it is.
+//
 // Numerics: the block scale multiplies a chunk's 16-term sum rather than each weight (gemv.cu
 // rounds w = e4m3 * scale first): the same products up to one rounding per chunk, within
 // gemv_test's bound for the chain length.
@@ -30,11 +33,12 @@
 namespace qf::kern::gemv_detail {
 
 struct SharedArgs {
-  DeviceLinear w;  // kFp8 [n, k]: k % 16 == 0, k <= kSharedMaxK, block 2^i >= 16
-  const float* x;  // [k]
-  float* y;        // swiglu: [n / 2], else [n]
-  int rows;        // rows of blocks (blockIdx.y < rows) that compute the shared product
-  bool swiglu;     // rows j (gate) and n / 2 + j (up): y[j] = silu(gate) * up
+  DeviceLinear w;     // kFp8 [n, k]: k % 16 == 0, k <= kSharedMaxK, block 2^i >= 16
+  const float* x;     // [k]
+  float* y;           // swiglu: [n / 2], else [n]
+  int rows;           // rows of blocks (blockIdx.y < rows) that compute the shared product
+  bool swiglu;        // rows j (gate) and n / 2 + j (up): y[j] = silu(gate) * up
+  const float* gate;  // nullptr, or (not swiglu) the gate logit: y[j] = sigmoid(*gate) * sum
 };
 
 inline constexpr int kSharedMaxK = 3072;  // kCpl <= 6 chunks a lane per row
@@ -83,6 +87,8 @@ __device__ __forceinline__ void shared_fp8_block(const SharedArgs& s, float4* xs
   pdl::wait();  // x is an earlier kernel's output
 
   const float* xg = s.x;
+  // The gate logit is an earlier kernel's output (the router's): read after the wait.
+  const float sg = s.gate ? 1.0f / (1.0f + expf(-__ldg(s.gate))) : 1.0f;
   for (int l = threadIdx.x; l < k / 4; l += blockDim.x) {
     xs[x_pos(l)] = __ldg(reinterpret_cast<const float4*>(xg) + l);
   }
@@ -126,7 +132,7 @@ __device__ __forceinline__ void shared_fp8_block(const SharedArgs& s, float4* xs
       if (lane < 16 && lane % kLanesPerRow == 0 && o < n_out) s.y[o] = silu_mul(t, up);
     } else {
       const int o = u * per_unit + lane / kLanesPerRow;
-      if (lane % kLanesPerRow == 0 && o < n_out) s.y[o] = t;
+      if (lane % kLanesPerRow == 0 && o < n_out) s.y[o] = s.gate ? sg * t : t;
     }
   }
 }

@@ -202,7 +202,7 @@ __global__ void __cluster_dims__(kNormCtas, 1, 1) __launch_bounds__(kNormThreads
   }
 #pragma unroll
   for (int j = 0; j < kK; ++j) rw[j] = j < k ? __ldcg(weights + j) : 0.0f;
-  const float g = __ldcg(shared_gate);
+  const float g = shared_gate ? __ldcg(shared_gate) : 0.0f;
   pdl::wait();
   float yv[kNormPer][kK], sv[kNormPer];
 #pragma unroll
@@ -214,7 +214,7 @@ __global__ void __cluster_dims__(kNormCtas, 1, 1) __launch_bounds__(kNormThreads
     }
     sv[r] = i < h ? shared[i] : 0.0f;
   }
-  const float sg = sigmoid(g);
+  const float sg = shared_gate ? sigmoid(g) : 1.0f;
   float ss = 0;
 #pragma unroll
   for (int r = 0; r < kNormPer; ++r) {
@@ -260,7 +260,7 @@ __global__ void moe_combine_norm_long_kernel(const float* y, const float* weight
                                              float* x, const float* w, float eps, float* out) {
   pdl::wait();
   __shared__ float red[32];
-  const float sg = sigmoid(*shared_gate);
+  const float sg = shared_gate ? sigmoid(*shared_gate) : 1.0f;
   float ss = 0;
   for (int i = threadIdx.x; i < h; i += blockDim.x) {
     float acc = 0;

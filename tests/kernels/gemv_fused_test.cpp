@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -169,13 +170,17 @@ TEST(GemvSwiglu, RefusesWhatItCannotPair) {
 // (so nothing else is written there); the shared expert's rows within the file's bound of their
 // exact sums (swiglu: check_swiglu's bound, its gate rows 0 .. n/2 - 1 and up rows n/2 ..),
 // gemv_moe_ref's shared rows equal to the exact sums rounded (then swiglu_ref's formula), and
-// nothing past the shared outputs written.
+// nothing past the shared outputs written. gate (down only): the shared expert's gate logit,
+// folded in: each output is sigmoid(gate) * sum, the bound scaled by sigmoid(gate) plus 16 *
+// 2^-24 relative for the two sigmoids (expf within 2 ulps, a division) and the products, and the
+// reference's output exactly the rounded sum times the host sigmoid.
 void check_moe(const TestLinear& ex, const Batch& b, bool swiglu, const TestLinear& sh,
-               uint64_t seed) {
+               uint64_t seed, std::optional<float> gate = std::nullopt) {
   SCOPED_TRACE(std::string("moe ") + (swiglu ? "gate|up" : "down") + " experts n " +
                std::to_string(ex.n) + " k " + std::to_string(ex.k) + ", shared n " +
                std::to_string(sh.n) + " k " + std::to_string(sh.k) + " block " +
-               std::to_string(sh.block) + " slots " + std::to_string(b.n_slots));
+               std::to_string(sh.block) + " slots " + std::to_string(b.n_slots) +
+               (gate ? " gate " + std::to_string(*gate) : ""));
   Rng rng{seed};
   Inputs in = make_inputs(ex, b, rng);
   const size_t n_out = swiglu ? ex.n / 2 : ex.n, sh_out = swiglu ? sh.n / 2 : sh.n;
@@ -185,7 +190,11 @@ void check_moe(const TestLinear& ex, const Batch& b, bool swiglu, const TestLine
   DeviceBuffer<float> d_xs(xs.size()), d_y(ny), d_y2(ny), d_ys(sh_out + 8);
   QF_CUDA_CHECK(cudaMemcpy(d_xs.data(), xs.data(), d_xs.bytes(), cudaMemcpyHostToDevice));
   for (auto* d : {&d_y, &d_y2, &d_ys}) QF_CUDA_CHECK(cudaMemset(d->data(), 0xFF, d->bytes()));
-  const SharedProduct sp{sh.view(true), d_xs.data(), d_ys.data()};
+  DeviceBuffer<float> d_gate(1);
+  if (gate) {
+    QF_CUDA_CHECK(cudaMemcpy(d_gate.data(), &*gate, sizeof(float), cudaMemcpyHostToDevice));
+  }
+  const SharedProduct sp{sh.view(true), d_xs.data(), d_ys.data(), gate ? d_gate.data() : nullptr};
   ASSERT_TRUE(gemv_moe_ok(ex.view(true), in.gb, swiglu, sp));
   ASSERT_EQ(gemv_moe(ex.view(true), in.d_x.data(), d_y.data(), in.gb, swiglu, sp, nullptr),
             cudaSuccess);
@@ -198,7 +207,8 @@ void check_moe(const TestLinear& ex, const Batch& b, bool swiglu, const TestLine
   QF_CUDA_CHECK(cudaMemcpy(y2.data(), d_y2.data(), d_y2.bytes(), cudaMemcpyDeviceToHost));
   QF_CUDA_CHECK(cudaMemcpy(ys.data(), d_ys.data(), d_ys.bytes(), cudaMemcpyDeviceToHost));
   EXPECT_EQ(std::memcmp(y.data(), y2.data(), ny * sizeof(float)), 0) << "routed slots differ";
-  const SharedProduct host{sh.view(false), xs.data(), want_s.data()};
+  const SharedProduct host{sh.view(false), xs.data(), want_s.data(), gate ? &*gate : nullptr};
+  const float gate_sg = gate ? 1.0f / (1.0f + std::exp(-*gate)) : 1.0f;
   gemv_moe_ref(ex.view(false), in.x.data(), want_y.data(), in.gb, swiglu, host,
                b.ids.empty() ? nullptr : b.ids.data());
 
@@ -222,11 +232,16 @@ void check_moe(const TestLinear& ex, const Batch& b, bool swiglu, const TestLine
       tol = 1.1 * tg * (au + tu) + sg * tu + 16 * 0x1p-24 * (sg + 1.1 * tg) * (au + tu);
       own = silu_mul_f(g, u);
     }
-    const bool ok_ref = want_s[j] == static_cast<float>(own);
+    float own_f = static_cast<float>(own);
+    if (gate) {
+      own_f *= gate_sg;
+      tol = gate_sg * tol + 16 * 0x1p-24 * std::fabs(gate_sg * own);
+    }
+    const bool ok_ref = want_s[j] == own_f;
     const bool ok = std::fabs(static_cast<double>(ys[j]) - want_s[j]) <= tol;
     if ((!ok || !ok_ref) && ++bad <= 5) {
       ADD_FAILURE() << "shared output " << j << ": gpu " << ys[j] << " ref " << want_s[j] << " own "
-                    << own << " tol " << tol;
+                    << own_f << " tol " << tol;
     }
   }
   EXPECT_EQ(bad, 0);
@@ -248,6 +263,10 @@ TEST(GemvMoe, RealShapes) {
     const auto sdn = make_linear(WeightKind::kFp8, h, i, 1, 128, 128, 605 + h);
     check_moe(*dn, Batch{8, ids, static_cast<size_t>(i), static_cast<size_t>(h)}, false, *sdn,
               606 + h);
+    for (float g : {0.37f, -2.5f, 9.0f}) {  // the shared expert's gate folded in
+      check_moe(*dn, Batch{8, ids, static_cast<size_t>(i), static_cast<size_t>(h)}, false, *sdn,
+                607 + h, g);
+    }
   }
 }
 
@@ -269,6 +288,7 @@ TEST(GemvMoe, AwkwardSharedShapes) {
   }
   const auto odd = make_linear(WeightKind::kFp8, 37, 512, 1, 128, 128, ++seed);
   check_moe(*dn, Batch{1, {2}, 0, 0}, false, *odd, ++seed);
+  check_moe(*dn, Batch{1, {2}, 0, 0}, false, *odd, ++seed, -0.8f);
 }
 
 TEST(GemvMoe, RefusesWhatItCannotCarry) {
@@ -295,6 +315,9 @@ TEST(GemvMoe, RefusesWhatItCannotCarry) {
   const auto unpaired = make_linear(WeightKind::kInt4, 24, 256, 4, 128, 128, 647);
   EXPECT_EQ(gemv_moe(unpaired->view(true), d_x.data(), d_y.data(), b, true, sp, nullptr),
             cudaErrorNotSupported);
+  const SharedProduct gated{fine->view(true), d_x.data(), d_y.data(), d_x.data()};
+  EXPECT_EQ(gemv_moe(gu->view(true), d_x.data(), d_y.data(), b, true, gated, nullptr),
+            cudaErrorInvalidValue);  // the gate goes on the down product, not SwiGLU's outputs
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -244,17 +245,17 @@ TEST(Ops, RouterTopKRejectsUnsupportedSizes) {
 // Runs moe_combine_norm on the inputs; returns (x, out).
 std::pair<std::vector<float>, std::vector<float>> combine_on_gpu(
     const std::vector<float>& y, const std::vector<float>& wt, const std::vector<float>& shared,
-    float gate, const std::vector<float>& x0, const std::vector<float>& w) {
+    std::optional<float> gate, const std::vector<float>& x0, const std::vector<float>& w) {
   const int h = static_cast<int>(x0.size()), k = static_cast<int>(wt.size());
   auto dy = upload(y);
   auto ds = upload(shared);
   auto dwt = upload(wt);
-  auto dg = upload(std::vector<float>{gate});
+  auto dg = upload(std::vector<float>{gate.value_or(0.0f)});
   auto dx = upload(x0);
   auto dw = upload(w);
   DeviceBuffer<float> out(h);
-  EXPECT_EQ(moe_combine_norm(dy.data(), dwt.data(), k, ds.data(), dg.data(), h, dx.data(),
-                             dw.data(), 1e-6f, out.data(), nullptr),
+  EXPECT_EQ(moe_combine_norm(dy.data(), dwt.data(), k, ds.data(), gate ? dg.data() : nullptr, h,
+                             dx.data(), dw.data(), 1e-6f, out.data(), nullptr),
             cudaSuccess);
   return {download(dx), download(out)};
 }
@@ -281,7 +282,8 @@ TEST(Ops, MoeCombineThenNorm) {
 
 // The documented order, exactly: x[i] + fma(sg, shared[i], acc) with acc the fma chain over
 // j = 0 .. k-1, then the norm in block order. A gate of 100 makes sigmoid exactly 1 on both
-// sides (expf and std::exp may differ by an ulp elsewhere).
+// sides (expf and std::exp may differ by an ulp elsewhere); no gate (shared gated already, as
+// the shared expert's down product leaves it when the gate is folded in) adds shared as is.
 TEST(Ops, MoeCombineInTheDocumentedOrder) {
   QF_REQUIRE_GPU();
   for (auto [h, k] :
@@ -289,6 +291,7 @@ TEST(Ops, MoeCombineInTheDocumentedOrder) {
     const auto y = randn(static_cast<size_t>(h) * k, 5 * h), shared = randn(h, 5 * h + 1),
                x0 = randn(h, 5 * h + 2), w = randn(h, 5 * h + 3, 0.3f), wt = randn(k, h, 0.3f);
     const auto [got_x, got_out] = combine_on_gpu(y, wt, shared, 100.0f, x0, w);
+    const auto [ungated_x, ungated_out] = combine_on_gpu(y, wt, shared, std::nullopt, x0, w);
     std::vector<float> x = x0;
     for (int i = 0; i < h; ++i) {
       float acc = 0;
@@ -297,6 +300,8 @@ TEST(Ops, MoeCombineInTheDocumentedOrder) {
     }
     EXPECT_EQ(got_x, x) << h;
     EXPECT_EQ(got_out, norm_in_block_order(x, w, 1e-6f)) << h;
+    EXPECT_EQ(ungated_x, x) << h << " without a gate";
+    EXPECT_EQ(ungated_out, got_out) << h << " without a gate";
   }
 }
 

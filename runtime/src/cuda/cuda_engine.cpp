@@ -237,7 +237,8 @@ struct CudaEngine::Impl {
     }
     const auto [pairs, down] = expert_batches();
     const kern::SharedProduct gu{w.shared_gate_up.fused, u, eh + k * im};
-    const kern::SharedProduct dn{w.shared_down, eh + k * im, ey + k * h};
+    // Its sigmoid gate (the router GEMV's last logit) folded into the down product's epilogue.
+    const kern::SharedProduct dn{w.shared_down, eh + k * im, ey + k * h, sgl};
     if (!kern::gemv_moe_ok(w.gate_up.fused, pairs, true, gu) ||
         !kern::gemv_moe_ok(w.down, down, false, dn)) {
       return {};
@@ -312,8 +313,9 @@ struct CudaEngine::Impl {
     }
     if (branch) check(cudaStreamWaitEvent(stream, join), "cudaStreamWaitEvent");
     if (on("moe-combine")) {
-      check(kern::moe_combine_norm(ey, rweights, k, slots ? sh_down.y : sy, sgl, h, x, next_norm,
-                                   static_cast<float>(c.rms_norm_eps), next_out, stream),
+      check(kern::moe_combine_norm(ey, rweights, k, slots ? sh_down.y : sy, slots ? nullptr : sgl,
+                                   h, x, next_norm, static_cast<float>(c.rms_norm_eps), next_out,
+                                   stream),
             "moe_combine_norm");
     }
     mark("norms and elementwise", 0);

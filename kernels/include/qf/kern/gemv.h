@@ -145,11 +145,16 @@ void gemv_swiglu_ref(const DeviceLinear& w, const float* x, float* h, const Gemv
 // up_j, n/2 values; else n). The routed slots' results are gemv's / gemv_swiglu's bit for bit;
 // the shared rows apply each FP8 block scale to a 16-column chunk's sum (gemv rounds every
 // scaled weight), so they are within gemv_test's bound of gemv_ref, not bit for bit gemv's.
+// With shared.gate (down product) each shared output is multiplied by its sigmoid.
 // Where gemv_moe_ok is false: cudaErrorNotSupported (the caller keeps separate launches).
 struct SharedProduct {
   DeviceLinear w;            // kFp8, K % 16 == 0 and <= 3072, block a power of two >= 16
   const float* x = nullptr;  // 16-byte aligned
   float* y = nullptr;
+  // Not swiglu: the shared expert's gate logit (device scalar, read after the PDL wait); each
+  // output is then sigmoid(*gate) * sum, sigmoid(g) = 1 / (1 + e^-g) as moe_combine_norm forms
+  // it (the gate folded into the epilogue; the combine then adds the output ungated).
+  const float* gate = nullptr;
 };
 bool gemv_moe_ok(const DeviceLinear& experts, const GemvBatch& batch, bool swiglu,
                  const SharedProduct& shared);

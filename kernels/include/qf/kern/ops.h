@@ -47,7 +47,8 @@ cudaError_t router_topk(const float* logits, int e, int k, int* ids, float* weig
                         cudaStream_t stream);
 
 // x[i] += sum_j weights[j] * y[j * h + i] + sigmoid(*shared_gate) * shared[i] (the MoE output:
-// k routed experts and the gated shared expert, added to the residual stream), then
+// k routed experts and the gated shared expert, added to the residual stream; shared_gate
+// nullptr: shared is gated already, sigmoid(*shared_gate) reads as 1), then
 // out = rms_norm_1p(x; w): the next layer's input norm (or the final norm). Deterministic, as
 // add_rms_norm_1p. PDL: for h <= 4096 and k <= 16 it loads w, x, weights and *shared_gate
 // before waiting, under the same condition as add_rms_norm_1p (in the decode step, the kernels
