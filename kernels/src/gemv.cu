@@ -726,8 +726,8 @@ cudaError_t gemv_moe(const DeviceLinear& experts, const float* x, float* y, cons
   if (experts.n == 0 || batch.n_slots == 0) return cudaErrorNotSupported;
   if (!gemv_moe_ok(experts, batch, swiglu, shared)) return cudaErrorNotSupported;
   if (swiglu && shared.gate) return cudaErrorInvalidValue;  // the gate goes on the down product
-  const gemv_detail::SharedArgs sh{shared.w, shared.x, shared.y,
-                                   0,        swiglu,   shared.gate};  // rows: the launch
+  // rows: set by the launch
+  const gemv_detail::SharedArgs sh{shared.w, shared.x, shared.y, 0, swiglu, shared.gate};
   return gemv_detail::launch_int4_mma(experts, x, y, batch, stream, swiglu, &sh);
 }
 

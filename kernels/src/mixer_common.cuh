@@ -1,6 +1,7 @@
-// Device helpers shared by the token mixers (gdn.cu, attention.cu). Scalar functions spell out
-// the same formulas as runtime/src/cpu_engine.cpp so the kernels and their _ref twins agree up to
-// libm ulps and summation order. Reductions use fixed shuffle trees: results are deterministic.
+// Device helpers shared by the token mixers (gdn.cu, attention.cu) and moe_shared.cuh. Scalar
+// functions spell out the same formulas as runtime/src/cpu_engine.cpp so the kernels and their
+// _ref twins agree up to libm ulps and summation order. Reductions use fixed shuffle trees:
+// results are deterministic.
 #pragma once
 
 #include <cuda_runtime.h>

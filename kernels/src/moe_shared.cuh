@@ -28,6 +28,7 @@
 #pragma once
 
 #include "gemv_common.cuh"
+#include "mixer_common.cuh"
 #include "pdl.cuh"
 
 namespace qf::kern::gemv_detail {
@@ -88,7 +89,7 @@ __device__ __forceinline__ void shared_fp8_block(const SharedArgs& s, float4* xs
 
   const float* xg = s.x;
   // The gate logit is an earlier kernel's output (the router's): read after the wait.
-  const float sg = s.gate ? 1.0f / (1.0f + expf(-__ldg(s.gate))) : 1.0f;
+  const float sg = s.gate ? mixer::sigmoid(__ldg(s.gate)) : 1.0f;
   for (int l = threadIdx.x; l < k / 4; l += blockDim.x) {
     xs[x_pos(l)] = __ldg(reinterpret_cast<const float4*>(xg) + l);
   }
