@@ -89,10 +89,9 @@ __device__ __forceinline__ void cluster_wait_acquire() {
 #endif
 }
 
-// kStageConv (kMaxThreads <= 256): the conv taps and history are loaded before the wait, into
-// shared memory (gdn_decode says when).
-// kStageConv: the conv taps and history of slot i of thread tid, after the other shared arrays
-// (red_o's end): its taps, then its history, kc + kc - 1 floats a slot.
+// kStageConv (kMaxThreads <= 256; gdn_decode says when): the conv taps and history are loaded
+// before the wait into shared memory after the other arrays (red_o's end), kc taps then kc - 1
+// history entries for each slot i of each thread tid, here.
 __device__ __forceinline__ float* staged_conv(float* base, int tid, int i, int kc) {
   return base + (tid * kConvSlots + i) * (2 * kc - 1);
 }

@@ -19,13 +19,15 @@
 namespace qf::kern {
 namespace {
 
-using test::Batch;  // gemv_check.h
+using test::Batch;     // gemv_check.h
+using test::download;  // mixer_check.h, through gemv_check.h
 using test::expect_poison_outside;
 using test::Inputs;
 using test::make_inputs;
 using test::make_linear;
 using test::Rng;
 using test::TestLinear;
+using test::upload;
 using test::weight_at;
 
 // ---- gemv_swiglu: gate|up in the paired row order, SwiGLU in the epilogue --------------------
@@ -69,9 +71,8 @@ void check_swiglu(const TestLinear& t, const Batch& b, uint64_t seed) {
              b.n_slots * t.n / (2 * kSwigluPairRows), 2 * kSwigluPairRows, d_h2.data(), nullptr),
       cudaSuccess);
   QF_CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<float> got(nh), unfused(static_cast<size_t>(b.n_slots) * n_h), want(nh, 0.0f);
-  QF_CUDA_CHECK(cudaMemcpy(got.data(), d_h.data(), nh * sizeof(float), cudaMemcpyDeviceToHost));
-  QF_CUDA_CHECK(cudaMemcpy(unfused.data(), d_h2.data(), d_h2.bytes(), cudaMemcpyDeviceToHost));
+  const std::vector<float> got = download(d_h), unfused = download(d_h2);
+  std::vector<float> want(nh, 0.0f);
   gemv_swiglu_ref(t.view(false), x.data(), want.data(), gb, b.ids.empty() ? nullptr : b.ids.data());
 
   std::vector<bool> written(nh, false);
@@ -187,13 +188,9 @@ void check_moe(const TestLinear& ex, const Batch& b, bool swiglu, const TestLine
   const size_t ny = (b.n_slots - 1) * in.gb.y_stride + n_out;
   std::vector<float> xs(static_cast<size_t>(sh.k));
   for (float& v : xs) v = rng.uniform(-1.0f, 1.0f);
-  DeviceBuffer<float> d_xs(xs.size()), d_y(ny), d_y2(ny), d_ys(sh_out + 8);
-  QF_CUDA_CHECK(cudaMemcpy(d_xs.data(), xs.data(), d_xs.bytes(), cudaMemcpyHostToDevice));
+  const DeviceBuffer<float> d_xs = upload(xs), d_gate = upload(std::vector{gate.value_or(0.0f)});
+  DeviceBuffer<float> d_y(ny), d_y2(ny), d_ys(sh_out + 8);
   for (auto* d : {&d_y, &d_y2, &d_ys}) QF_CUDA_CHECK(cudaMemset(d->data(), 0xFF, d->bytes()));
-  DeviceBuffer<float> d_gate(1);
-  if (gate) {
-    QF_CUDA_CHECK(cudaMemcpy(d_gate.data(), &*gate, sizeof(float), cudaMemcpyHostToDevice));
-  }
   const SharedProduct sp{sh.view(true), d_xs.data(), d_ys.data(), gate ? d_gate.data() : nullptr};
   ASSERT_TRUE(gemv_moe_ok(ex.view(true), in.gb, swiglu, sp));
   ASSERT_EQ(gemv_moe(ex.view(true), in.d_x.data(), d_y.data(), in.gb, swiglu, sp, nullptr),
@@ -202,10 +199,8 @@ void check_moe(const TestLinear& ex, const Batch& b, bool swiglu, const TestLine
                    : gemv(ex.view(true), in.d_x.data(), d_y2.data(), in.gb, nullptr),
             cudaSuccess);
   QF_CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<float> y(ny), y2(ny), ys(sh_out + 8), want_y(ny), want_s(sh_out);
-  QF_CUDA_CHECK(cudaMemcpy(y.data(), d_y.data(), d_y.bytes(), cudaMemcpyDeviceToHost));
-  QF_CUDA_CHECK(cudaMemcpy(y2.data(), d_y2.data(), d_y2.bytes(), cudaMemcpyDeviceToHost));
-  QF_CUDA_CHECK(cudaMemcpy(ys.data(), d_ys.data(), d_ys.bytes(), cudaMemcpyDeviceToHost));
+  const std::vector<float> y = download(d_y), y2 = download(d_y2), ys = download(d_ys);
+  std::vector<float> want_y(ny), want_s(sh_out);
   EXPECT_EQ(std::memcmp(y.data(), y2.data(), ny * sizeof(float)), 0) << "routed slots differ";
   const SharedProduct host{sh.view(false), xs.data(), want_s.data(), gate ? &*gate : nullptr};
   const float gate_sg = gate ? 1.0f / (1.0f + std::exp(-*gate)) : 1.0f;
