@@ -4,6 +4,7 @@
 //   int4 moe gate+up  8 of 256 experts [2048 x 3072] (gate and up rows stacked), one launch
 //   int4 moe gate     8 of 256 experts [1024 x 3072] (the gate half alone)
 //   int4 moe down     8 of 256 experts [3072 x 1024], each slot its own input
+//                     (down as the engine launches it: its ids read before its PDL wait)
 //   int4 q_proj       [16384 x 3072], 8 copies in rotation
 //   int4 gdn in_proj  [20608 x 3072] (qkv | z | b | a), 8 copies in rotation
 //   int4 out_proj     [3072 x 8192] (DeltaNet out / attention o), 8 copies in rotation; and
@@ -293,9 +294,10 @@ int main(int argc, char** argv) {
     DeviceLinear lin;
     int n_slots;
     size_t x_stride, y_stride;
-    const int* ids;    // rotating base
-    int id_step;       // ids advance by this per launch (mod kSets sets)
-    int k_splits = 1;  // parts of K (GemvBatch::k_splits), n floats apart
+    const int* ids;          // rotating base
+    int id_step;             // ids advance by this per launch (mod kSets sets)
+    int k_splits = 1;        // parts of K (GemvBatch::k_splits), n floats apart
+    bool ids_early = false;  // GemvBatch::ids_early
   };
   std::vector<Case> cases;
   Stack gate_up = make_stack(WeightKind::kInt4, 2048, 3072, 256, 128, 1);
@@ -308,9 +310,12 @@ int main(int argc, char** argv) {
   Stack router = make_stack(WeightKind::kBf16, 256, 3072, kSets, 128, 6);
   DeviceLinear gate = gate_up.lin;  // the first 1024 rows of every [2048, 3072] expert
   gate.n = 1024;
+  // The MoE products as the engine launches them: gate | up waits for its ids (the top-k just
+  // before writes them), down reads its ids before waiting (GemvBatch::ids_early).
   cases.push_back({"int4 moe gate+up 8x[2048x3072]", gate_up.lin, 8, 0, 2048, moe_ids.data(), 8});
   cases.push_back({"int4 moe gate    8x[1024x3072]", gate, 8, 0, 1024, moe_ids.data(), 8});
-  cases.push_back({"int4 moe down    8x[3072x1024]", down.lin, 8, 1024, 3072, moe_ids.data(), 8});
+  cases.push_back(
+      {"int4 moe down    8x[3072x1024]", down.lin, 8, 1024, 3072, moe_ids.data(), 8, 1, true});
   cases.push_back({"int4 q_proj      [16384x3072] ", q_proj.lin, 1, 0, 0, rot.data(), 1});
   cases.push_back({"int4 gdn in_proj [20608x3072] ", gdn_in.lin, 1, 0, 0, rot.data(), 1});
   cases.push_back({"int4 out_proj    [3072x8192]  ", out_proj.lin, 1, 0, 0, rot.data(), 1});
@@ -335,8 +340,8 @@ int main(int argc, char** argv) {
       for (int loads : {4, 8}) {
         auto launch = [&](int i, cudaStream_t s) {
           const size_t off = (static_cast<size_t>(i) * bytes % span) & ~size_t{255};
-          return qf::bench::read_launch({per_sm, loads}, lm_head.w.data() + off, bytes,
-                                        sink.data(), s);
+          return qf::bench::read_launch({per_sm, loads}, lm_head.w.data() + off, bytes, sink.data(),
+                                        s);
         };
         best = std::min(best, time_launches(launch, iters, stream).graph_us);
       }
@@ -358,6 +363,7 @@ int main(int argc, char** argv) {
       b.x_stride = c.x_stride;
       b.y_stride = c.y_stride;
       b.k_splits = c.k_splits;
+      b.ids_early = c.ids_early;
       b.split_stride = static_cast<size_t>(c.lin.n);
       return qf::kern::gemv(c.lin, x.data(), y.data(), b, s);
     };

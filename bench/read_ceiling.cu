@@ -16,8 +16,8 @@ namespace {
 constexpr int kThreads = 256;
 
 template <int kLoads>
-__global__ void __launch_bounds__(kThreads) read_kernel(const uint4* __restrict__ p, size_t n,
-                                                         unsigned* sink) {
+__global__ void __launch_bounds__(kThreads)
+    read_kernel(const uint4* __restrict__ p, size_t n, unsigned* sink) {
   const size_t stride = static_cast<size_t>(gridDim.x) * kThreads;
   size_t i = static_cast<size_t>(blockIdx.x) * kThreads + threadIdx.x;
   uint32_t acc = 0;
@@ -52,8 +52,7 @@ cudaError_t read_launch(const ReadShape& s, const void* data, size_t bytes, unsi
     return qf::kern::pdl::launch(read_kernel<8>, dim3(blocks), dim3(kThreads), 0, stream, p, n,
                                  sink);
   }
-  return qf::kern::pdl::launch(read_kernel<4>, dim3(blocks), dim3(kThreads), 0, stream, p, n,
-                               sink);
+  return qf::kern::pdl::launch(read_kernel<4>, dim3(blocks), dim3(kThreads), 0, stream, p, n, sink);
 }
 
 }  // namespace qf::bench
