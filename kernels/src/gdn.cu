@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   __shared__ double col_sq[kMaxTileCols];
   __shared__ double tile_sq[kMaxTiles];  // tile t's sum of squares, pushed by block t
   __shared__ double warp_sq[2][32];      // per warp: its q and k channels' sums of squares
-  // kDk > 0: the Qwen3.5 shape (kFixed below) as compile-time constants, so that the row loops,
+  // kDk > 0: the Qwen3.5 shape (the kFixed* constants) at compile time, so that the row loops,
   // their bounds and the state's addresses fold.
   static_assert(kDk == 0 || (kDk == kFixedDk && kMaxThreads == kFixedTile * kFixedGroups),
                 "the fixed shape only");
