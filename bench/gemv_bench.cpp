@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -330,10 +331,13 @@ int main(int argc, char** argv) {
   cases.push_back({"bf16 floor       [8x256]      ", tiny, 1, 0, 0, rot.data(), 1});
 
   DeviceBuffer<unsigned> sink(1);
-  // The read ceiling's %copy at `bytes` (graph replay, best shape).
+  // The read ceiling's %copy at `bytes` (graph replay, best shape), measured once per size (five
+  // cases read 13.2 MB).
+  std::map<size_t, double> ceilings;
   auto read_ceiling = [&](size_t bytes) {
     const size_t pool = lm_head.w.bytes();
     bytes = std::min(bytes, pool) & ~size_t{15};
+    if (const auto it = ceilings.find(bytes); it != ceilings.end()) return it->second;
     const size_t span = pool > bytes ? pool - bytes : 1;
     double best = 1e30;
     for (int per_sm : {1, 2, 4}) {
@@ -346,7 +350,7 @@ int main(int argc, char** argv) {
         best = std::min(best, time_launches(launch, iters, stream).graph_us);
       }
     }
-    return 100.0 * bytes / (best * 1e3) / copy;
+    return ceilings[bytes] = 100.0 * bytes / (best * 1e3) / copy;
   };
 
   std::printf("%-31s %7s | %-23s | %-23s | %s\n", "", "", "stream launches", "graph replay",
