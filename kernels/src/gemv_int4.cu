@@ -35,7 +35,10 @@
 // warp's) the warp's sums go to shared memory; after the loop every item's rows add the sums of
 // the warps that met it, in warp order (deterministic). Every block first turns x's segments of
 // its parts into limbs in shared memory (one warp per segment), behind one barrier, while the
-// first weight loads are in flight.
+// first weight loads are in flight. A launch that waits for its ids first (the routed gate | up)
+// issues its first x loads before its weight loads: behind them, in the SM's queue of ~48 KB of
+// weights, their L2 round trip took ~2 us (a globaltimer trace of the blocks, H100) and held
+// back the whole block (qforge-bench-gemv, H100: MoE gate+up 73% -> 77-78% of copy).
 //
 // SwiGLU epilogue (gemv_swiglu, gemv.h): with paired rows a tile's rows g and g + 8 are a gate
 // row and its up row, so the thread that adds row g's sums adds row g + 8's too and writes
@@ -239,6 +242,22 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       if (left > 0) src = locate(i_lo + ++li);
     }
   };
+  // x's segments for this block: those of the parts its items lie in, four per warp at a time
+  // (their L2 round trips overlap). A kernel that has already waited (for its ids) loads its
+  // first four before the weights, so that they do not queue behind the weight stream.
+  const float* xg = x + slot * b.x_stride;
+  const bool x_aligned = (reinterpret_cast<uintptr_t>(xg) & 15) == 0;
+  const int xs_lo = i_lo / tiles * S;
+  const int xs_hi = min(((i_lo + n_items - 1) / tiles + 1) * S, n_seg_all);
+  const bool x_first = b.ids != nullptr && !b.ids_early;
+  float4 xf[4];
+  auto load_x = [&](int s0) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if (s0 + j * kWarps < xs_hi) xf[j] = load_x4(xg, x_aligned, s0 + j * kWarps, lane);
+    }
+  };
+  if (x_first) load_x(xs_lo + warp);
 #pragma unroll
   for (int r = 0; r < kU; ++r) {  // weights, scales, zeros: not written by the previous kernel
     if (r < n_mine) {
@@ -249,26 +268,15 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   }
   pdl::wait();  // x is the previous kernel's output
 
-  // x into limbs: the segments of the parts this block's items lie in, four per warp at a time
-  // (their L2 round trips overlap) while the first weight loads are in flight.
+  // x into limbs while the first weight loads are in flight.
   uint32_t* xq = reinterpret_cast<uint32_t*>(smem);
   SegStat* stat = reinterpret_cast<SegStat*>(smem + k / 4);
   float* part_sums = reinterpret_cast<float*>(smem + k / 4 + n_seg_all + 64 * kU * kWarps);
-  {
-    const float* xg = x + slot * b.x_stride;
-    const bool aligned = (reinterpret_cast<uintptr_t>(xg) & 15) == 0;
-    const int s_lo = i_lo / tiles * S;
-    const int s_hi = min(((i_lo + n_items - 1) / tiles + 1) * S, n_seg_all);
-    for (int s0 = s_lo + warp; s0 < s_hi; s0 += 4 * kWarps) {
-      float4 f[4];
+  for (int s0 = xs_lo + warp; s0 < xs_hi; s0 += 4 * kWarps) {
+    if (!x_first || s0 != xs_lo + warp) load_x(s0);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        if (s0 + j * kWarps < s_hi) f[j] = load_x4(xg, aligned, s0 + j * kWarps, lane);
-      }
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        if (s0 + j * kWarps < s_hi) stage_segment(f[j], s0 + j * kWarps, lane, xq, stat);
-      }
+    for (int j = 0; j < 4; ++j) {
+      if (s0 + j * kWarps < xs_hi) stage_segment(xf[j], s0 + j * kWarps, lane, xq, stat);
     }
   }
   __syncthreads();
