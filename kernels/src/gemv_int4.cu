@@ -37,8 +37,8 @@
 // its parts into limbs in shared memory (one warp per segment), behind one barrier, while the
 // first weight loads are in flight. A launch that waits for its ids first (the routed gate | up)
 // issues its first x loads before its weight loads: behind them, in the SM's queue of ~48 KB of
-// weights, their L2 round trip took ~2 us (a globaltimer trace of the blocks, H100) and held
-// back the whole block (qforge-bench-gemv, H100: MoE gate+up 73% -> 77-78% of copy).
+// weights, their L2 round trip took ~2 us (a globaltimer trace of the blocks, branch `trace`,
+// H100) and held back the whole block (qforge-bench-gemv, H100: MoE gate+up 73% -> 77-78%).
 //
 // SwiGLU epilogue (gemv_swiglu, gemv.h): with paired rows a tile's rows g and g + 8 are a gate
 // row and its up row, so the thread that adds row g's sums adds row g + 8's too and writes
