@@ -39,6 +39,8 @@
 // issues its first x loads before its weight loads: behind them, in the SM's queue of ~48 KB of
 // weights, their L2 round trip took ~2 us (a globaltimer trace of the blocks, branch `trace`,
 // H100) and held back the whole block (qforge-bench-gemv, H100: MoE gate+up 73% -> 77-78%).
+// Any other launch issues two of its three units before the PDL wait and the third after its
+// first x loads, for the same reason.
 //
 // SwiGLU epilogue (gemv_swiglu, gemv.h): with paired rows a tile's rows g and g + 8 are a gate
 // row and its up row, so the thread that adds row g's sums adds row g + 8's too and writes
@@ -157,6 +159,7 @@ __device__ __forceinline__ uint32_t load_scale_zero(const Mat& m, uint32_t i) {
 }
 
 constexpr int kU = 3;          // units in flight per warp (the ring's slots)
+constexpr int kPreWait = 2;    // of them issued before the PDL wait (launches not x-first)
 constexpr int kMinBlocks = 2;  // resident blocks per SM the registers are budgeted for
 
 // kShared: the first sh.rows rows of blocks (blockIdx.y < sh.rows, dispatched first) compute the
@@ -257,23 +260,34 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       if (s0 + j * kWarps < xs_hi) xf[j] = load_x4(xg, x_aligned, s0 + j * kWarps, lane);
     }
   };
-  if (x_first) load_x(xs_lo + warp);
-#pragma unroll
-  for (int r = 0; r < kU; ++r) {  // weights, scales, zeros: not written by the previous kernel
+  auto fill = [&](int r) {
     if (r < n_mine) {
       load_next(r);
     } else {
       cp_async_commit();
     }
-  }
+  };
+  // Weights, scales and zeros are not written by the previous kernel: a launch that has not
+  // waited yet issues kPreWait units before the wait, then its first x loads, then the rest of
+  // the ring, so that x does not queue behind a whole ring either (H100: step 3126 -> 3099 us
+  // and 3114 -> 3089 us on two machines against all three before the wait; one unit before:
+  // slower).
+  if (x_first) load_x(xs_lo + warp);
+#pragma unroll
+  for (int r = 0; r < (x_first ? kU : kPreWait); ++r) fill(r);
   pdl::wait();  // x is the previous kernel's output
+  if (!x_first) {
+    load_x(xs_lo + warp);
+#pragma unroll
+    for (int r = kPreWait; r < kU; ++r) fill(r);
+  }
 
   // x into limbs while the first weight loads are in flight.
   uint32_t* xq = reinterpret_cast<uint32_t*>(smem);
   SegStat* stat = reinterpret_cast<SegStat*>(smem + k / 4);
   float* part_sums = reinterpret_cast<float*>(smem + k / 4 + n_seg_all + 64 * kU * kWarps);
   for (int s0 = xs_lo + warp; s0 < xs_hi; s0 += 4 * kWarps) {
-    if (!x_first || s0 != xs_lo + warp) load_x(s0);
+    if (s0 != xs_lo + warp) load_x(s0);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       if (s0 + j * kWarps < xs_hi) stage_segment(xf[j], s0 + j * kWarps, lane, xq, stat);
