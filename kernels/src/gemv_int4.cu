@@ -269,9 +269,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   };
   // Weights, scales and zeros are not written by the previous kernel: a launch that has not
   // waited yet issues kPreWait units before the wait, then its first x loads, then the rest of
-  // the ring, so that x does not queue behind a whole ring either (H100: step 3126 -> 3099 us
-  // and 3114 -> 3089 us on two machines against all three before the wait; one unit before:
-  // slower).
+  // the ring, so that x does not queue behind a whole ring either (122B step against all three
+  // before the wait: 3126 -> 3099, 3114 -> 3089 and 3109 -> 3083 us on three H100 machines, 2736
+  // -> 2713 us on an H200; one unit before the wait, or two of a ring of four: slower).
   if (x_first) load_x(xs_lo + warp);
 #pragma unroll
   for (int r = 0; r < (x_first ? kU : kPreWait); ++r) fill(r);
