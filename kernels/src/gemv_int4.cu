@@ -246,8 +246,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     }
   };
   // x's segments for this block: those of the parts its items lie in, four per warp at a time
-  // (their L2 round trips overlap). A kernel that has already waited (for its ids) loads its
-  // first four before the weights, so that they do not queue behind the weight stream.
+  // (their L2 round trips overlap); each warp's first four are loaded ahead of the staging loop,
+  // in the order below.
   const float* xg = x + slot * b.x_stride;
   const bool x_aligned = (reinterpret_cast<uintptr_t>(xg) & 15) == 0;
   const int xs_lo = i_lo / tiles * S;
@@ -267,9 +267,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       cp_async_commit();
     }
   };
-  // Weights, scales and zeros are not written by the previous kernel: a launch that has not
-  // waited yet issues kPreWait units before the wait, then its first x loads, then the rest of
-  // the ring, so that x does not queue behind a whole ring either (122B step against all three
+  // Weights, scales and zeros are not written by the previous kernel. A launch that has already
+  // waited (for its ids) loads its first x before the whole ring, so that x does not queue behind
+  // the weight stream; one that has not issues kPreWait units before the wait, then its first x
+  // loads, then the rest of the ring, for the same reason (122B step against all three
   // before the wait: 3126 -> 3099, 3114 -> 3089 and 3109 -> 3083 us on three H100 machines, 2736
   // -> 2713 us on an H200; one unit before the wait, or two of a ring of four: slower).
   if (x_first) load_x(xs_lo + warp);
