@@ -334,8 +334,8 @@ int main(int argc, char** argv) {
   cases.push_back({"bf16 floor       [8x256]      ", tiny, 1, 0, 0, rot.data(), 1});
 
   DeviceBuffer<unsigned> sink(1);
-  // The read ceiling's %copy at `bytes` (graph replay, best shape), measured once per size (five
-  // cases read 13.2 MB).
+  // The read ceiling's %copy at `bytes` (graph replay, best shape), measured once per size and
+  // order (five cases read 13.2 MB).
   std::map<std::pair<size_t, bool>, double> ceilings;
   auto read_ceiling = [&](size_t bytes, bool wait_first) {
     const size_t pool = lm_head.w.bytes();

@@ -1,9 +1,9 @@
 // The read ceiling of one launch: a kernel that does nothing but stream `bytes` of device memory
 // (16-byte loads, kLoads of them in flight per thread, XOR-folded so that they are kept), launched
 // like the GEMVs (programmatic dependent launch, back to back, other bytes each time), its loads
-// before the PDL wait or (wait_first) after it. What it
-// reaches at a GEMV's byte count bounds what any single launch of that size can reach: the ramp
-// and drain of a launch are in it, the GEMV's arithmetic and layout are not.
+// before the PDL wait or (wait_first) after it. What it reaches at a GEMV's byte count bounds
+// what any single launch of that size, issuing its loads the same way, can reach: the ramp and
+// drain of a launch are in it, the GEMV's arithmetic and layout are not.
 #include "read_ceiling.h"
 
 #include <algorithm>
