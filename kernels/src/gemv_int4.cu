@@ -142,12 +142,12 @@ __device__ __forceinline__ void stage_segment(const float4& f, int s, int lane, 
 // 16 bytes global -> shared without a register (Ampere's LDGSTS; sm_90 and sm_121 alike),
 // through L2 only (.cg): the weights are read once, so their lines are marked the first L2
 // evicts (createpolicy and .L2::cache_hint: sm_80 and later). qforge-bench-gemv, against the
-// default policy in one run: H100 MoE gate+up 77 -> 78%, down 75%, in_proj 80 -> 84%, q_proj
-// 77 -> 81%; H200 66 -> 68%, 55 -> 57%, 71 -> 75%, 67 -> 71%. The 122B step: H100 3094-3101 ->
-// 3090-3097 us, H200 2716-2722 -> 2704-2705 us (three pairs each). Not kept: the same hint on
-// the other kernels' streaming loads (ld_stream: the INT8 LM head 99 -> 96%) and on the scale
-// and zero loads (step 3100 -> 3166 us), the L2 prefetch-size hints .L2::128B (neutral) and
-// .L2::256B (step +14 us, with evict_first: mixed).
+// default policy in one run: H100 MoE gate+up 77 -> 78-79%, down 75%, in_proj 80 -> 84%, q_proj
+// 77 -> 81%; H200 66 -> 67%, 55 -> 56%, 70 -> 74%, 66 -> 70%. The 122B step, three pairs: H100
+// 3094-3096 -> 3092 us, H200 2716-2719 -> 2704-2706 us. Not kept: the same hint on the other
+// kernels' streaming loads (ld_stream: kern::lm_head with its argmax 99 -> 96%) and on the scale
+// and zero loads (step 3096 -> 3166 us), the L2 prefetch-size hints .L2::128B (neutral) and
+// .L2::256B (step +14 us; with evict_first: mixed).
 __device__ __forceinline__ void cp_async16(uint4* dst, const uint4* src) {
   const auto d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
   uint64_t policy;
