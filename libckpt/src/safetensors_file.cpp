@@ -1,3 +1,4 @@
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -70,6 +71,14 @@ void SafetensorsFile::release(uint64_t begin, uint64_t n) const {
   const uint64_t lo = (header_.data_offset() + begin) / kPage * kPage;
   const uint64_t hi = std::min(map_.size(), header_.data_offset() + begin + n);
   ::madvise(const_cast<std::byte*>(map_.data()) + lo, hi - lo, MADV_DONTNEED);
+}
+
+void SafetensorsFile::drop_cached(uint64_t begin, uint64_t n) const {
+  release(begin, n);
+  if (map_.fd() >= 0 && n > 0) {
+    ::posix_fadvise(map_.fd(), static_cast<off_t>(header_.data_offset() + begin),
+                    static_cast<off_t>(n), POSIX_FADV_DONTNEED);
+  }
 }
 
 TensorView SafetensorsFile::view(std::string_view name) const {

@@ -161,8 +161,13 @@ void Model::embed(int32_t token, float* out) const {
   embed_->row(token, out);
 }
 
-void Model::release_embedding() const {
-  embed_ref_->file->release(embed_ref_->info->begin, embed_ref_->info->n_bytes());
+void Model::release_embedding(bool drop_cache) const {
+  const uint64_t begin = embed_ref_->info->begin, n = embed_ref_->info->n_bytes();
+  if (drop_cache) {
+    embed_ref_->file->drop_cached(begin, n);
+  } else {
+    embed_ref_->file->release(begin, n);
+  }
 }
 
 }  // namespace qf::rt

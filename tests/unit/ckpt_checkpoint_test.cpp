@@ -1,5 +1,8 @@
 // Sharded checkpoints: index <-> shard agreement rules, one test each, plus lookups.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/vfs.h>
+#include <unistd.h>
 
 #include "qf/ckpt/checkpoint.h"
 #include "qf/ckpt/file_io.h"
@@ -211,6 +214,48 @@ TEST(Checkpoint, SingleFile) {
   EXPECT_EQ(c.listing().size(), 1u);
   EXPECT_EQ(c.listing()[0].role, FileRole::kShard);
   EXPECT_THROW(Checkpoint::open(dir / "missing"), Error);
+}
+
+// Pages of [p, p + n) (page-aligned p) in the page cache.
+size_t resident_pages(const std::byte* p, size_t n) {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE)), pages = (n + page - 1) / page;
+  std::vector<unsigned char> v(pages);
+  if (::mincore(const_cast<std::byte*>(p), n, v.data()) != 0) return SIZE_MAX;
+  size_t r = 0;
+  for (unsigned char c : v) r += c & 1;
+  return r;
+}
+
+TEST(SafetensorsFile, DropCachedKeepsTheBytesAndEmptiesThePageCache) {
+  TempDir dir;
+  const fs::path path = dir / "big.safetensors";
+  write_shard(path, {{"a", 4096}, {"w", 16u << 20}});  // w: 16 MiB of the byte 0 (n mod 256)
+  ::sync();  // clean pages only: dirty ones stay cached until written back
+  const SafetensorsFile f = SafetensorsFile::open(path);
+  const TensorInfo& w = *f.find("w");
+  const TensorView v = f.view(w);
+  uint64_t sum = 0;
+  for (std::byte b : v.bytes) sum += static_cast<uint8_t>(b);  // fault every page in
+  EXPECT_EQ(sum, 0u);
+  const std::byte* map = f.map().data();
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t lo = (f.header().data_offset() + w.begin + page - 1) / page * page;
+  const size_t hi = (f.header().data_offset() + w.end) / page * page;
+  ASSERT_GT(hi, lo);
+  const size_t before = resident_pages(map + lo, hi - lo);
+  f.drop_cached(w.begin, w.n_bytes());
+  const size_t after = resident_pages(map + lo, hi - lo);
+  // The bytes are still there: read back from the file.
+  for (size_t i = 0; i < v.bytes.size(); i += 4096) ASSERT_EQ(v.bytes[i], std::byte{0}) << i;
+  struct statfs fs_info {};
+  ASSERT_EQ(::statfs(path.c_str(), &fs_info), 0);
+  if (fs_info.f_type == 0x01021994 /* tmpfs */ || fs_info.f_type == 0x794c7630 /* overlay */) {
+    GTEST_SKIP() << "the page-cache check needs a disk filesystem: TMPDIR is tmpfs or overlayfs";
+  }
+  EXPECT_EQ(before, (hi - lo) / page);
+  // Large folios (up to 2 MiB) are kept whole, so the one the tensor shares with the header and
+  // "a", and the last one, may stay.
+  EXPECT_LE(after, 2 * (size_t{2} << 20) / page) << "of " << (hi - lo) / page << " pages";
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // The model's weights on the GPU in the kernels' layouts (qf/kern/gemv.h), built either from a
-// loaded checkpoint (repacked on the host one module at a time, so host memory stays bounded by
-// the largest module) or synthetically from a config (random codes of the hybrid's formats,
-// made on the device: no disk). Internal to the CUDA engine.
+// loaded checkpoint (repacked on the host in row chunks of at most 32 MiB into two pinned staging
+// buffers, each copied while the next is filled; the file's pages leave the page cache after each
+// layer) or synthetically from a config (random codes of the hybrid's formats, made on the
+// device: no disk). Internal to the CUDA engine.
 #pragma once
 
 #include <cstdint>

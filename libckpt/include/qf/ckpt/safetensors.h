@@ -111,6 +111,10 @@ class SafetensorsFile {
   // (they stay in the page cache): streaming readers call it so RSS does not grow with the
   // file. Later reads fault the pages back in.
   void release(uint64_t begin, uint64_t n) const;
+  // release(), and the pages leave the page cache too (posix_fadvise DONTNEED): for a loader
+  // that copies the bytes elsewhere (the GPU) and will not read them again, so that the file's
+  // pages do not hold the memory a unified-memory GPU needs. Later reads go to the disk.
+  void drop_cached(uint64_t begin, uint64_t n) const;
 
  private:
   SafetensorsFile() = default;

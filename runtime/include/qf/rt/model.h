@@ -69,8 +69,9 @@ class Model {
   // Row `token` of the embedding, widened to f32.
   void embed(int32_t token, float* out) const;
   const quant::MatrixView& embedding() const { return *embed_; }  // [V, H] as stored
-  // Unmaps the embedding's pages from this process (they stay in the page cache).
-  void release_embedding() const;
+  // Unmaps the embedding's pages from this process (they stay in the page cache; drop_cache:
+  // they leave it too, SafetensorsFile::drop_cached).
+  void release_embedding(bool drop_cache = false) const;
   const std::vector<LayerWeights>& layers() const { return layers_; }
   const std::vector<float>& final_norm() const { return final_norm_; }
   const Linear& lm_head() const { return lm_head_; }
