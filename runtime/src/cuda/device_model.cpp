@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 
+#include "qf/ckpt/file_io.h"
 #include "qf/error.h"
 #include "qf/kern/cuda_check.h"
 #include "qf/quant/formats.h"
@@ -23,6 +24,8 @@ void check(cudaError_t e, const char* what) {
                                cudaGetErrorString(e) + ")");
   }
 }
+
+constexpr size_t kChunkBytes = 32u << 20;  // weight bytes per staging buffer (Staging)
 
 // Pinned host memory that every weight goes through on its way to the GPU: the host repacks a
 // chunk into one buffer while the GPU copies the previous chunk out of the other
@@ -95,6 +98,7 @@ struct Upload {
   DeviceModel& m;
   Staging staging;
   ThreadPool pool;
+  std::vector<uint32_t> slice;  // a GPTQ qweight's columns read by pread (repack_rows)
   std::map<const ckpt::SafetensorsFile*, std::vector<std::pair<uint64_t, uint64_t>>> read;
 
   void note_read(const StoredLinear& s) {
@@ -235,14 +239,34 @@ HostRows repack_rows(const StoredLinear& s, int64_t r0, int64_t r1, Upload& up) 
       h.scales = scales;
       h.zeros = zeros;
       const uint32_t mask = (1u << s.bits) - 1;
+      // A qweight larger than two chunks (the INT8 LM head: 728 MiB) is read by pread, one
+      // slice of a K-row at a time: rows r0 .. r1 are a column slice of its [K/per, N], and
+      // reading them through the mapping maps the whole tensor (the page cache keeps large
+      // folios whole): a 4-layer 122B with its INT8 head peaked at 944 MB of RSS, 224 MB now.
+      const uint32_t* src = s.qweight;
+      int64_t stride = s.n, r_src = 0;  // word p of row r: src[p * stride + r - r_src]
+      const ckpt::TensorRef& q = *s.parts[0];
+      if (q.info->n_bytes() > 2 * kChunkBytes) {
+        up.slice.resize(static_cast<size_t>(n * words));
+        const uint64_t at = q.file->header().data_offset() + q.info->begin;
+        up.pool.run(words, 1, [&](int64_t a, int64_t b) {
+          for (int64_t p = a; p < b; ++p) {
+            ckpt::pread_all(q.file->map().fd(), up.slice.data() + p * n, static_cast<size_t>(n) * 4,
+                            at + static_cast<uint64_t>(p * s.n + r0) * 4, q.file->path());
+          }
+        });
+        src = up.slice.data();
+        stride = n;
+        r_src = r0;
+      }
       // Row ranges in parallel: the transpose from [K/per, N] to [N, K/per] is the loader's
       // main host cost. INT4 rows are then permuted within each 128-column segment (gemv.h).
       const int64_t seg_words = s.bits == 4 ? s.k / 128 * 16 : 0;
       up.pool.run(n, 64, [&](int64_t a, int64_t b) {
         for (int64_t p = 0; p < words; ++p) {
           for (int64_t r = r0 + a; r < r0 + b; ++r) {
-            w[(r - r0) * words + p] =
-                p < seg_words ? int4_segment_word(s.qweight, s.n, r, p) : s.qweight[p * s.n + r];
+            w[(r - r0) * words + p] = p < seg_words ? int4_segment_word(src, stride, r - r_src, p)
+                                                    : src[p * stride + r - r_src];
           }
         }
         for (int64_t g = 0; g < groups; ++g) {
@@ -285,8 +309,6 @@ bool can_concat(const std::vector<RowLayout>& parts) {
   }
   return true;
 }
-
-constexpr size_t kChunkBytes = 32u << 20;  // weight bytes per staging buffer (Staging)
 
 // A stack of `count` matrices (each the concatenation of `parts`' rows), filled part by part in
 // row chunks so host memory stays bounded by two chunks whatever the module's size.
