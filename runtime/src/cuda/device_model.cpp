@@ -244,11 +244,13 @@ HostRows repack_rows(const StoredLinear& s, int64_t r0, int64_t r1, Upload& up) 
       // reading them through the mapping maps the whole tensor (the page cache keeps large
       // folios whole): a 4-layer 122B with its INT8 head peaked at 944 MB of RSS, 224 MB now.
       const uint32_t* src = s.qweight;
-      int64_t stride = s.n, r_src = 0;  // word p of row r: src[p * stride + r - r_src]
-      const ckpt::TensorRef& q = *s.parts[0];
+      int64_t stride = s.n, r_src = 0;         // word p of row r: src[p * stride + r - r_src]
+      const ckpt::TensorRef& q = *s.parts[0];  // resolve_linear lists qweight first
       if (q.info->n_bytes() > 2 * kChunkBytes) {
         up.slice.resize(static_cast<size_t>(n * words));
         const uint64_t at = q.file->header().data_offset() + q.info->begin;
+        QF_ASSERT(q.file->map().data() + at == reinterpret_cast<const std::byte*>(s.qweight),
+                  "a GPTQ module's first part is its qweight");
         up.pool.run(words, 1, [&](int64_t a, int64_t b) {
           for (int64_t p = a; p < b; ++p) {
             ckpt::pread_all(q.file->map().fd(), up.slice.data() + p * n, static_cast<size_t>(n) * 4,
