@@ -142,7 +142,10 @@ TEST_P(ModelGolden, ReleaseLayoutsMatchTheirDequantizedCopies) {
     const double rel =
         compare(logits[1], logits[0], static_cast<int64_t>(logits[0].size() / ref.prompt.size()),
                 GetParam() + " " + layout + " vs its f32 copy");
-    EXPECT_LE(rel, 1e-4) << layout;  // FP8 is bitwise equal; INT4 sums in another order
+    // FP8 is bitwise equal. INT4 sums in another order: 0.3e-4 to 1.4e-4 across the fixtures,
+    // on x86-64 and aarch64; one INT4 code one step off (layer 0's in_proj_qkv, r4-hd64-e16k4)
+    // moves the logits by 9.3e-2.
+    EXPECT_LE(rel, 5e-4) << layout;
   }
 }
 
