@@ -1,7 +1,7 @@
 // The CUDA engine against the CPU reference (itself equal to transformers) on every fixture and
 // its hybrid + INT8-head build: logits at every prompt position (argmax identical, max |diff|
-// <= 1e-4 x max |logit|), transformers' logits too (1e-3), and 128 greedy tokens identical.
-// Skips with a message where no GPU is usable.
+// <= 5e-4 x max |logit|; 1e-4 on the tiny preset), transformers' logits too (1e-3), and 128
+// greedy tokens identical. Skips with a message where no GPU is usable.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -65,7 +65,9 @@ void check(const fs::path& model_dir, const fs::path& reference, const std::stri
     gpu.step(prompt[t], g.data() + t * vocab);
     cpu.step(prompt[t], c.data() + t * vocab);
   }
-  expect_same(c, g, vocab, 1e-4, name + " cuda vs cpu");
+  // Rounding differences, amplified over the prompt's recurrent steps: 3e-6 to 1.3e-4 on the
+  // fixtures (H100); one INT4 code one step off moves logits by 9.3e-2 (rt_model_golden_test).
+  expect_same(c, g, vocab, 5e-4, name + " cuda vs cpu");
   expect_same(logits_of(reference), g, vocab, 1e-3, name + " cuda vs transformers");
 
   GenerateOptions greedy;
