@@ -1,6 +1,6 @@
 # Cross-compiling qforge's host code for aarch64 Linux (the DGX Spark's Grace CPU) on an x86-64
 # Debian machine: g++-aarch64-linux-gnu, the arm64 -dev packages of the libraries (multiarch,
-# `dpkg --add-architecture arm64`) and qemu-user to run the tests. `make cross-aarch64` uses it.
+# `dpkg --add-architecture arm64`) and qemu-user to run the tests. `make aarch64` uses it.
 set(CMAKE_SYSTEM_NAME Linux)
 set(CMAKE_SYSTEM_PROCESSOR aarch64)
 set(CMAKE_C_COMPILER aarch64-linux-gnu-gcc)

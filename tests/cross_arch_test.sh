@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The x86-64 and the aarch64 builds turn the same inputs into the same bytes: on every engine
-# fixture, INT4 and FP8 checkpoints (synth --from), the hybrid with its INT8 LM head where the
-# vocabulary allows it (build-hybrid, quantize-lm-head), and the CPU engine's logits and MTP logits on each of the
-# four. `make aarch64` runs it after the aarch64 tests.
+# The x86-64 and the aarch64 builds turn the same inputs into the same bytes. On every engine
+# fixture: INT4 and FP8 checkpoints (synth --from), the hybrid with its INT8 LM head where the
+# vocabulary allows it (build-hybrid, quantize-lm-head), and the CPU engine's logits and MTP
+# logits on the model and on each of the three. `make aarch64` runs it after the aarch64 tests.
 # Usage: cross_arch_test.sh QFORGE_X86 QFORGE_AARCH64 FIXTURES_DIR
 # (QFORGE_AARCH64 may be a script that runs the binary under qemu-user.)
 set -euo pipefail
