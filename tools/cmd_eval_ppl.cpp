@@ -119,9 +119,10 @@ void eval_cpu(const rt::Model& model, const std::vector<int32_t>& ids,
   }
 }
 
-// Main model on the CUDA engine (its context at least the longest window), reset per window.
+// The same on the CUDA engine (its context at least the longest window), reset per window; the
+// MTP head right after each step, from the hidden state the step left on the device.
 void eval_cuda(rt::CudaEngine& engine, const std::vector<int32_t>& ids,
-               const std::vector<std::pair<int64_t, int64_t>>& windows, Score& main,
+               const std::vector<std::pair<int64_t, int64_t>>& windows, Score& main, Score* mtp,
                ckpt::Progress& progress) {
   const int64_t vocab = engine.config().vocab_size;
   std::vector<float> logits(static_cast<size_t>(vocab));
@@ -133,6 +134,10 @@ void eval_cuda(rt::CudaEngine& engine, const std::vector<int32_t>& ids,
       const bool scored = t + 1 < n;
       engine.step(w[t], scored ? logits.data() : nullptr);
       if (scored) main.add(logits.data(), vocab, w[t + 1]);
+      if (mtp && t + 2 < n) {
+        engine.mtp_step(w[t + 1], nullptr, logits.data());
+        mtp->add(logits.data(), vocab, w[t + 2]);
+      }
       progress.done.fetch_add(1);
     }
   }
@@ -183,7 +188,7 @@ nlohmann::json evaluate(const EvalPplArgs& a, const std::string& model_dir,
   int64_t n_eval = 0;
   for (const auto& [b, e] : windows) n_eval += e - b;
 
-  // The MTP head: null in the report without a head, with --no-mtp, or on the CUDA engine.
+  // The MTP head: null in the report without a head or with --no-mtp.
   const bool cuda = a.device == "cuda";
   const bool mtp_on = model->mtp() && !a.no_mtp;
   Score main, mtp;
@@ -195,14 +200,14 @@ nlohmann::json evaluate(const EvalPplArgs& a, const std::string& model_dir,
   if (cuda) {
     rt::CudaOptions o;
     o.max_context = std::max<int64_t>(std::min<int64_t>(a.window, n_eval), 16);
+    o.mtp = mtp_on;
     gpu.emplace(*model, o);
-    if (mtp_on) std::fprintf(stderr, "note: the MTP head runs on the CPU engine only for now\n");
   }
   const auto t0 = std::chrono::steady_clock::now();
   {
     ProgressBar bar("eval-ppl", progress, "tokens");
     if (gpu) {
-      eval_cuda(*gpu, ids, windows, main, progress);
+      eval_cuda(*gpu, ids, windows, main, mtp_on ? &mtp : nullptr, progress);
     } else {
       eval_cpu(*model, ids, windows, a.threads, main, mtp_on ? &mtp : nullptr, progress);
     }
@@ -210,10 +215,9 @@ nlohmann::json evaluate(const EvalPplArgs& a, const std::string& model_dir,
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // Also null when no window has the 3 tokens an MTP prediction needs.
-  const bool mtp_scored = mtp_on && !cuda && mtp.predictions > 0;
+  const bool mtp_scored = mtp_on && mtp.predictions > 0;
   const char* why_no_mtp = !model->mtp() ? "the checkpoint has no MTP head"
                            : a.no_mtp    ? "--no-mtp"
-                           : cuda        ? "CPU engine only for now"
                                          : "no window of 3 tokens or more";
   return {{"model", model_dir},
           {"text", a.text},
@@ -338,13 +342,13 @@ Command add_eval_ppl(CLI::App& app) {
       "dropped); each window runs from a fresh state at positions 0..n-1. Position t predicts\n"
       "token t+1: NLL = logsumexp(logits) - logits[target] in double, top-1 a hit when the\n"
       "argmax (lowest id on ties) is the target; ppl = exp(mean NLL) over every prediction of\n"
-      "every window. The MTP head (CPU engine only, for now) predicts t+2 from the hidden state\n"
-      "at t and token t+1, for t = 0..n-3. --json: tokens counts the ids after --max-tokens\n"
-      "(text_tokens all of them, tokens_evaluated those in windows); mtp is null without a\n"
-      "head, with --no-mtp, on cuda, or with no window of 3 tokens (mtp_missing_because says\n"
-      "which). weight_bytes: the .safetensors files. seconds and tokens/s cover\n"
-      "the evaluation, not the loading. With several --model, a table (perplexity also relative\n"
-      "to the first model's) and, with --json, an array of the objects.\n\n"
+      "every window. The MTP head predicts t+2 from the hidden state at t and token t+1, for\n"
+      "t = 0..n-3. --json: tokens counts the ids after --max-tokens (text_tokens all of them,\n"
+      "tokens_evaluated those in windows); mtp is null without a head, with --no-mtp, or with\n"
+      "no window of 3 tokens (mtp_missing_because says which). weight_bytes: the .safetensors\n"
+      "files. seconds and tokens/s cover the evaluation, not the loading. With several --model,\n"
+      "a table (perplexity also relative to the first model's) and, with --json, an array of\n"
+      "the objects.\n\n"
       "Example:\n  qforge eval-ppl --model /models/Qwen3.5-35B-A3B --text wiki.test.txt --window "
       "512 --json");
   return {sub, [a] { return run(*a); }};

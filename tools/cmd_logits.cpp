@@ -1,5 +1,6 @@
-// qforge logits --model DIR (--tokens 1,2,3 | --text T) --out FILE: the reference engine's F32
-// logits at every position of a prompt (and the MTP head's with --mtp), as safetensors.
+// qforge logits --model DIR (--tokens 1,2,3 | --text T) --out FILE: an engine's (--device cpu
+// or cuda) F32 logits at every position of a prompt (and the MTP head's with --mtp), as
+// safetensors.
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -45,14 +46,21 @@ void cpu_logits(const rt::Model& model, const std::vector<int32_t>& ids, bool mt
   }
 }
 
-void cuda_logits(const rt::Model& model, const std::vector<int32_t>& ids,
-                 std::vector<float>& logits) {
+// The same on the CUDA engine; the MTP head takes each step's hidden state on the device, right
+// after the step (its state is its own, so the order does not change the result).
+void cuda_logits(const rt::Model& model, const std::vector<int32_t>& ids, bool mtp_too,
+                 std::vector<float>& logits, std::vector<float>& mtp) {
   const int64_t vocab = model.config().vocab_size, t_len = static_cast<int64_t>(ids.size());
   rt::CudaOptions o;
   o.max_context = std::max<int64_t>(t_len, 16);
+  o.mtp = mtp_too;
   rt::CudaEngine engine(model, o);
+  if (mtp_too) mtp.resize(static_cast<size_t>((t_len - 1) * vocab));
   for (int64_t t = 0; t < t_len; ++t) {
     engine.step(ids[static_cast<size_t>(t)], logits.data() + t * vocab);
+    if (mtp_too && t + 1 < t_len) {
+      engine.mtp_step(ids[static_cast<size_t>(t + 1)], nullptr, mtp.data() + t * vocab);
+    }
   }
 }
 
@@ -66,8 +74,7 @@ int run(const LogitsArgs& a) {
   }
   std::vector<float> logits(static_cast<size_t>(t_len * vocab)), mtp;
   if (a.device == "cuda") {
-    if (a.mtp) throw Error(Errc::kUnsupported, "--mtp runs on --device cpu only (for now)");
-    cuda_logits(*model, ids, logits);
+    cuda_logits(*model, ids, a.mtp, logits, mtp);
   } else {
     cpu_logits(*model, ids, a.mtp, a.threads, logits, mtp);
   }
@@ -114,7 +121,7 @@ int run(const LogitsArgs& a) {
 Command add_logits(CLI::App& app) {
   auto a = std::make_shared<LogitsArgs>();
   CLI::App* sub = app.add_subcommand(
-      "logits", "F32 logits at every position of a prompt, from the CPU reference engine");
+      "logits", "F32 logits at every position of a prompt, from the CPU reference engine or CUDA");
   sub->add_option("--model", a->model, "model directory (any layout qforge reads)")->required();
   auto* tokens = sub->add_option("--tokens", a->tokens, "prompt as token ids: 1,2,3");
   auto* text = sub->add_option("--text", a->text, "prompt text (tokenized with tokenizer.json)");

@@ -46,6 +46,18 @@ int32_t CudaEngine::step(int32_t, float*) {
 int32_t CudaEngine::step_greedy() {
   unavailable();
 }
+void CudaEngine::hidden(float*) {
+  unavailable();
+}
+bool CudaEngine::has_mtp() const {
+  unavailable();
+}
+int32_t CudaEngine::mtp_step(int32_t, const float*, float*) {
+  unavailable();
+}
+int64_t CudaEngine::mtp_position() const {
+  unavailable();
+}
 std::vector<KernelShare> CudaEngine::profile_step() {
   unavailable();
 }

@@ -48,13 +48,13 @@ std::string quoted(const std::string& s) {
   return q + "'";
 }
 
-// --text tokenizes with the model's tokenizer.json exactly as the fixture script's HF tokenizer.
-TEST(EngineCli, LogitsFromTextEqualTheReference) {
+// logits --text --mtp on `device` equals the fixture's reference (1e-3 x max |logit|).
+void expect_reference_logits(const std::string& device) {
   TempDir tmp;
   const nlohmann::json prov = nlohmann::json::parse(read_file(kDir / "provenance.json"));
   const CommandResult r = qforge("logits --model " + kModel.string() + " --text " +
                                  quoted(prov["prompt"].get<std::string>()) + " --mtp --out " +
-                                 (tmp / "l.safetensors").string());
+                                 (tmp / "l.safetensors").string() + " --device " + device);
   ASSERT_EQ(r.exit_code, 0) << r.out;
   const fs::path ref = kModel.parent_path() / "reference.safetensors";
   EXPECT_EQ(read<int32_t>(tmp / "l.safetensors", "tokens"), read<int32_t>(ref, "prompt_ids"));
@@ -69,6 +69,17 @@ TEST(EngineCli, LogitsFromTextEqualTheReference) {
     }
     EXPECT_LE(diff, 1e-3f * top) << name;
   }
+}
+
+// --text tokenizes with the model's tokenizer.json exactly as the fixture script's HF tokenizer.
+TEST(EngineCli, LogitsFromTextEqualTheReference) {
+  expect_reference_logits("cpu");
+}
+
+TEST(EngineCli, CudaLogitsWithMtpEqualTheReference) {
+  std::string why;
+  if (!rt::CudaEngine::available(&why)) GTEST_SKIP() << "no GPU: " << why;
+  expect_reference_logits("cuda");
 }
 
 TEST(EngineCli, GreedyGenerateEqualsTheReference) {

@@ -1,7 +1,7 @@
 // The CUDA engine against the CPU reference (itself equal to transformers) on every fixture and
-// its hybrid + INT8-head build: logits at every prompt position (argmax identical, max |diff|
-// <= 5e-4 x max |logit|; 1e-4 on the tiny preset), transformers' logits too (1e-3), and 128
-// greedy tokens identical. Skips with a message where no GPU is usable.
+// its hybrid + INT8-head build: logits at every prompt position and the MTP head's (argmax
+// identical, max |diff| <= 5e-4 x max |logit|; 1e-4 on the tiny preset), transformers' logits
+// too (1e-3), and 128 greedy tokens identical. Skips with a message where no GPU is usable.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -28,9 +28,10 @@ std::vector<int32_t> prompt_of(const fs::path& reference) {
   return {v.begin(), v.end()};
 }
 
-std::vector<float> logits_of(const fs::path& reference) {
+std::vector<float> logits_of(const fs::path& reference, const char* name = "logits") {
   const ckpt::SafetensorsFile f = ckpt::SafetensorsFile::open(reference);
-  const auto v = f.view("logits").as<float>();
+  if (!f.find(name)) return {};
+  const auto v = f.view(name).as<float>();
   return {v.begin(), v.end()};
 }
 
@@ -58,17 +59,42 @@ void check(const fs::path& model_dir, const fs::path& reference, const std::stri
   const std::vector<int32_t> prompt = prompt_of(reference);
   CudaOptions o;
   o.max_context = static_cast<int64_t>(prompt.size()) + kGreedy + 1;
+  o.mtp = true;
   CudaEngine gpu(*model, o);
+  ASSERT_EQ(gpu.has_mtp(), model->mtp().has_value()) << name;
   CpuEngine cpu(*model, 2);
-  std::vector<float> g(prompt.size() * vocab), c(prompt.size() * vocab);
-  for (size_t t = 0; t < prompt.size(); ++t) {
+  const size_t h = static_cast<size_t>(model->config().hidden_size), t_len = prompt.size();
+  std::vector<float> g(t_len * vocab), c(t_len * vocab), gh(t_len * h);
+  std::vector<float> g_mtp(gpu.has_mtp() ? (t_len - 1) * vocab : 0), c_mtp(g_mtp.size());
+  // The MTP head right after each step, from the hidden state the step left on the device.
+  for (size_t t = 0; t < t_len; ++t) {
     gpu.step(prompt[t], g.data() + t * vocab);
     cpu.step(prompt[t], c.data() + t * vocab);
+    gpu.hidden(gh.data() + t * h);
+    if (!gpu.has_mtp() || t + 1 == t_len) continue;
+    gpu.mtp_step(prompt[t + 1], nullptr, g_mtp.data() + t * vocab);
+    cpu.mtp_step(prompt[t + 1], cpu.hidden().data(), c_mtp.data() + t * vocab);
   }
   // Rounding differences, amplified over the prompt's recurrent steps: 3e-6 to 1.3e-4 on the
   // fixtures (H100); one INT4 code one step off moves logits by 9.3e-2 (rt_model_golden_test).
   expect_same(c, g, vocab, 5e-4, name + " cuda vs cpu");
   expect_same(logits_of(reference), g, vocab, 1e-3, name + " cuda vs transformers");
+  if (gpu.has_mtp()) {
+    expect_same(c_mtp, g_mtp, vocab, 5e-4, name + " mtp cuda vs cpu");
+    const std::vector<float> want = logits_of(reference, "mtp_logits");
+    ASSERT_EQ(want.size(), g_mtp.size()) << name << ": the reference's mtp_logits";
+    expect_same(want, g_mtp, vocab, 1e-3, name + " mtp cuda vs transformers");
+    // Again from the hidden states copied to the host, after a reset: the same bits.
+    gpu.reset();
+    std::vector<float> again(g_mtp.size());
+    for (size_t t = 0; t + 1 < t_len; ++t) {
+      gpu.step(prompt[t], nullptr);
+      EXPECT_EQ(gpu.mtp_position(), static_cast<int64_t>(t));
+      gpu.mtp_step(prompt[t + 1], gh.data() + t * h, again.data() + t * vocab);
+    }
+    EXPECT_EQ(std::memcmp(again.data(), g_mtp.data(), again.size() * sizeof(float)), 0)
+        << name << ": mtp logits from host and device hidden states differ";
+  }
 
   GenerateOptions greedy;
   greedy.max_tokens = kGreedy;

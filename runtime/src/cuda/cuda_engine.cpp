@@ -48,7 +48,7 @@ struct CudaEngine::Impl {
   // three short launches are latency-bound and hide behind the routed experts' loads.
   cudaStream_t side = nullptr;
   cudaEvent_t fork = nullptr, join = nullptr;
-  cudaGraphExec_t graph = nullptr;
+  cudaGraphExec_t graph = nullptr, mtp_graph = nullptr;
   kern::GdnShape gdn;
   kern::AttnShape attn;
   std::vector<float*> conv, ssm, k_cache, v_cache;  // per layer
@@ -58,8 +58,14 @@ struct CudaEngine::Impl {
   float *x, *u, *mix, *gin, *qkv, *z, *b, *a, *core, *qkvp, *qproj, *kp, *vp, *att, *rl, *rlogits,
       *sgl, *rweights, *egu, *eh, *ey, *sgu, *sh, *sy, *hidden, *logits, *attn_scratch, *rope;
   int *ids, *token, *next, *pos, *argmax_scratch;
-  int* pinned = nullptr;  // host: the token in, the argmax out
-  int64_t position = 0;
+  // The MTP head's (where it is loaded): its layer's KV cache, the hidden state it takes, the
+  // two norms side by side (fc's input), its normed output and logits; its token in (then its
+  // argmax, for a chained draft) and position.
+  float *mtp_k = nullptr, *mtp_v = nullptr, *mtp_in = nullptr, *cat = nullptr,
+        *mtp_hidden = nullptr, *mtp_logits = nullptr;
+  int *mtp_token = nullptr, *mtp_next = nullptr, *mtp_pos = nullptr;
+  int* pinned = nullptr;  // host: the token in, the argmax out; the MTP head's the same
+  int64_t position = 0, mtp_position = 0;
   Marks* marks = nullptr;
 
   explicit Impl(std::unique_ptr<cuda::DeviceModel> model, const CudaOptions& options)
@@ -81,7 +87,7 @@ struct CudaEngine::Impl {
     check(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), "cudaStreamCreate");
     check(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming), "cudaEventCreate");
     check(cudaEventCreateWithFlags(&join, cudaEventDisableTiming), "cudaEventCreate");
-    check(cudaMallocHost(&pinned, 2 * sizeof(int)), "cudaMallocHost");
+    check(cudaMallocHost(&pinned, 4 * sizeof(int)), "cudaMallocHost");
     gdn = {static_cast<int>(c.linear_num_key_heads),   static_cast<int>(c.linear_num_value_heads),
            static_cast<int>(c.linear_key_head_dim),    static_cast<int>(c.linear_value_head_dim),
            static_cast<int>(c.linear_conv_kernel_dim), static_cast<float>(c.rms_norm_eps)};
@@ -131,6 +137,11 @@ struct CudaEngine::Impl {
     check(cudaMemcpy(ids, distinct.data(), distinct.size() * sizeof(int), cudaMemcpyHostToDevice),
           "cudaMemcpy");
     argmax_scratch = i(kern::argmax_scratch_ints(static_cast<int>(c.vocab_size)));
+    if (m->mtp) {
+      mtp_k = f(o.max_context * c.kv_rows()), mtp_v = f(o.max_context * c.kv_rows());
+      mtp_in = f(h), cat = f(2 * h), mtp_hidden = f(h), mtp_logits = f(c.vocab_size);
+      mtp_token = i(1), mtp_next = i(1), mtp_pos = i(1);
+    }
     stats.device_bytes = m->device_bytes;
     stats.host_bytes = m->host_bytes_read;
     stats.load_seconds = m->load_seconds;
@@ -146,6 +157,7 @@ struct CudaEngine::Impl {
 
   ~Impl() {
     if (graph) cudaGraphExecDestroy(graph);
+    if (mtp_graph) cudaGraphExecDestroy(mtp_graph);
     if (pinned) cudaFreeHost(pinned);
     if (fork) cudaEventDestroy(fork);
     if (join) cudaEventDestroy(join);
@@ -321,6 +333,42 @@ struct CudaEngine::Impl {
     mark("norms and elementwise", 0);
   }
 
+  // A full-attention layer's mixer: q | k | v from u, attention at the device position `at`
+  // (`rows_before` cached rows) over the cache kc / vc, the o projection, x += it and
+  // u = post_norm(x).
+  void attention_mixer(const cuda::DeviceLayer& w, float* kc, float* vc, const int* at,
+                       int64_t rows_before) {
+    gemv(w.qkv, u, qkvp, {}, "attention projections");
+    if (on("attention")) {
+      check(kern::attn_decode(attn, qproj, kp, vp, w.q_norm, w.k_norm, rope, at, nullptr, kc, vc,
+                              att, attn_scratch, stream),
+            "attn_decode");
+    }
+    mark("attention", 2ull * (rows_before + 1) * m->config.kv_rows() * 4);
+    out_proj_add_norm(w.o, att, w.post_norm, "attention projections");
+  }
+
+  // The MTP head (CpuEngine::mtp_step): [norm(embed(token)) | norm(mtp_in)] -> fc -> its layer
+  // -> norm -> the LM head, at mtp_pos. Uses the step's scratch (x, u, ...), not its state.
+  void launch_mtp() {
+    const ckpt::Qwen35Config& c = m->config;
+    const cuda::DeviceMtp& t = *m->mtp;
+    const int h = static_cast<int>(c.hidden_size);
+    const float eps = static_cast<float>(c.rms_norm_eps);
+    check(kern::embed(m->embed_kind, m->embed, h, mtp_token, x, stream), "embed");
+    check(kern::rms_norm_1p(x, t.pre_fc_norm_embedding, h, 1, eps, cat, stream), "rms_norm");
+    check(kern::rms_norm_1p(mtp_in, t.pre_fc_norm_hidden, h, 1, eps, cat + h, stream), "rms_norm");
+    gemv(t.fc, cat, x, {}, "MTP fc");
+    check(kern::rms_norm_1p(x, t.layer.input_norm, h, 1, eps, u, stream), "rms_norm");
+    attention_mixer(t.layer, mtp_k, mtp_v, mtp_pos, mtp_position);
+    moe(t.layer.moe, t.norm, mtp_hidden);
+    gemv(m->lm_head, mtp_hidden, mtp_logits, {}, "LM head");
+    check(
+        kern::argmax(mtp_logits, static_cast<int>(c.vocab_size), mtp_next, argmax_scratch, stream),
+        "argmax");
+    check(kern::advance(mtp_next, mtp_token, mtp_pos, stream), "advance");
+  }
+
   void launch_step() {
     const ckpt::Qwen35Config& c = m->config;
     const int h = static_cast<int>(c.hidden_size);
@@ -331,14 +379,7 @@ struct CudaEngine::Impl {
     for (size_t l = 0; l < m->layers.size(); ++l) {
       const cuda::DeviceLayer& w = m->layers[l];  // u = input_norm(x) already
       if (w.full_attention) {
-        gemv(w.qkv, u, qkvp, {}, "attention projections");
-        if (on("attention")) {
-          check(kern::attn_decode(attn, qproj, kp, vp, w.q_norm, w.k_norm, rope, pos, nullptr,
-                                  k_cache[l], v_cache[l], att, attn_scratch, stream),
-                "attn_decode");
-        }
-        mark("attention", 2ull * (position + 1) * c.kv_rows() * 4);
-        out_proj_add_norm(w.o, att, w.post_norm, "attention projections");
+        attention_mixer(w, k_cache[l], v_cache[l], pos, position);
       } else {
         if (on("gdn-in-proj")) gemv(w.gdn_in, u, gin, {}, "DeltaNet projections");
         if (on("gdn-mixer")) {
@@ -362,24 +403,29 @@ struct CudaEngine::Impl {
     mark("argmax", 0);
   }
 
-  void run_step() {
+  // launch_step or launch_mtp, captured into `exec` the first time (o.graph).
+  template <class Launch>
+  void run(cudaGraphExec_t& exec, Launch launch) {
     if (!o.graph) {
-      launch_step();
+      launch();
       return;
     }
-    if (!graph) {
+    if (!exec) {
       cudaGraph_t g;
       check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
-      launch_step();
+      launch();
       check(cudaStreamEndCapture(stream, &g), "end capture");
-      check(cudaGraphInstantiate(&graph, g, 0), "cudaGraphInstantiate");
+      check(cudaGraphInstantiate(&exec, g, 0), "cudaGraphInstantiate");
       cudaGraphDestroy(g);
     }
-    check(cudaGraphLaunch(graph, stream), "cudaGraphLaunch");
+    check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+  }
+  void run_step() {
+    run(graph, [&] { launch_step(); });
   }
 
-  void before_step() {
-    if (position >= o.max_context) {
+  void before_step(int64_t at) {
+    if (at >= o.max_context) {
       throw Error(Errc::kUsage, "the context is full: " + std::to_string(o.max_context) +
                                     " tokens (raise --max-context)");
     }
@@ -397,8 +443,10 @@ struct CudaEngine::Impl {
             "memset");
     }
     check(cudaMemsetAsync(pos, 0, sizeof(int), stream), "memset");
+    if (mtp_pos) check(cudaMemsetAsync(mtp_pos, 0, sizeof(int), stream), "memset");
     check(cudaStreamSynchronize(stream), "reset");
     position = 0;
+    mtp_position = 0;
   }
 };
 
@@ -422,7 +470,8 @@ CudaEngine::CudaEngine(const Model& model, const CudaOptions& options) {
   std::string why;
   if (!available(&why)) throw Error(Errc::kUnsupported, "--device cuda: " + why);
   check(cudaSetDevice(options.device), "cudaSetDevice");
-  impl_ = std::make_unique<Impl>(cuda::upload_model(model, options.fused_swiglu), options);
+  impl_ =
+      std::make_unique<Impl>(cuda::upload_model(model, options.fused_swiglu, options.mtp), options);
 }
 
 std::unique_ptr<CudaEngine> CudaEngine::synthetic(const ckpt::Qwen35Config& config, uint64_t seed,
@@ -456,7 +505,7 @@ int32_t CudaEngine::step(int32_t token, float* logits) {
     throw Error(Errc::kUsage, "token id " + std::to_string(token) +
                                   " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
   }
-  s.before_step();
+  s.before_step(s.position);
   s.pinned[0] = token;
   check(cudaMemcpyAsync(s.token, s.pinned, sizeof(int), cudaMemcpyHostToDevice, s.stream), "copy");
   s.run_step();
@@ -474,7 +523,7 @@ int32_t CudaEngine::step(int32_t token, float* logits) {
 
 int32_t CudaEngine::step_greedy() {
   Impl& s = *impl_;
-  s.before_step();
+  s.before_step(s.position);
   s.run_step();
   check(cudaMemcpyAsync(s.pinned + 1, s.next, sizeof(int), cudaMemcpyDeviceToHost, s.stream),
         "copy");
@@ -483,9 +532,56 @@ int32_t CudaEngine::step_greedy() {
   return s.pinned[1];
 }
 
+void CudaEngine::hidden(float* out) {
+  Impl& s = *impl_;
+  check(cudaMemcpyAsync(out, s.hidden, static_cast<size_t>(s.m->config.hidden_size) * 4,
+                        cudaMemcpyDeviceToHost, s.stream),
+        "copy");
+  check(cudaStreamSynchronize(s.stream), "copying the hidden state");
+}
+
+bool CudaEngine::has_mtp() const {
+  return impl_->m->mtp.has_value();
+}
+int64_t CudaEngine::mtp_position() const {
+  return impl_->mtp_position;
+}
+
+int32_t CudaEngine::mtp_step(int32_t next_token, const float* hidden, float* logits) {
+  Impl& s = *impl_;
+  if (!s.m->mtp) {
+    throw Error(Errc::kUnsupported, s.o.mtp ? "the checkpoint has no MTP head (mtp.* tensors)"
+                                            : "the MTP head is not loaded (CudaOptions::mtp)");
+  }
+  const int64_t vocab = s.m->config.vocab_size;
+  if (next_token < 0 || next_token >= vocab) {
+    throw Error(Errc::kUsage, "token id " + std::to_string(next_token) +
+                                  " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  }
+  s.before_step(s.mtp_position);
+  s.pinned[2] = next_token;
+  check(cudaMemcpyAsync(s.mtp_token, s.pinned + 2, sizeof(int), cudaMemcpyHostToDevice, s.stream),
+        "copy");
+  const size_t h_bytes = static_cast<size_t>(s.m->config.hidden_size) * 4;
+  check(cudaMemcpyAsync(s.mtp_in, hidden ? hidden : s.hidden, h_bytes,
+                        hidden ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToDevice, s.stream),
+        "copy");
+  s.run(s.mtp_graph, [&] { s.launch_mtp(); });
+  check(cudaMemcpyAsync(s.pinned + 3, s.mtp_next, sizeof(int), cudaMemcpyDeviceToHost, s.stream),
+        "copy");
+  if (logits) {
+    check(cudaMemcpyAsync(logits, s.mtp_logits, static_cast<size_t>(vocab) * 4,
+                          cudaMemcpyDeviceToHost, s.stream),
+          "copy");
+  }
+  check(cudaStreamSynchronize(s.stream), "MTP step");
+  ++s.mtp_position;
+  return s.pinned[3];
+}
+
 std::vector<KernelShare> CudaEngine::profile_step() {
   Impl& s = *impl_;
-  s.before_step();
+  s.before_step(s.position);
   Marks marks;
   marks.stream = s.stream;
   marks.mark("start", 0);
@@ -518,7 +614,7 @@ double CudaEngine::time_steps(int steps) {
   ++s.position;
   check(cudaEventRecord(a, s.stream), "cudaEventRecord");
   for (int i = 0; i < steps; ++i) {
-    s.before_step();
+    s.before_step(s.position);
     s.run_step();
     ++s.position;
   }

@@ -486,6 +486,31 @@ DeviceMoe upload_moe(Upload& up, const MoeWeights& w, const std::string& where, 
   return d;
 }
 
+DeviceLayer upload_layer(Upload& up, const LayerWeights& l, const std::string& where,
+                         bool swiglu_pairs) {
+  DeviceModel& m = up.m;
+  DeviceLayer d;
+  d.full_attention = l.full_attention;
+  d.input_norm = upload_vec(m, l.input_norm);
+  d.post_norm = upload_vec(m, l.post_norm);
+  if (l.full_attention) {
+    d.qkv = upload_group(up, {{&l.attn.q, &l.attn.k, &l.attn.v}}, where + "q/k/v_proj");
+    d.o = upload_one(up, l.attn.o, where);
+    d.q_norm = upload_vec(m, l.attn.q_norm);
+    d.k_norm = upload_vec(m, l.attn.k_norm);
+  } else {
+    d.gdn_in = upload_group(up, {{&l.gdn.in_qkv, &l.gdn.in_z, &l.gdn.in_b, &l.gdn.in_a}},
+                            where + "in_proj_qkv/z/b/a");
+    d.out = upload_one(up, l.gdn.out, where);
+    d.conv = upload_vec(m, l.gdn.conv);
+    d.dt_bias = upload_vec(m, l.gdn.dt_bias);
+    d.a_log = upload_vec(m, l.gdn.a_log);
+    d.gdn_norm = upload_vec(m, l.gdn.norm);
+  }
+  d.moe = upload_moe(up, l.moe, where, swiglu_pairs);
+  return d;
+}
+
 }  // namespace
 
 void* DeviceModel::alloc(size_t bytes) {
@@ -504,7 +529,7 @@ void* DeviceModel::alloc(size_t bytes) {
   return p;
 }
 
-std::unique_ptr<DeviceModel> upload_model(const Model& model, bool swiglu_pairs) {
+std::unique_ptr<DeviceModel> upload_model(const Model& model, bool swiglu_pairs, bool mtp) {
   const auto t0 = std::chrono::steady_clock::now();
   auto m = std::make_unique<DeviceModel>();
   m->config = model.config();
@@ -537,33 +562,23 @@ std::unique_ptr<DeviceModel> upload_model(const Model& model, bool swiglu_pairs)
     m->embed_kind = bf16 ? kern::FloatKind::kBf16 : kern::FloatKind::kF32;
   }
   for (size_t i = 0; i < model.layers().size(); ++i) {
-    const LayerWeights& l = model.layers()[i];
-    const std::string where = "layer " + std::to_string(i) + " ";
-    DeviceLayer d;
-    d.full_attention = l.full_attention;
-    d.input_norm = upload_vec(*m, l.input_norm);
-    d.post_norm = upload_vec(*m, l.post_norm);
-    if (l.full_attention) {
-      d.qkv = upload_group(up, {{&l.attn.q, &l.attn.k, &l.attn.v}}, where + "q/k/v_proj");
-      d.o = upload_one(up, l.attn.o, where);
-      d.q_norm = upload_vec(*m, l.attn.q_norm);
-      d.k_norm = upload_vec(*m, l.attn.k_norm);
-    } else {
-      d.gdn_in = upload_group(up, {{&l.gdn.in_qkv, &l.gdn.in_z, &l.gdn.in_b, &l.gdn.in_a}},
-                              where + "in_proj_qkv/z/b/a");
-      d.out = upload_one(up, l.gdn.out, where);
-      d.conv = upload_vec(*m, l.gdn.conv);
-      d.dt_bias = upload_vec(*m, l.gdn.dt_bias);
-      d.a_log = upload_vec(*m, l.gdn.a_log);
-      d.gdn_norm = upload_vec(*m, l.gdn.norm);
-    }
-    d.moe = upload_moe(up, l.moe, where, swiglu_pairs);
-    m->layers.push_back(d);
+    m->layers.push_back(
+        upload_layer(up, model.layers()[i], "layer " + std::to_string(i) + " ", swiglu_pairs));
     up.drop_cache();
   }
   m->final_norm = upload_vec(*m, model.final_norm());
   m->lm_head = upload_one(up, model.lm_head(), "lm_head");
   up.drop_cache();
+  if (const std::optional<MtpWeights>& t = model.mtp(); mtp && t) {
+    DeviceMtp d;
+    d.fc = upload_one(up, t->fc, "mtp.fc");
+    d.pre_fc_norm_embedding = upload_vec(*m, t->pre_fc_norm_embedding);
+    d.pre_fc_norm_hidden = upload_vec(*m, t->pre_fc_norm_hidden);
+    d.norm = upload_vec(*m, t->norm);
+    d.layer = upload_layer(up, t->layer, "mtp layer ", swiglu_pairs);
+    m->mtp = d;
+    up.drop_cache();
+  }
   up.staging.drain();
   m->load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return m;

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,14 @@ struct DeviceLayer {
   DeviceMoe moe;
 };
 
+// The MTP head (Model::mtp()): [norm(embedding) | norm(hidden)] -> fc -> one full-attention layer
+// with its MoE -> norm -> the main model's LM head.
+struct DeviceMtp {
+  kern::DeviceLinear fc;  // [H, 2H]
+  const float *pre_fc_norm_embedding = nullptr, *pre_fc_norm_hidden = nullptr, *norm = nullptr;
+  DeviceLayer layer;
+};
+
 struct DeviceModel {
   ckpt::Qwen35Config config;
   kern::FloatKind embed_kind = kern::FloatKind::kBf16;
@@ -58,7 +67,8 @@ struct DeviceModel {
   std::vector<DeviceLayer> layers;
   const float* final_norm = nullptr;
   kern::DeviceLinear lm_head;
-  uint64_t device_bytes = 0;  // everything allocated
+  std::optional<DeviceMtp> mtp;  // where the checkpoint has one
+  uint64_t device_bytes = 0;     // everything allocated
   double load_seconds = 0;
   uint64_t host_bytes_read = 0;  // from the checkpoint's files
 
@@ -69,8 +79,9 @@ struct DeviceModel {
 // Throws Error(kUnsupported) for an expert stack that mixes formats, kIo when the GPU is out of
 // memory (naming how much was needed).
 // swiglu_pairs: gate | up pairs (routed experts) in the paired row order where
-// kern::gemv_swiglu_shape_ok allows it (RowGroup::swiglu_pairs says where it did).
-std::unique_ptr<DeviceModel> upload_model(const Model& model, bool swiglu_pairs);
+// kern::gemv_swiglu_shape_ok allows it (RowGroup::swiglu_pairs says where it did). mtp: the MTP
+// head too, where the checkpoint has one.
+std::unique_ptr<DeviceModel> upload_model(const Model& model, bool swiglu_pairs, bool mtp);
 // Random weights of `config`'s shapes in the hybrid's formats: INT4 (group 128) for every
 // decoder linear module, FP8 block-128 shared experts, BF16 router / shared-expert gate /
 // embeddings, INT8 LM head; norms near 0, gates in range.

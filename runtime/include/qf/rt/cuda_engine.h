@@ -33,6 +33,9 @@ struct CudaOptions {
   // Deep, narrow out / o projections (K >= 2N) run as this many K parts (1 to 8) that the
   // following norm adds (kern::GemvBatch::k_splits); 1: one part.
   int out_parts = 4;
+  // Upload the MTP head too (Model::mtp(), where the checkpoint has one; ~5 GB of BF16 on
+  // 122B-A10B), for mtp_step.
+  bool mtp = false;
   // Timing studies only (qforge bench --skip): launches left out of every step, named as in
   // kSkippableLaunches, so that the step time without them bounds what fusing them away could
   // gain. Their outputs go stale, so the results are wrong; the weights still stream as in a
@@ -87,6 +90,19 @@ class CudaEngine {
   int32_t step(int32_t token, float* logits);
   // Feeds the previous step's argmax back in without leaving the device; returns the new argmax.
   int32_t step_greedy();
+  // The last step's hidden state after the final norm [H], copied to `out`.
+  void hidden(float* out);
+
+  // Whether the MTP head is on the GPU (CudaOptions::mtp and a checkpoint that has one).
+  bool has_mtp() const;
+  // The MTP head at the next MTP position, as CpuEngine::mtp_step: `hidden` [H] is the main
+  // model's final-normed hidden state at position t on the host, or nullptr for the last step's
+  // (it stays on the device), `next_token` the token at t + 1. Copies the logits for position
+  // t + 2 to `logits` when not null and returns their argmax. Its own graph, the main step's
+  // kernels. Throws Error(kUnsupported) without an MTP head, kUsage for a token outside the
+  // vocabulary or a full context.
+  int32_t mtp_step(int32_t next_token, const float* hidden, float* logits);
+  int64_t mtp_position() const;
 
   // One step launched kernel by kernel with events between them: time and bytes per family.
   std::vector<KernelShare> profile_step();
