@@ -29,6 +29,7 @@ struct BenchArgs {
   bool serial_shared = false;
   bool unfused_swiglu = false;
   bool shared_in_experts = false;
+  bool mtp = false;
   int out_parts = rt::CudaOptions{}.out_parts;
   std::vector<std::string> skip;
 };
@@ -45,6 +46,7 @@ int run(const BenchArgs& a) {
   o.fused_swiglu = !a.unfused_swiglu;
   o.out_parts = a.out_parts;
   o.skip = a.skip;
+  o.mtp = a.mtp;
   std::unique_ptr<rt::Model> model;
   std::unique_ptr<rt::CudaEngine> engine;
   if (!a.synthetic.empty()) {
@@ -71,6 +73,21 @@ int run(const BenchArgs& a) {
   const double efficiency = gbs / copy_gbs;
   const double gb10_tps = kGb10Bandwidth * efficiency / static_cast<double>(step_bytes);
 
+  // The MTP head at the same context: its cache filled as far as the main model's, then timed.
+  double mtp_us = 0;
+  uint64_t mtp_bytes = 0;
+  if (a.mtp) {
+    if (!engine->has_mtp()) {
+      throw Error(Errc::kUnsupported, a.model + " has no MTP head (mtp.* tensors); drop --mtp");
+    }
+    if (a.context > 1) engine->time_mtp_steps(static_cast<int>(a.context - 1));
+    mtp_us = engine->time_mtp_steps(a.steps);
+    const ckpt::Qwen35Config& c = engine->config();
+    const uint64_t mean_rows = static_cast<uint64_t>(a.context) + (a.steps + 1) / 2;
+    mtp_bytes = ls.mtp_weight_bytes + 2 * mean_rows * static_cast<uint64_t>(c.kv_rows()) * 4;
+  }
+  const double mtp_gbs = mtp_us > 0 ? static_cast<double>(mtp_bytes) / (mtp_us * 1e-6) / 1e9 : 0;
+
   if (a.json) {
     nlohmann::json j = {{"device", ls.device_name},
                         {"model", a.model.empty() ? "synthetic " + a.synthetic : a.model},
@@ -88,6 +105,13 @@ int run(const BenchArgs& a) {
                         {"skipped", a.skip},
                         {"shared_in_experts", ls.shared_in_experts},
                         {"kernels", nlohmann::json::array()}};
+    if (a.mtp) {
+      j["mtp"] = {{"step_us", mtp_us},
+                  {"bytes_per_step", mtp_bytes},
+                  {"achieved_gbs", mtp_gbs},
+                  {"fraction_of_copy", mtp_gbs / copy_gbs},
+                  {"fraction_of_main_step", mtp_us / us}};
+    }
     for (const rt::KernelShare& k : shares) {
       j["kernels"].push_back({{"name", k.name}, {"us", k.microseconds}, {"bytes", k.bytes}});
     }
@@ -103,6 +127,13 @@ int run(const BenchArgs& a) {
   std::printf("bytes per step %s -> %.0f GB/s; device copy %.0f GB/s (read + write): %.1f%%\n",
               human_bytes(step_bytes).c_str(), gbs, copy_gbs, 100 * efficiency);
   std::printf("projected on a GB10 (232 GB/s) at the same efficiency: %.1f tok/s\n", gb10_tps);
+  if (a.mtp) {
+    std::printf(
+        "MTP head: %.1f us/step (%.1f%% of a main step), %s per step -> %.0f GB/s: %.1f%% of "
+        "copy\n",
+        mtp_us, 100 * mtp_us / us, human_bytes(mtp_bytes).c_str(), mtp_gbs,
+        100 * mtp_gbs / copy_gbs);
+  }
   if (a.shared_in_experts) {
     std::printf("shared expert: %s\n", ls.shared_in_experts
                                            ? "extra slots of the routed experts' launches"
@@ -143,6 +174,9 @@ Command add_bench(CLI::App& app) {
   sub->add_flag("--shared-in-experts", a->shared_in_experts,
                 "run the shared expert as extra slots of the routed experts' two launches, not "
                 "in launches of its own (to compare)");
+  sub->add_flag("--mtp", a->mtp,
+                "also time the MTP head's step (a draft token; --synthetic: BF16 with an FP8 "
+                "shared expert, as the 122B hybrid's)");
   sub->add_flag("--serial-shared", a->serial_shared,
                 "run the shared expert after the routed experts, not beside them (to compare)");
   sub->add_flag("--unfused-swiglu", a->unfused_swiglu,
@@ -160,8 +194,9 @@ Command add_bench(CLI::App& app) {
   sub->add_flag("--json", a->json, "machine-readable report on stdout");
   sub->footer(
       "Bytes per step count what the step reads and writes: every weight it uses (routed\n"
-      "experts: the top-k of each layer), the DeltaNet states and the KV cache. Copy bandwidth\n"
-      "is a device-to-device cudaMemcpy of 1 GiB in the same run.\n\n"
+      "experts: the top-k of each layer), the DeltaNet states and the KV cache; an MTP step its\n"
+      "fc, layer, KV cache and the LM head. Copy bandwidth is a device-to-device cudaMemcpy of\n"
+      "1 GiB in the same run.\n\n"
       "Example:\n  qforge bench --synthetic 122b-a10b --context 1024");
   return {sub, [a] { return run(*a); }};
 }

@@ -64,6 +64,9 @@ std::vector<KernelShare> CudaEngine::profile_step() {
 double CudaEngine::time_steps(int) {
   unavailable();
 }
+double CudaEngine::time_mtp_steps(int) {
+  unavailable();
+}
 double device_copy_bandwidth(uint64_t) {
   unavailable();
 }

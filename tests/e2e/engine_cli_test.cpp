@@ -199,6 +199,17 @@ TEST(EngineCli, CudaDeviceWithoutAGpuSaysWhy) {
   EXPECT_NE(b.out.find("--device cuda: "), std::string::npos) << b.out;
 }
 
+// Where a GPU is usable: bench --mtp times the MTP head too.
+TEST(EngineCli, BenchTimesTheMtpHead) {
+  std::string why;
+  if (!rt::CudaEngine::available(&why)) GTEST_SKIP() << "no GPU: " << why;
+  const CommandResult r = qforge_split("bench --synthetic tiny --mtp --context 8 --steps 4 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j["mtp"]["step_us"].get<double>(), 0);
+  EXPECT_GT(j["mtp"]["bytes_per_step"].get<uint64_t>(), 0u);
+}
+
 // bench --skip takes only the engine's launch names, checked before anything is loaded.
 TEST(EngineCli, BenchRejectsUnknownSkip) {
   const CommandResult r = qforge("bench --synthetic tiny --skip router,bogus");

@@ -146,6 +146,7 @@ struct CudaEngine::Impl {
     stats.host_bytes = m->host_bytes_read;
     stats.load_seconds = m->load_seconds;
     stats.weight_bytes = step_weight_bytes();
+    stats.mtp_weight_bytes = mtp_weight_bytes();
     stats.shared_in_experts = std::all_of(m->layers.begin(), m->layers.end(), [&](const auto& l) {
       return shared_slots(l.moe).first.y != nullptr;
     });
@@ -172,17 +173,30 @@ struct CudaEngine::Impl {
     return total;
   }
 
-  uint64_t step_weight_bytes() const {
+  // The weights one token reads from a layer (experts: the top-k).
+  uint64_t layer_bytes(const cuda::DeviceLayer& l) const {
     const ckpt::Qwen35Config& c = m->config;
-    uint64_t total = kern::weight_bytes(m->lm_head) + static_cast<uint64_t>(c.hidden_size) * 2;
-    for (const cuda::DeviceLayer& l : m->layers) {
-      total += l.full_attention ? bytes(l.qkv) + kern::weight_bytes(l.o)
-                                : bytes(l.gdn_in) + kern::weight_bytes(l.out);
-      total +=
-          bytes(l.moe.router) + bytes(l.moe.shared_gate_up) + kern::weight_bytes(l.moe.shared_down);
-      total += c.num_experts_per_tok * (bytes(l.moe.gate_up) + kern::weight_bytes(l.moe.down));
-    }
+    uint64_t total = l.full_attention ? bytes(l.qkv) + kern::weight_bytes(l.o)
+                                      : bytes(l.gdn_in) + kern::weight_bytes(l.out);
+    total +=
+        bytes(l.moe.router) + bytes(l.moe.shared_gate_up) + kern::weight_bytes(l.moe.shared_down);
+    return total + c.num_experts_per_tok * (bytes(l.moe.gate_up) + kern::weight_bytes(l.moe.down));
+  }
+
+  uint64_t step_weight_bytes() const {
+    uint64_t total =
+        kern::weight_bytes(m->lm_head) + static_cast<uint64_t>(m->config.hidden_size) * 2;
+    for (const cuda::DeviceLayer& l : m->layers) total += layer_bytes(l);
     return total;
+  }
+
+  // fc, the layer and the LM head, and the embedding row (BF16 or F32).
+  uint64_t mtp_weight_bytes() const {
+    if (!m->mtp) return 0;
+    const uint64_t row = static_cast<uint64_t>(m->config.hidden_size) *
+                         (m->embed_kind == kern::FloatKind::kBf16 ? 2 : 4);
+    return kern::weight_bytes(m->mtp->fc) + layer_bytes(m->mtp->layer) +
+           kern::weight_bytes(m->lm_head) + row;
   }
 
   // Whether the launch `name` (kSkippableLaunches) is left out (CudaOptions::skip).
@@ -479,8 +493,8 @@ std::unique_ptr<CudaEngine> CudaEngine::synthetic(const ckpt::Qwen35Config& conf
   std::string why;
   if (!available(&why)) throw Error(Errc::kUnsupported, "--device cuda: " + why);
   check(cudaSetDevice(options.device), "cudaSetDevice");
-  return std::unique_ptr<CudaEngine>(new CudaEngine(
-      std::make_unique<Impl>(cuda::synthetic_model(config, seed, options.fused_swiglu), options)));
+  return std::unique_ptr<CudaEngine>(new CudaEngine(std::make_unique<Impl>(
+      cuda::synthetic_model(config, seed, options.fused_swiglu, options.mtp), options)));
 }
 
 CudaEngine::~CudaEngine() = default;
@@ -620,6 +634,34 @@ double CudaEngine::time_steps(int steps) {
   }
   check(cudaEventRecord(b, s.stream), "cudaEventRecord");
   check(cudaEventSynchronize(b), "timed steps");
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return ms * 1000.0 / steps;
+}
+
+double CudaEngine::time_mtp_steps(int steps) {
+  Impl& s = *impl_;
+  if (!s.m->mtp) throw Error(Errc::kUnsupported, "no MTP head to time (CudaOptions::mtp)");
+  if (steps < 1 || s.mtp_position + steps + 1 > s.o.max_context) {
+    throw Error(Errc::kUsage,
+                "time_mtp_steps: " + std::to_string(steps) + " steps do not fit the MTP context");
+  }
+  cudaEvent_t a, b;
+  check(cudaEventCreate(&a), "cudaEventCreate");
+  check(cudaEventCreate(&b), "cudaEventCreate");
+  const size_t h_bytes = static_cast<size_t>(s.m->config.hidden_size) * 4;
+  const auto one = [&] {
+    check(cudaMemcpyAsync(s.mtp_in, s.hidden, h_bytes, cudaMemcpyDeviceToDevice, s.stream), "copy");
+    s.run(s.mtp_graph, [&] { s.launch_mtp(); });
+    ++s.mtp_position;
+  };
+  one();  // warm: captures the graph
+  check(cudaEventRecord(a, s.stream), "cudaEventRecord");
+  for (int i = 0; i < steps; ++i) one();
+  check(cudaEventRecord(b, s.stream), "cudaEventRecord");
+  check(cudaEventSynchronize(b), "timed MTP steps");
   float ms = 0;
   check(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
   cudaEventDestroy(a);

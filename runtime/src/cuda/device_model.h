@@ -84,8 +84,9 @@ struct DeviceModel {
 std::unique_ptr<DeviceModel> upload_model(const Model& model, bool swiglu_pairs, bool mtp);
 // Random weights of `config`'s shapes in the hybrid's formats: INT4 (group 128) for every
 // decoder linear module, FP8 block-128 shared experts, BF16 router / shared-expert gate /
-// embeddings, INT8 LM head; norms near 0, gates in range.
+// embeddings, INT8 LM head; norms near 0, gates in range. mtp: an MTP head too, BF16 but for
+// its FP8 shared expert (the 122B hybrid's formats).
 std::unique_ptr<DeviceModel> synthetic_model(const ckpt::Qwen35Config& config, uint64_t seed,
-                                             bool swiglu_pairs);
+                                             bool swiglu_pairs, bool mtp);
 
 }  // namespace qf::rt::cuda

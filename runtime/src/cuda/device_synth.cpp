@@ -8,6 +8,8 @@ namespace {
 using kern::DeviceLinear;
 using kern::WeightKind;
 
+constexpr uint32_t kSmall = 0x3C000000u;  // f32 about 0.0078 (norm offsets, biases)
+
 struct Maker {
   DeviceModel& m;
   uint64_t seed;
@@ -58,12 +60,13 @@ struct Maker {
     return d;
   }
 
-  DeviceLinear bf16(int n, int k) {
+  DeviceLinear bf16(int n, int k, int count = 1) {
     DeviceLinear d;
     d.kind = WeightKind::kBf16;
     d.n = n;
     d.k = k;
-    const size_t bytes = static_cast<size_t>(n) * k * 2;
+    d.w_stride = static_cast<size_t>(n) * k;
+    const size_t bytes = d.w_stride * 2 * count;
     void* w = m.alloc(bytes + 4);
     fill(w, (bytes + 3) / 4 * 4, 0x807F807Fu, 0x3C003C00u);  // about +-2^-7
     d.w = w;
@@ -90,56 +93,71 @@ struct Maker {
     fill(p, n * 4, 0x0000FFFFu, bits);
     return static_cast<const float*>(p);
   }
+
+  // A decoder layer: its linear modules in `kind` (INT4 or BF16), router BF16, shared expert FP8.
+  DeviceLayer layer(const ckpt::Qwen35Config& c, bool full_attention, WeightKind kind,
+                    bool swiglu_pairs) {
+    const int h = static_cast<int>(c.hidden_size), e = static_cast<int>(c.num_experts),
+              im = static_cast<int>(c.moe_intermediate_size),
+              is = static_cast<int>(c.shared_expert_intermediate_size);
+    const auto linear = [&](int n, int k, int count) {
+      return kind == WeightKind::kBf16 ? bf16(n, k, count) : int_stack(kind, n, k, count);
+    };
+    DeviceLayer d;
+    d.full_attention = full_attention;
+    d.input_norm = vec(h, kSmall);
+    d.post_norm = vec(h, kSmall);
+    if (d.full_attention) {
+      const int q = static_cast<int>(c.q_proj_rows()), kv = static_cast<int>(c.kv_rows());
+      d.qkv = group(linear(q + 2 * kv, h, 1), {q, kv, kv});
+      d.o = linear(h, static_cast<int>(c.num_attention_heads * c.head_dim), 1);
+      d.q_norm = vec(c.head_dim, kSmall);
+      d.k_norm = vec(c.head_dim, kSmall);
+    } else {
+      const int nv = static_cast<int>(c.linear_num_value_heads);
+      const int cd = static_cast<int>(c.conv_dim()), vd = static_cast<int>(c.value_dim());
+      d.gdn_in = group(linear(cd + vd + 2 * nv, h, 1), {cd, vd, nv, nv});
+      d.out = linear(h, static_cast<int>(c.value_dim()), 1);
+      d.conv = vec(static_cast<size_t>(c.conv_dim() * c.linear_conv_kernel_dim), 0x3E000000u);
+      d.dt_bias = vec(nv, kSmall);
+      d.a_log = vec(nv, kSmall);
+      d.gdn_norm = vec(c.linear_value_head_dim, 0x3F800000u);
+    }
+    d.moe.router = group(bf16(e + 1, h), {e, 1});
+    d.moe.gate_up = group(linear(2 * im, h, e), {im, im});
+    // Random codes: the paired row order is only a reading of them.
+    d.moe.gate_up.swiglu_pairs =
+        swiglu_pairs && kern::gemv_swiglu_shape_ok(kind, im, h, d.moe.gate_up.fused.group);
+    d.moe.down = linear(h, im, e);
+    d.moe.shared_gate_up = group(fp8(2 * is, h), {is, is});
+    d.moe.shared_down = fp8(h, is);
+    return d;
+  }
 };
 
 }  // namespace
 
 std::unique_ptr<DeviceModel> synthetic_model(const ckpt::Qwen35Config& c, uint64_t seed,
-                                             bool swiglu_pairs) {
+                                             bool swiglu_pairs, bool mtp) {
   auto m = std::make_unique<DeviceModel>();
   m->config = c;
   Maker mk{*m, seed};
-  const int h = static_cast<int>(c.hidden_size), e = static_cast<int>(c.num_experts),
-            im = static_cast<int>(c.moe_intermediate_size),
-            is = static_cast<int>(c.shared_expert_intermediate_size);
-  const uint32_t small = 0x3C000000u;  // f32 about 0.0078 (norm offsets, biases)
+  const int h = static_cast<int>(c.hidden_size);
   m->embed = mk.bf16(static_cast<int>(c.vocab_size), h).w;
   for (int64_t i = 0; i < c.num_layers(); ++i) {
-    DeviceLayer d;
-    d.full_attention = c.full_attention[i];
-    d.input_norm = mk.vec(h, small);
-    d.post_norm = mk.vec(h, small);
-    if (d.full_attention) {
-      const int q = static_cast<int>(c.q_proj_rows()), kv = static_cast<int>(c.kv_rows());
-      d.qkv = mk.group(mk.int_stack(WeightKind::kInt4, q + 2 * kv, h, 1), {q, kv, kv});
-      d.o = mk.int_stack(WeightKind::kInt4, h, static_cast<int>(c.num_attention_heads * c.head_dim),
-                         1);
-      d.q_norm = mk.vec(c.head_dim, small);
-      d.k_norm = mk.vec(c.head_dim, small);
-    } else {
-      const int nv = static_cast<int>(c.linear_num_value_heads);
-      const int cd = static_cast<int>(c.conv_dim()), vd = static_cast<int>(c.value_dim());
-      d.gdn_in =
-          mk.group(mk.int_stack(WeightKind::kInt4, cd + vd + 2 * nv, h, 1), {cd, vd, nv, nv});
-      d.out = mk.int_stack(WeightKind::kInt4, h, static_cast<int>(c.value_dim()), 1);
-      d.conv = mk.vec(static_cast<size_t>(c.conv_dim() * c.linear_conv_kernel_dim), 0x3E000000u);
-      d.dt_bias = mk.vec(nv, small);
-      d.a_log = mk.vec(nv, small);
-      d.gdn_norm = mk.vec(c.linear_value_head_dim, 0x3F800000u);
-    }
-    d.moe.router = mk.group(mk.bf16(e + 1, h), {e, 1});
-    d.moe.gate_up = mk.group(mk.int_stack(WeightKind::kInt4, 2 * im, h, e), {im, im});
-    // Random codes: the paired row order is only a reading of them.
-    d.moe.gate_up.swiglu_pairs =
-        swiglu_pairs &&
-        kern::gemv_swiglu_shape_ok(WeightKind::kInt4, im, h, d.moe.gate_up.fused.group);
-    d.moe.down = mk.int_stack(WeightKind::kInt4, h, im, e);
-    d.moe.shared_gate_up = mk.group(mk.fp8(2 * is, h), {is, is});
-    d.moe.shared_down = mk.fp8(h, is);
-    m->layers.push_back(d);
+    m->layers.push_back(mk.layer(c, c.full_attention[i], WeightKind::kInt4, swiglu_pairs));
   }
-  m->final_norm = mk.vec(h, small);
+  m->final_norm = mk.vec(h, kSmall);
   m->lm_head = mk.int_stack(WeightKind::kInt8, static_cast<int>(c.vocab_size), h, 1);
+  if (mtp) {  // BF16 but for the FP8 shared expert, as the 122B hybrid's MTP head
+    DeviceMtp t;
+    t.fc = mk.bf16(h, 2 * h);
+    t.pre_fc_norm_embedding = mk.vec(h, kSmall);
+    t.pre_fc_norm_hidden = mk.vec(h, kSmall);
+    t.norm = mk.vec(h, kSmall);
+    t.layer = mk.layer(c, true, WeightKind::kBf16, swiglu_pairs);
+    m->mtp = t;
+  }
   return m;
 }
 

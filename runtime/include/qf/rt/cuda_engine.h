@@ -57,9 +57,10 @@ struct KernelShare {
 
 struct CudaLoadStats {
   std::string device_name;
-  uint64_t device_bytes = 0;  // weights + state + scratch on the GPU
-  uint64_t weight_bytes = 0;  // read by one decode step (experts: top-k of each layer)
-  uint64_t host_bytes = 0;    // copied from the checkpoint
+  uint64_t device_bytes = 0;      // weights + state + scratch on the GPU
+  uint64_t weight_bytes = 0;      // read by one decode step (experts: top-k of each layer)
+  uint64_t mtp_weight_bytes = 0;  // read by one MTP step (its LM head included); 0: no MTP head
+  uint64_t host_bytes = 0;        // copied from the checkpoint
   double load_seconds = 0;
   // CudaOptions::shared_in_experts took effect: every layer's shared expert runs as extra slots
   // of its routed experts' launches.
@@ -74,7 +75,8 @@ class CudaEngine {
   // Uploads `model` (repacked to the kernels' layouts). Throws Error(kUnsupported) when CUDA is
   // not available, kIo when the GPU runs out of memory.
   CudaEngine(const Model& model, const CudaOptions& options = {});
-  // Random weights of `config`'s shapes in the hybrid's formats, made on the GPU (benchmarks).
+  // Random weights of `config`'s shapes in the hybrid's formats, made on the GPU (benchmarks);
+  // with options.mtp an MTP head too.
   static std::unique_ptr<CudaEngine> synthetic(const ckpt::Qwen35Config& config, uint64_t seed,
                                                const CudaOptions& options = {});
   ~CudaEngine();
@@ -108,6 +110,9 @@ class CudaEngine {
   std::vector<KernelShare> profile_step();
   // Mean microseconds of `steps` graph-launched decode steps (greedy, position advancing).
   double time_steps(int steps);
+  // The same for MTP steps from the last step's hidden state (chained: each takes the argmax of
+  // the one before as its token), the MTP position advancing.
+  double time_mtp_steps(int steps);
 
   struct Impl;
 
