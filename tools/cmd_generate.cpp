@@ -12,6 +12,7 @@
 #include "qf/rt/cuda_engine.h"
 #include "qf/rt/generate.h"
 #include "qf/rt/generation_config.h"
+#include "qf/rt/speculative.h"
 #include "qf/rt/tokenizer.h"
 #include "token_args.h"
 
@@ -24,14 +25,16 @@ struct GenerateArgs {
   std::optional<float> temperature, top_p;
   std::optional<int> top_k;
   std::optional<uint64_t> seed;
-  bool no_think = false, ignore_eos = false, json = false;
+  bool no_think = false, ignore_eos = false, json = false, speculative = false;
   int threads = 0;
 };
 
 // Flags win; otherwise generation_config.json's sampling defaults when it samples; else greedy.
 rt::SamplingOptions sampling(const GenerateArgs& a, const rt::GenerationConfig& g) {
   rt::SamplingOptions s;
-  const bool config_samples = g.do_sample.value_or(g.temperature.has_value());
+  // Speculative decoding is greedy: the config's sampling does not apply (a flag still does, and
+  // a temperature > 0 is refused).
+  const bool config_samples = !a.speculative && g.do_sample.value_or(g.temperature.has_value());
   if (config_samples) {
     s.temperature = g.temperature.value_or(1.0f);
     s.top_p = g.top_p.value_or(1.0f);
@@ -91,6 +94,10 @@ int run(const GenerateArgs& a) {
     std::fflush(stdout);
   };
   rt::GenerateResult r;
+  rt::SpecStats spec;
+  if (a.speculative && a.device == "cuda") {
+    throw Error(Errc::kUnsupported, "--speculative runs on --device cpu only for now");
+  }
   if (a.device == "cuda") {
     rt::CudaOptions co;
     co.max_context = static_cast<int64_t>(prompt.size()) + std::max<int64_t>(a.max_tokens, 1);
@@ -104,22 +111,31 @@ int run(const GenerateArgs& a) {
                           model->config().vocab_size, prompt, o, print);
   } else {
     rt::CpuEngine engine(*model, a.threads);
-    r = rt::generate(engine, prompt, o, print);
+    r = a.speculative
+            ? rt::generate_speculative(rt::speculative_engine(engine), prompt, o, print, &spec)
+            : rt::generate(engine, prompt, o, print);
   }
+  const double kept = spec.rounds > 0 ? static_cast<double>(spec.accepted) / spec.rounds : 0;
   const double decode_rate = r.decode_seconds > 0 ? r.ids.size() / r.decode_seconds : 0;
   const double prefill_rate = r.prefill_seconds > 0 ? r.prompt_tokens / r.prefill_seconds : 0;
   if (a.json) {
-    const nlohmann::json j = {{"text", tok ? tok->decode(r.ids, true) : ""},
-                              {"ids", r.ids},
-                              {"finish_reason", r.finish_reason},
-                              {"prompt_tokens", r.prompt_tokens},
-                              {"completion_tokens", r.ids.size()},
-                              {"seed", o.sampling.seed},
-                              {"temperature", o.sampling.temperature},
-                              {"top_p", o.sampling.top_p},
-                              {"top_k", o.sampling.top_k},
-                              {"prefill_tokens_per_s", prefill_rate},
-                              {"decode_tokens_per_s", decode_rate}};
+    nlohmann::json j = {{"text", tok ? tok->decode(r.ids, true) : ""},
+                        {"ids", r.ids},
+                        {"finish_reason", r.finish_reason},
+                        {"prompt_tokens", r.prompt_tokens},
+                        {"completion_tokens", r.ids.size()},
+                        {"seed", o.sampling.seed},
+                        {"temperature", o.sampling.temperature},
+                        {"top_p", o.sampling.top_p},
+                        {"top_k", o.sampling.top_k},
+                        {"prefill_tokens_per_s", prefill_rate},
+                        {"decode_tokens_per_s", decode_rate}};
+    if (a.speculative) {
+      j["speculative"] = {{"rounds", spec.rounds},
+                          {"drafts_kept", spec.accepted},
+                          {"acceptance", kept},
+                          {"mtp_steps", spec.mtp_steps}};
+    }
     std::printf("%s\n", j.dump(2).c_str());
     return kExitOk;
   }
@@ -132,6 +148,11 @@ int run(const GenerateArgs& a) {
                "seed %llu]\n",
                static_cast<long long>(r.prompt_tokens), prefill_rate, r.ids.size(), decode_rate,
                r.finish_reason.c_str(), static_cast<unsigned long long>(o.sampling.seed));
+  if (a.speculative) {
+    std::fprintf(stderr, "[speculative: %lld rounds, %lld drafts kept (%.1f%%), %lld MTP steps]\n",
+                 static_cast<long long>(spec.rounds), static_cast<long long>(spec.accepted),
+                 100.0 * kept, static_cast<long long>(spec.mtp_steps));
+  }
   return kExitOk;
 }
 
@@ -154,6 +175,9 @@ Command add_generate(CLI::App& app) {
   sub->add_option("--device", a->device, "cpu (the reference engine) or cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
+  sub->add_flag("--speculative", a->speculative,
+                "greedy speculative decoding with the checkpoint's MTP head: one draft token a "
+                "round, the same ids as greedy decoding");
   sub->add_option("--threads", a->threads, "worker threads (default: all cores)");
   sub->add_flag("--ignore-eos", a->ignore_eos, "do not stop at generation_config's eos tokens");
   sub->add_flag("--json", a->json, "print one JSON object at the end instead of streaming");

@@ -67,6 +67,7 @@ void CpuEngine::reset() {
   const ckpt::Qwen35Config& c = model_.config();
   const size_t n = static_cast<size_t>(c.num_layers());
   state_ = SequenceState();
+  saved_position_ = -1;
   state_.conv.resize(n);
   state_.ssm.resize(n);
   state_.k.resize(n);
@@ -77,6 +78,25 @@ void CpuEngine::reset() {
     state_.ssm[i].assign(static_cast<size_t>(c.linear_num_value_heads * c.linear_key_head_dim *
                                              c.linear_value_head_dim),
                          0.0f);
+  }
+}
+
+void CpuEngine::save() {
+  saved_conv_ = state_.conv;
+  saved_ssm_ = state_.ssm;
+  saved_position_ = state_.position;
+}
+
+void CpuEngine::restore() {
+  if (saved_position_ < 0) throw Error(Errc::kUsage, "CpuEngine::restore without a save");
+  const ckpt::Qwen35Config& c = model_.config();
+  state_.conv = saved_conv_;
+  state_.ssm = saved_ssm_;
+  state_.position = saved_position_;
+  const size_t rows = static_cast<size_t>(saved_position_ * c.num_key_value_heads * c.head_dim);
+  for (size_t i = 0; i < state_.k.size(); ++i) {
+    if (state_.k[i].size() > rows) state_.k[i].resize(rows);
+    if (state_.v[i].size() > rows) state_.v[i].resize(rows);
   }
 }
 

@@ -82,15 +82,51 @@ TEST(EngineCli, CudaLogitsWithMtpEqualTheReference) {
   expect_reference_logits("cuda");
 }
 
+// Plain and speculative (the MTP head drafting) greedy decoding both give the reference's ids.
 TEST(EngineCli, GreedyGenerateEqualsTheReference) {
   const fs::path ref = kModel.parent_path() / "reference.safetensors";
-  const CommandResult r = qforge_split("generate --model " + kModel.string() + " --tokens " +
-                                       ids_csv(read<int32_t>(ref, "prompt_ids")) +
-                                       " --temperature 0 --ignore-eos --max-tokens 24 --json");
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  const nlohmann::json j = nlohmann::json::parse(r.out);
-  EXPECT_EQ(j["ids"].get<std::vector<int32_t>>(), read<int32_t>(ref, "greedy_ids"));
-  EXPECT_EQ(j["finish_reason"], "length");
+  for (const std::string flags : {"", " --speculative"}) {
+    const CommandResult r =
+        qforge_split("generate --model " + kModel.string() + " --tokens " +
+                     ids_csv(read<int32_t>(ref, "prompt_ids")) +
+                     " --temperature 0 --ignore-eos --max-tokens 24 --json" + flags);
+    ASSERT_EQ(r.exit_code, 0) << flags << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["ids"].get<std::vector<int32_t>>(), read<int32_t>(ref, "greedy_ids")) << flags;
+    EXPECT_EQ(j["finish_reason"], "length");
+    EXPECT_EQ(j.contains("speculative"), !flags.empty());
+    if (!flags.empty()) {
+      EXPECT_GE(j["speculative"]["rounds"].get<int>(), 12);
+    }
+  }
+}
+
+TEST(EngineCli, SpeculativeNeedsGreedyAndAnMtpHead) {
+  const std::string args = "generate --model " + kModel.string() + " --tokens 1,2 --speculative";
+  CommandResult r = qforge(args + " --temperature 0.5");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("greedy only"), std::string::npos) << r.out;
+  TempDir tmp;
+  CheckpointEdit edit;
+  const ckpt::SafetensorsFile f = ckpt::SafetensorsFile::open(kModel / "model.safetensors");
+  for (const auto& t : f.tensors()) {
+    if (t.name.rfind("mtp.", 0) == 0) edit.drop.insert(t.name);
+  }
+  ASSERT_FALSE(edit.drop.empty());
+  copy_checkpoint(kModel, tmp / "m", edit);  // the config still declares the head: refused
+  r = qforge("generate --model " + (tmp / "m").string() + " --tokens 1,2 --speculative");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("qforge add-mtp"), std::string::npos) << r.out;
+  edit.config = [](std::string& c) {
+    const std::string key = "\"mtp_num_hidden_layers\": 1";
+    ASSERT_NE(c.find(key), std::string::npos);
+    c.replace(c.find(key), key.size(), "\"mtp_num_hidden_layers\": 0");
+  };
+  copy_checkpoint(kModel, tmp / "n", edit);  // a model without one: loads, but cannot draft
+  r = qforge("generate --model " + (tmp / "n").string() + " --tokens 1,2 --speculative");
+  EXPECT_EQ(r.exit_code, 4) << r.out;  // unsupported
+  EXPECT_NE(r.out.find("has no MTP head"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("terminate"), std::string::npos) << r.out;
 }
 
 // Text goes to stdout as it is generated, statistics to stderr; a seed reproduces a sample.

@@ -1,6 +1,7 @@
 // The CPU reference engine against transformers (tests/golden/make_model_goldens.py): for each
 // tiny Qwen3.5-MoE fixture and its hybrid (INT4 + FP8 shared experts + INT8 LM head) build,
-// fp32 logits at every prompt position, the MTP head's logits and a greedy continuation.
+// fp32 logits at every prompt position, the MTP head's logits and a greedy continuation (also
+// by speculative decoding with the MTP head).
 // Acceptance: argmax identical everywhere, max |diff| <= 1e-3 * max |logit|, greedy identical.
 #include <gtest/gtest.h>
 
@@ -13,6 +14,7 @@
 #include "qf/ckpt/safetensors.h"
 #include "qf/rt/cpu_engine.h"
 #include "qf/rt/generate.h"
+#include "qf/rt/speculative.h"
 #include "test_support.h"
 
 namespace qf::rt {
@@ -88,6 +90,27 @@ void check_model(const fs::path& model_dir, const fs::path& reference, const std
   o.max_tokens = static_cast<int64_t>(ref.greedy.size());
   const GenerateResult r = generate(engine, ref.prompt, o, [](int32_t) {});
   EXPECT_EQ(r.ids, ref.greedy) << name << ": greedy continuation differs";
+  if (model->mtp()) {  // speculative decoding with the MTP head yields the same ids
+    SpecStats st;
+    const GenerateResult sr = generate_speculative(
+        speculative_engine(engine), ref.prompt, o, [](int32_t) {}, &st);
+    EXPECT_EQ(sr.ids, ref.greedy) << name << ": speculative continuation differs";
+    EXPECT_GT(st.rounds, 0) << name;
+    std::printf("%-40s speculative: %lld rounds, %lld drafts kept\n", name.c_str(),
+                static_cast<long long>(st.rounds), static_cast<long long>(st.accepted));
+    // The random fixtures' MTP heads rarely guess right: an oracle that drafts the reference's
+    // tokens takes the path where every draft is kept (the verify's second logits decide).
+    SpecEngine oracle = speculative_engine(engine);
+    std::vector<int32_t> seq = ref.prompt;
+    seq.insert(seq.end(), ref.greedy.begin(), ref.greedy.end());
+    size_t p = 0;
+    oracle.draft = [&](int, int32_t) { return p + 2 < seq.size() ? seq[p++ + 2] : 0; };
+    const GenerateResult orr = generate_speculative(
+        oracle, ref.prompt, o, [](int32_t) {}, &st);
+    EXPECT_EQ(orr.ids, ref.greedy) << name << ": speculative continuation with kept drafts";
+    EXPECT_EQ(st.accepted, st.rounds) << name;
+    EXPECT_EQ(st.rounds, static_cast<int64_t>(ref.greedy.size()) / 2) << name;
+  }
 }
 
 class ModelGolden : public ::testing::TestWithParam<std::string> {};

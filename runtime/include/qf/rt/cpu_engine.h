@@ -40,6 +40,12 @@ class CpuEngine {
   // The last step's hidden state after the final norm [H] (what the MTP head takes).
   const std::vector<float>& hidden() const { return hidden_; }
 
+  // Speculative decoding's rollback: save() remembers the DeltaNet states and the position;
+  // restore() returns to them and drops the KV rows of the tokens consumed since (a rejected
+  // draft). The MTP head's state is not touched.
+  void save();
+  void restore();
+
   // The MTP head at the next MTP position: `hidden` is the main model's final-normed hidden
   // state at position t, `next_token` the token at t + 1; writes the logits for position t + 2
   // and keeps the head's own normed output (mtp_hidden) for chained drafts. Throws
@@ -61,6 +67,8 @@ class CpuEngine {
   SequenceState state_;
   std::unique_ptr<Scratch> s_;
   std::vector<float> hidden_, mtp_hidden_;
+  std::vector<std::vector<float>> saved_conv_, saved_ssm_;
+  int64_t saved_position_ = -1;
 };
 
 }  // namespace qf::rt

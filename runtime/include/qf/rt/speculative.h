@@ -1,0 +1,51 @@
+// Greedy speculative decoding with the MTP head, over any engine: each round the MTP head drafts
+// the token after the next one, and one verify pass of the main model consumes the next token
+// and the draft together. The draft is kept when the main model's argmax after the next token
+// equals it; either way the round yields the main model's own argmaxes, so the ids equal plain
+// greedy decoding's (argmax at every position) while the main model runs once per round rather
+// than once per token. Sampling (temperature > 0) is not supported: it needs rejection sampling
+// over the two distributions.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+
+#include "qf/rt/cpu_engine.h"
+#include "qf/rt/generate.h"
+
+namespace qf::rt {
+
+// What the loop needs of an engine. Positions are the main model's; the MTP head keeps its own
+// (qwen35-architecture.md: at position t it takes the main model's final-normed hidden state at
+// t and the token at t + 1, and predicts the token at t + 2).
+struct SpecEngine {
+  // Consumes tokens (one or two) at the next positions and writes the argmax of each position's
+  // logits to top[i]; keeps each position's hidden state for draft().
+  std::function<void(std::span<const int32_t> tokens, int32_t* top)> verify;
+  // Forgets the last token the last two-token verify consumed (its KV rows, DeltaNet states and
+  // position): a rejected draft.
+  std::function<void()> reject_last;
+  // The MTP head at its next position on the hidden state of token `row` of the last verify and
+  // `next_token`; returns the argmax of its logits (the draft).
+  std::function<int32_t(int row, int32_t next_token)> draft;
+};
+
+struct SpecStats {
+  int64_t rounds = 0;    // two-token verify passes
+  int64_t accepted = 0;  // drafts kept
+  int64_t mtp_steps = 0;
+};
+
+// The loop over a fresh engine state. Every prompt token but the first also goes through the
+// MTP head (its cache holds every position, as in a plain run of it), and so does every
+// accepted draft. Throws Error(kUsage) for an empty prompt or a temperature other than 0.
+GenerateResult generate_speculative(const SpecEngine& engine, std::span<const int32_t> prompt,
+                                    const GenerateOptions& options,
+                                    const std::function<void(int32_t)>& on_token, SpecStats* stats);
+
+// The CPU reference engine as a SpecEngine, reset to a fresh state (its model must have an MTP
+// head: else Error(kUnsupported)). `engine` must outlive the result.
+SpecEngine speculative_engine(CpuEngine& engine);
+
+}  // namespace qf::rt

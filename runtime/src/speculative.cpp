@@ -1,0 +1,115 @@
+#include "qf/rt/speculative.h"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "qf/error.h"
+
+namespace qf::rt {
+
+GenerateResult generate_speculative(const SpecEngine& e, std::span<const int32_t> prompt,
+                                    const GenerateOptions& o,
+                                    const std::function<void(int32_t)>& on_token,
+                                    SpecStats* stats) {
+  if (prompt.empty()) throw Error(Errc::kUsage, "the prompt has no tokens");
+  if (o.sampling.temperature != 0.0f) {
+    throw Error(Errc::kUsage, "speculative decoding is greedy only: temperature must be 0, not " +
+                                  std::to_string(o.sampling.temperature));
+  }
+  using clock = std::chrono::steady_clock;
+  SpecStats st;
+  GenerateResult r;
+  r.prompt_tokens = static_cast<int64_t>(prompt.size());
+  const auto t0 = clock::now();
+  int32_t top = 0;
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (i > 0) {  // the MTP head's entry for position i - 1
+      e.draft(0, prompt[i]);
+      ++st.mtp_steps;
+    }
+    e.verify(prompt.subspan(i, 1), &top);
+  }
+  const auto t1 = clock::now();
+  r.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
+  r.finish_reason = "length";
+  // Reports `id`; false when generation ends with it (a stop id, or the limit reached).
+  const auto emit = [&](int32_t id) {
+    if (std::find(o.stop_ids.begin(), o.stop_ids.end(), id) != o.stop_ids.end()) {
+      r.finish_reason = "stop";
+      return false;
+    }
+    r.ids.push_back(id);
+    on_token(id);
+    return static_cast<int64_t>(r.ids.size()) < o.max_tokens;
+  };
+  // `next` is chosen but not consumed; the MTP head drafts from the hidden state of the token
+  // before it, row `row` of the last verify.
+  int32_t next = top;
+  int row = 0;
+  if (o.max_tokens > 0 && emit(next)) {
+    while (true) {
+      const int32_t draft = e.draft(row, next);
+      ++st.mtp_steps;
+      const std::array<int32_t, 2> in = {next, draft};
+      std::array<int32_t, 2> got{};
+      e.verify(in, got.data());
+      ++st.rounds;
+      if (got[0] == draft) {
+        ++st.accepted;
+        if (!emit(draft) || !emit(got[1])) break;
+        e.draft(0, draft);  // the MTP head's entry for the accepted draft's position
+        ++st.mtp_steps;
+        next = got[1];
+        row = 1;
+      } else {
+        e.reject_last();
+        if (!emit(got[0])) break;
+        next = got[0];
+        row = 0;
+      }
+    }
+  }
+  r.decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();
+  if (stats) *stats = st;
+  return r;
+}
+
+SpecEngine speculative_engine(CpuEngine& engine) {
+  const Model& model = engine.model();
+  if (!model.mtp()) {
+    throw Error(Errc::kUnsupported, model.dir().string() +
+                                        " has no MTP head (mtp.* tensors): speculative decoding "
+                                        "needs one (qforge add-mtp)");
+  }
+  struct Buffers {
+    std::vector<float> logits;
+    std::array<std::vector<float>, 2> hidden;  // of each token of the last verify
+    int32_t argmax() const {
+      return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    }
+  };
+  const auto b = std::make_shared<Buffers>();
+  b->logits.resize(static_cast<size_t>(model.config().vocab_size));
+  engine.reset();
+  SpecEngine e;
+  e.verify = [&engine, b](std::span<const int32_t> tokens, int32_t* top) {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      if (i + 1 == tokens.size() && i > 0) engine.save();
+      engine.step(tokens[i], b->logits.data());
+      b->hidden[i] = engine.hidden();
+      top[i] = b->argmax();
+    }
+  };
+  e.reject_last = [&engine] { engine.restore(); };
+  e.draft = [&engine, b](int row, int32_t next_token) {
+    engine.mtp_step(next_token, b->hidden[static_cast<size_t>(row)].data(), b->logits.data());
+    return b->argmax();
+  };
+  return e;
+}
+
+}  // namespace qf::rt
