@@ -2,7 +2,9 @@
 // with the bytes each step moves, the achieved bandwidth next to the GPU's measured copy
 // bandwidth, each kernel family's share of a step, and what that efficiency would give on a
 // DGX Spark (GB10, ~232 GB/s measured read bandwidth).
+#include <chrono>
 #include <cstdio>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <string>
@@ -40,7 +42,8 @@ int run(const BenchArgs& a) {
   }
   if (a.steps < 1 || a.context < 1) throw Error(Errc::kUsage, "--steps and --context must be >= 1");
   rt::CudaOptions o;
-  o.max_context = a.context + a.steps + 2;
+  // --mtp also times speculative decoding's verify passes (two positions each).
+  o.max_context = a.context + a.steps + 2 + (a.mtp ? 4 * a.steps + 8 : 0);
   o.parallel_shared = !a.serial_shared;
   o.shared_in_experts = a.shared_in_experts;
   o.fused_swiglu = !a.unfused_swiglu;
@@ -88,6 +91,35 @@ int run(const BenchArgs& a) {
   }
   const double mtp_gbs = mtp_us > 0 ? static_cast<double>(mtp_bytes) / (mtp_us * 1e-6) / 1e9 : 0;
 
+  // Speculative decoding's parts, each call waited for as generate waits for it: a step, a
+  // two-token verify pass, and a verify pass whose second token is rejected.
+  double sync_step_us = 0, verify_us = 0, reject_us = 0;
+  if (a.mtp) {
+    const auto per_call = [&](const std::function<void()>& f) {
+      f();  // warm: captures the graph
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < a.steps; ++i) f();
+      return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+                 .count() /
+             a.steps;
+    };
+    const int32_t tokens[2] = {1, 2};
+    int32_t top[2];
+    sync_step_us = per_call([&] { engine->step(1, nullptr); });
+    verify_us = per_call([&] { engine->verify2(tokens, top); });
+    reject_us = per_call([&] {
+                  engine->verify2(tokens, top);
+                  engine->reject_last();
+                }) -
+                verify_us;
+  }
+  // Tokens per second when a fraction `kept` of the drafts is kept: a round is one MTP step and
+  // a verify pass (plus an MTP step for a kept draft's position, or the rollback) for 1 + kept
+  // tokens.
+  const auto spec_tps = [&](double kept) {
+    return (1 + kept) * 1e6 / (verify_us + mtp_us + kept * mtp_us + (1 - kept) * reject_us);
+  };
+
   if (a.json) {
     nlohmann::json j = {{"device", ls.device_name},
                         {"model", a.model.empty() ? "synthetic " + a.synthetic : a.model},
@@ -111,6 +143,12 @@ int run(const BenchArgs& a) {
                   {"achieved_gbs", mtp_gbs},
                   {"fraction_of_copy", mtp_gbs / copy_gbs},
                   {"fraction_of_main_step", mtp_us / us}};
+      j["speculative"] = {
+          {"step_us_host_synced", sync_step_us},
+          {"verify_us", verify_us},
+          {"reject_us", reject_us},
+          {"tokens_per_s_at_kept",
+           {{"0.5", spec_tps(0.5)}, {"0.7", spec_tps(0.7)}, {"0.9", spec_tps(0.9)}}}};
     }
     for (const rt::KernelShare& k : shares) {
       j["kernels"].push_back({{"name", k.name}, {"us", k.microseconds}, {"bytes", k.bytes}});
@@ -133,6 +171,14 @@ int run(const BenchArgs& a) {
         "copy\n",
         mtp_us, 100 * mtp_us / us, human_bytes(mtp_bytes).c_str(), mtp_gbs,
         100 * mtp_gbs / copy_gbs);
+    std::printf(
+        "speculative (host-synced calls): step %.1f us, two-token verify %.1f us (%.2f steps), "
+        "rollback %.1f us\n",
+        sync_step_us, verify_us, verify_us / sync_step_us, reject_us);
+    std::printf(
+        "  tok/s if 50%% / 70%% / 90%% of drafts are kept: %.1f / %.1f / %.1f (plain: %.1f; the "
+        "fraction depends on the real weights)\n",
+        spec_tps(0.5), spec_tps(0.7), spec_tps(0.9), 1e6 / sync_step_us);
   }
   if (a.shared_in_experts) {
     std::printf("shared expert: %s\n", ls.shared_in_experts

@@ -95,20 +95,23 @@ int run(const GenerateArgs& a) {
   };
   rt::GenerateResult r;
   rt::SpecStats spec;
-  if (a.speculative && a.device == "cuda") {
-    throw Error(Errc::kUnsupported, "--speculative runs on --device cpu only for now");
-  }
   if (a.device == "cuda") {
     rt::CudaOptions co;
-    co.max_context = static_cast<int64_t>(prompt.size()) + std::max<int64_t>(a.max_tokens, 1);
+    co.max_context = static_cast<int64_t>(prompt.size()) + std::max<int64_t>(a.max_tokens, 1) + 1;
+    co.mtp = a.speculative;
     rt::CudaEngine engine(*model, co);
     const rt::CudaLoadStats& ls = engine.load_stats();
     std::fprintf(
         stderr, "[%s: %.2f GiB on the GPU, %.2f GiB read and repacked in %.2f s (%.2f GB/s)]\n",
         ls.device_name.c_str(), ls.device_bytes / 1073741824.0, ls.host_bytes / 1073741824.0,
         ls.load_seconds, ls.load_seconds > 0 ? ls.host_bytes / ls.load_seconds / 1e9 : 0.0);
-    r = rt::generate_with([&](int32_t token, float* logits) { return engine.step(token, logits); },
-                          model->config().vocab_size, prompt, o, print);
+    if (a.speculative) {
+      r = rt::generate_speculative(rt::speculative_engine(engine), prompt, o, print, &spec);
+    } else {
+      r = rt::generate_with(
+          [&](int32_t token, float* logits) { return engine.step(token, logits); },
+          model->config().vocab_size, prompt, o, print);
+    }
   } else {
     rt::CpuEngine engine(*model, a.threads);
     r = a.speculative

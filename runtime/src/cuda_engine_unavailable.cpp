@@ -55,6 +55,15 @@ bool CudaEngine::has_mtp() const {
 int32_t CudaEngine::mtp_step(int32_t, const float*, float*) {
   unavailable();
 }
+void CudaEngine::verify2(const int32_t[2], int32_t[2]) {
+  unavailable();
+}
+void CudaEngine::reject_last() {
+  unavailable();
+}
+int32_t CudaEngine::draft(int, int32_t) {
+  unavailable();
+}
 int64_t CudaEngine::mtp_position() const {
   unavailable();
 }

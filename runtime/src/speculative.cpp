@@ -112,4 +112,24 @@ SpecEngine speculative_engine(CpuEngine& engine) {
   return e;
 }
 
+SpecEngine speculative_engine(CudaEngine& engine) {
+  if (!engine.has_mtp()) {
+    throw Error(Errc::kUnsupported,
+                "no MTP head on the GPU: speculative decoding needs a checkpoint with one (qforge "
+                "add-mtp), loaded with CudaOptions::mtp");
+  }
+  engine.reset();
+  SpecEngine e;
+  e.verify = [&engine](std::span<const int32_t> tokens, int32_t* top) {
+    if (tokens.size() == 1) {
+      top[0] = engine.step(tokens[0], nullptr);
+    } else {
+      engine.verify2(tokens.data(), top);
+    }
+  };
+  e.reject_last = [&engine] { engine.reject_last(); };
+  e.draft = [&engine](int row, int32_t next_token) { return engine.draft(row, next_token); };
+  return e;
+}
+
 }  // namespace qf::rt

@@ -82,14 +82,15 @@ TEST(EngineCli, CudaLogitsWithMtpEqualTheReference) {
   expect_reference_logits("cuda");
 }
 
-// Plain and speculative (the MTP head drafting) greedy decoding both give the reference's ids.
-TEST(EngineCli, GreedyGenerateEqualsTheReference) {
+// Plain and speculative (the MTP head drafting) greedy decoding on `device` both give the
+// reference's ids.
+void expect_reference_greedy(const std::string& device) {
   const fs::path ref = kModel.parent_path() / "reference.safetensors";
   for (const std::string flags : {"", " --speculative"}) {
-    const CommandResult r =
-        qforge_split("generate --model " + kModel.string() + " --tokens " +
-                     ids_csv(read<int32_t>(ref, "prompt_ids")) +
-                     " --temperature 0 --ignore-eos --max-tokens 24 --json" + flags);
+    const CommandResult r = qforge_split(
+        "generate --model " + kModel.string() + " --tokens " +
+        ids_csv(read<int32_t>(ref, "prompt_ids")) +
+        " --temperature 0 --ignore-eos --max-tokens 24 --json --device " + device + flags);
     ASSERT_EQ(r.exit_code, 0) << flags << r.err;
     const nlohmann::json j = nlohmann::json::parse(r.out);
     EXPECT_EQ(j["ids"].get<std::vector<int32_t>>(), read<int32_t>(ref, "greedy_ids")) << flags;
@@ -99,6 +100,16 @@ TEST(EngineCli, GreedyGenerateEqualsTheReference) {
       EXPECT_GE(j["speculative"]["rounds"].get<int>(), 12);
     }
   }
+}
+
+TEST(EngineCli, GreedyGenerateEqualsTheReference) {
+  expect_reference_greedy("cpu");
+}
+
+TEST(EngineCli, CudaGreedyGenerateEqualsTheReference) {
+  std::string why;
+  if (!rt::CudaEngine::available(&why)) GTEST_SKIP() << "no GPU: " << why;
+  expect_reference_greedy("cuda");
 }
 
 TEST(EngineCli, SpeculativeNeedsGreedyAndAnMtpHead) {

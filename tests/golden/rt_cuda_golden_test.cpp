@@ -1,7 +1,8 @@
 // The CUDA engine against the CPU reference (itself equal to transformers) on every fixture and
 // its hybrid + INT8-head build: logits at every prompt position and the MTP head's (argmax
 // identical, max |diff| <= 5e-4 x max |logit|; 1e-4 on the tiny preset), transformers' logits
-// too (1e-3), and 128 greedy tokens identical. Skips with a message where no GPU is usable.
+// too (1e-3), and 128 greedy tokens identical, also by speculative decoding (two-token verify
+// passes). Skips with a message where no GPU is usable.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "qf/rt/cpu_engine.h"
 #include "qf/rt/cuda_engine.h"
 #include "qf/rt/generate.h"
+#include "qf/rt/speculative.h"
 
 namespace qf::rt {
 namespace {
@@ -104,6 +106,24 @@ void check(const fs::path& model_dir, const fs::path& reference, const std::stri
       generate_with([&](int32_t token, float* logits) { return gpu.step(token, logits); }, vocab,
                     prompt, greedy, [](int32_t) {});
   EXPECT_EQ(got.ids, want.ids) << name << ": greedy continuations differ";
+  if (!gpu.has_mtp()) return;
+  // Speculative decoding: the fixtures' random MTP heads draft (nearly all rejected: the rollback
+  // path), then an oracle drafts the greedy tokens (all kept: the verify's second argmax).
+  SpecStats st;
+  const GenerateResult spec = generate_speculative(
+      speculative_engine(gpu), prompt, greedy, [](int32_t) {}, &st);
+  EXPECT_EQ(spec.ids, want.ids) << name << ": speculative continuation differs";
+  std::printf("%-40s speculative: %lld rounds, %lld drafts kept\n", name.c_str(),
+              static_cast<long long>(st.rounds), static_cast<long long>(st.accepted));
+  SpecEngine oracle = speculative_engine(gpu);
+  std::vector<int32_t> seq = prompt;
+  seq.insert(seq.end(), want.ids.begin(), want.ids.end());
+  size_t p = 0;
+  oracle.draft = [&](int, int32_t) { return p + 2 < seq.size() ? seq[p++ + 2] : 0; };
+  const GenerateResult kept = generate_speculative(
+      oracle, prompt, greedy, [](int32_t) {}, &st);
+  EXPECT_EQ(kept.ids, want.ids) << name << ": speculative continuation with kept drafts";
+  EXPECT_EQ(st.accepted, st.rounds) << name;
 }
 
 // The logits of every prompt position, one engine stepping through the prompt.

@@ -64,7 +64,14 @@ struct CudaEngine::Impl {
   float *mtp_k = nullptr, *mtp_v = nullptr, *mtp_in = nullptr, *cat = nullptr,
         *mtp_hidden = nullptr, *mtp_logits = nullptr;
   int *mtp_token = nullptr, *mtp_next = nullptr, *mtp_pos = nullptr;
-  int* pinned = nullptr;  // host: the token in, the argmax out; the MTP head's the same
+  int* pinned = nullptr;  // host: the token in, the argmax out; the MTP head's the same; the
+                          // verify's two tokens, two argmaxes and two positions
+  // The two-token verify (speculative decoding): its tokens, positions and argmaxes, a word that
+  // its memset nodes write (a full dependency between two launches, pdl.cuh), and each DeltaNet
+  // layer's state after the first token, for a rejected second one.
+  int *vtoken = nullptr, *vpos = nullptr, *vnext = nullptr, *fence_word = nullptr;
+  std::vector<float*> ssm_saved;
+  cudaGraphExec_t verify_graph = nullptr;
   int64_t position = 0, mtp_position = 0;
   Marks* marks = nullptr;
 
@@ -87,7 +94,7 @@ struct CudaEngine::Impl {
     check(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), "cudaStreamCreate");
     check(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming), "cudaEventCreate");
     check(cudaEventCreateWithFlags(&join, cudaEventDisableTiming), "cudaEventCreate");
-    check(cudaMallocHost(&pinned, 4 * sizeof(int)), "cudaMallocHost");
+    check(cudaMallocHost(&pinned, 10 * sizeof(int)), "cudaMallocHost");
     gdn = {static_cast<int>(c.linear_num_key_heads),   static_cast<int>(c.linear_num_value_heads),
            static_cast<int>(c.linear_key_head_dim),    static_cast<int>(c.linear_value_head_dim),
            static_cast<int>(c.linear_conv_kernel_dim), static_cast<float>(c.rms_norm_eps)};
@@ -116,27 +123,31 @@ struct CudaEngine::Impl {
       k_cache.push_back(full ? f(o.max_context * c.kv_rows()) : nullptr);
       v_cache.push_back(full ? f(o.max_context * c.kv_rows()) : nullptr);
     }
+    // Per-token buffers hold two rows (the verify's; a step uses the first).
     const int64_t nv = c.linear_num_value_heads;
-    x = f(h), u = f(h), mix = f(static_cast<int64_t>(o.out_parts) * h), core = f(c.value_dim());
-    gin = f(c.conv_dim() + c.value_dim() + 2 * nv);
+    x = f(2 * h), u = f(2 * h), mix = f(2 * o.out_parts * h), core = f(2 * c.value_dim());
+    gin = f(2 * gin_row());
     qkv = gin, z = qkv + c.conv_dim(), b = z + c.value_dim(), a = b + nv;
-    qkvp = f(c.q_proj_rows() + 2 * c.kv_rows());
+    qkvp = f(2 * qkvp_row());
     qproj = qkvp, kp = qproj + c.q_proj_rows(), vp = kp + c.kv_rows();
-    att = f(c.num_attention_heads * c.head_dim);
-    rl = f(c.num_experts + 1), rlogits = rl, sgl = rl + c.num_experts, rweights = f(k);
-    // eh and ey hold a ninth slot: the shared expert's, where it runs in the experts' launches.
-    egu = f(k * 2 * im), eh = f(k * im + is), ey = f((k + 1) * h);
-    sgu = f(2 * is), sh = f(is), sy = f(h), hidden = f(h);
-    logits = f(c.vocab_size);
+    att = f(2 * c.num_attention_heads * c.head_dim);
+    rl = f(2 * (c.num_experts + 1)), rlogits = rl, sgl = rl + c.num_experts, rweights = f(2 * k);
+    // eh and ey hold a ninth slot: the shared expert's, where it runs in the experts' launches;
+    // or the verify's 2k slots.
+    egu = f(2 * k * 2 * im), eh = f(2 * k * im + is), ey = f((2 * k + 1) * h);
+    sgu = f(2 * 2 * is), sh = f(2 * is), sy = f(2 * h), hidden = f(2 * h);
+    logits = f(2 * c.vocab_size);
     attn_scratch = f(static_cast<int64_t>(kern::attn_scratch_floats(attn)) + 1);
     rope = f(static_cast<int64_t>(kern::attn_rope_floats(attn)) + 1);
     check(kern::attn_rope_table(attn, rope, stream), "attn_rope_table");
-    ids = i(k), token = i(1), next = i(1), pos = i(1);
+    ids = i(2 * k), token = i(1), next = i(1), pos = i(1);
+    vtoken = i(2), vpos = i(2), vnext = i(2), fence_word = i(1);
     std::vector<int> distinct(static_cast<size_t>(k));  // what --skip router-topk leaves there
     std::iota(distinct.begin(), distinct.end(), 0);
     check(cudaMemcpy(ids, distinct.data(), distinct.size() * sizeof(int), cudaMemcpyHostToDevice),
           "cudaMemcpy");
     argmax_scratch = i(kern::argmax_scratch_ints(static_cast<int>(c.vocab_size)));
+    for (float* state : ssm) ssm_saved.push_back(state ? f(ssm_floats()) : nullptr);
     if (m->mtp) {
       mtp_k = f(o.max_context * c.kv_rows()), mtp_v = f(o.max_context * c.kv_rows());
       mtp_in = f(h), cat = f(2 * h), mtp_hidden = f(h), mtp_logits = f(c.vocab_size);
@@ -159,11 +170,22 @@ struct CudaEngine::Impl {
   ~Impl() {
     if (graph) cudaGraphExecDestroy(graph);
     if (mtp_graph) cudaGraphExecDestroy(mtp_graph);
+    if (verify_graph) cudaGraphExecDestroy(verify_graph);
     if (pinned) cudaFreeHost(pinned);
     if (fork) cudaEventDestroy(fork);
     if (join) cudaEventDestroy(join);
     if (side) cudaStreamDestroy(side);
     if (stream) cudaStreamDestroy(stream);
+  }
+
+  int64_t gin_row() const {  // qkv | z | b | a
+    const ckpt::Qwen35Config& c = m->config;
+    return c.conv_dim() + c.value_dim() + 2 * c.linear_num_value_heads;
+  }
+  int64_t qkvp_row() const { return m->config.q_proj_rows() + 2 * m->config.kv_rows(); }
+  int64_t ssm_floats() const {
+    const ckpt::Qwen35Config& c = m->config;
+    return c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim;
   }
 
   static uint64_t bytes(const cuda::RowGroup& g) {
@@ -417,6 +439,149 @@ struct CudaEngine::Impl {
     mark("argmax", 0);
   }
 
+  // ---- The two-token verify (speculative decoding) ----
+  // Its tokens at vpos[0] and vpos[1] = vpos[0] + 1, in one pass: every product reads its weights
+  // for both rows in one launch (two slots of the one matrix), the mixers and the per-row
+  // kernels run once per row. A memset node between the rows' DeltaNet and attention kernels
+  // makes the second wait for the first to finish (their early loads read what it writes); for
+  // DeltaNet it is the copy of the state after the first token, which a rejected second token
+  // returns to (reject_last). The conv histories need no copy: the position's parity picks them.
+
+  // `w` on two rows of input `in_stride` floats apart into rows `out_stride` apart.
+  void gemv2(const kern::DeviceLinear& w, const float* in, size_t in_stride, float* out,
+             size_t out_stride, const char* family, cudaStream_t on = nullptr, int k_splits = 1) {
+    kern::DeviceLinear one = w;  // both slots read matrix 0
+    one.w_stride = one.scale_stride = one.zero_stride = one.block_scale_stride = 0;
+    kern::GemvBatch batch{2, nullptr, in_stride, out_stride};
+    batch.k_splits = k_splits;
+    batch.split_stride = k_splits > 1 ? static_cast<size_t>(m->config.hidden_size) : 0;
+    gemv(one, in, out, batch, family, on);
+  }
+  void gemv2(const cuda::RowGroup& g, const float* in, size_t in_stride, float* out,
+             size_t out_stride, const char* family, cudaStream_t on = nullptr) {
+    if (g.fused.n > 0) {
+      gemv2(g.fused, in, in_stride, out, out_stride, family, on);
+      return;
+    }
+    for (size_t j = 0; j < g.parts.size(); ++j) {
+      gemv2(g.parts[j], in, in_stride, out + g.offsets[j], out_stride, family, on);
+    }
+  }
+
+  void fence() { check(cudaMemsetAsync(fence_word, 0, sizeof(int), stream), "memset"); }
+
+  // out_proj_add_norm on both rows.
+  void out_proj_add_norm2(const kern::DeviceLinear& w, const float* in, size_t in_stride,
+                          const float* norm) {
+    const int h = static_cast<int>(m->config.hidden_size);
+    const float eps = static_cast<float>(m->config.rms_norm_eps);
+    kern::GemvBatch split;
+    split.k_splits = o.out_parts;
+    const size_t row = static_cast<size_t>(o.out_parts) * h;
+    const bool parts = o.out_parts > 1 && w.k >= 2 * w.n && kern::gemv_k_split_ok(w, split);
+    gemv2(w, in, in_stride, mix, row, "projections", nullptr, parts ? o.out_parts : 1);
+    for (int r = 0; r < 2; ++r) {
+      check(kern::add_parts_rms_norm_1p(x + r * h, mix + r * row, parts ? o.out_parts : 1, h, norm,
+                                        h, eps, u + r * h, stream),
+            "add_rms_norm");
+    }
+  }
+
+  void moe2(const cuda::DeviceMoe& w, const float* next_norm, float* next_out) {
+    const ckpt::Qwen35Config& c = m->config;
+    const int h = static_cast<int>(c.hidden_size), k = static_cast<int>(c.num_experts_per_tok),
+              im = static_cast<int>(c.moe_intermediate_size),
+              is = static_cast<int>(c.shared_expert_intermediate_size),
+              e = static_cast<int>(c.num_experts);
+    const bool branch = o.parallel_shared;
+    const cudaStream_t sh_stream = branch ? side : stream;
+    if (branch) {
+      check(cudaEventRecord(fork, stream), "cudaEventRecord");
+      check(cudaStreamWaitEvent(side, fork), "cudaStreamWaitEvent");
+    }
+    gemv2(w.shared_gate_up, u, h, sgu, 2 * is, "shared expert", sh_stream);
+    check(kern::swiglu(sgu, sgu + is, is, 2, 2 * static_cast<size_t>(is), sh, sh_stream), "swiglu");
+    gemv2(w.shared_down, sh, is, sy, h, "shared expert", sh_stream);
+    if (branch) check(cudaEventRecord(join, side), "cudaEventRecord");
+    gemv2(w.router, u, h, rl, e + 1, "router");  // and the shared expert's gate logit
+    for (int r = 0; r < 2; ++r) {
+      check(kern::router_topk(rl + r * (e + 1), e, k, ids + r * k, rweights + r * k, stream),
+            "router_topk");
+    }
+    for (int r = 0; r < 2; ++r) {
+      const kern::GemvBatch rows{k, ids + r * k, 0, static_cast<size_t>(im)};
+      if (w.gate_up.swiglu_pairs) {
+        check(kern::gemv_swiglu(w.gate_up.fused, u + r * h, eh + r * k * im, rows, stream),
+              "gemv_swiglu experts");
+      } else {
+        float* g = egu + 2 * r * k * im;
+        gemv(w.gate_up, u + r * h, g, {k, ids + r * k, 0, 2 * static_cast<size_t>(im)},
+             "experts (INT4 MoE)");
+        check(kern::swiglu(g, g + im, im, k, 2 * static_cast<size_t>(im), eh + r * k * im, stream),
+              "swiglu");
+      }
+    }
+    kern::GemvBatch down{2 * k, ids, static_cast<size_t>(im), static_cast<size_t>(h)};
+    down.ids_early = true;  // written three launches back
+    gemv(w.down, eh, ey, down, "experts (INT4 MoE)");
+    if (branch) check(cudaStreamWaitEvent(stream, join), "cudaStreamWaitEvent");
+    for (int r = 0; r < 2; ++r) {
+      check(kern::moe_combine_norm(ey + r * k * h, rweights + r * k, k, sy + r * h,
+                                   rl + r * (e + 1) + e, h, x + r * h, next_norm,
+                                   static_cast<float>(c.rms_norm_eps), next_out + r * h, stream),
+            "moe_combine_norm");
+    }
+  }
+
+  void launch_verify() {
+    const ckpt::Qwen35Config& c = m->config;
+    const int h = static_cast<int>(c.hidden_size);
+    const float eps = static_cast<float>(c.rms_norm_eps);
+    for (int r = 0; r < 2; ++r) {
+      check(kern::embed(m->embed_kind, m->embed, h, vtoken + r, x + r * h, stream), "embed");
+    }
+    check(kern::rms_norm_1p(x, m->layers[0].input_norm, h, 2, eps, u, stream), "rms_norm");
+    const size_t att_row = static_cast<size_t>(c.num_attention_heads * c.head_dim);
+    for (size_t l = 0; l < m->layers.size(); ++l) {
+      const cuda::DeviceLayer& w = m->layers[l];
+      if (w.full_attention) {
+        const int64_t qr = qkvp_row();
+        gemv2(w.qkv, u, h, qkvp, qr, "attention projections");
+        for (int r = 0; r < 2; ++r) {
+          if (r == 1) fence();
+          check(kern::attn_decode(attn, qproj + r * qr, kp + r * qr, vp + r * qr, w.q_norm,
+                                  w.k_norm, rope, vpos + r, nullptr, k_cache[l], v_cache[l],
+                                  att + r * att_row, attn_scratch, stream),
+                "attn_decode");
+        }
+        out_proj_add_norm2(w.o, att, att_row, w.post_norm);
+      } else {
+        const int64_t gr = gin_row();
+        gemv2(w.gdn_in, u, h, gin, gr, "DeltaNet projections");
+        for (int r = 0; r < 2; ++r) {
+          if (r == 1) {
+            check(cudaMemcpyAsync(ssm_saved[l], ssm[l], static_cast<size_t>(ssm_floats()) * 4,
+                                  cudaMemcpyDeviceToDevice, stream),
+                  "copy");
+          }
+          check(kern::gdn_decode(gdn, {w.conv, w.dt_bias, w.a_log, w.gdn_norm}, qkv + r * gr,
+                                 z + r * gr, b + r * gr, a + r * gr, vpos + r, {conv[l], ssm[l]},
+                                 core + r * c.value_dim(), stream),
+                "gdn_decode");
+        }
+        out_proj_add_norm2(w.out, core, static_cast<size_t>(c.value_dim()), w.post_norm);
+      }
+      const bool last = l + 1 == m->layers.size();
+      moe2(w.moe, last ? m->final_norm : m->layers[l + 1].input_norm, last ? hidden : u);
+    }
+    gemv2(m->lm_head, hidden, h, logits, static_cast<size_t>(c.vocab_size), "LM head");
+    for (int r = 0; r < 2; ++r) {
+      check(kern::argmax(logits + r * c.vocab_size, static_cast<int>(c.vocab_size), vnext + r,
+                         argmax_scratch, stream),
+            "argmax");
+    }
+  }
+
   // launch_step or launch_mtp, captured into `exec` the first time (o.graph).
   template <class Launch>
   void run(cudaGraphExec_t& exec, Launch launch) {
@@ -438,6 +603,37 @@ struct CudaEngine::Impl {
     run(graph, [&] { launch_step(); });
   }
 
+  // CudaEngine::mtp_step from the hidden state at `src` (host or device, as `kind` says).
+  int32_t mtp_step(int32_t next_token, const float* src, cudaMemcpyKind kind, float* out) {
+    if (!m->mtp) {
+      throw Error(Errc::kUnsupported, o.mtp ? "the checkpoint has no MTP head (mtp.* tensors)"
+                                            : "the MTP head is not loaded (CudaOptions::mtp)");
+    }
+    const int64_t vocab = m->config.vocab_size;
+    if (next_token < 0 || next_token >= vocab) {
+      throw Error(Errc::kUsage, "token id " + std::to_string(next_token) +
+                                    " is outside the vocabulary [0, " + std::to_string(vocab) +
+                                    ")");
+    }
+    before_step(mtp_position);
+    pinned[2] = next_token;
+    check(cudaMemcpyAsync(mtp_token, pinned + 2, sizeof(int), cudaMemcpyHostToDevice, stream),
+          "copy");
+    const size_t h_bytes = static_cast<size_t>(m->config.hidden_size) * 4;
+    check(cudaMemcpyAsync(mtp_in, src, h_bytes, kind, stream), "copy");
+    run(mtp_graph, [&] { launch_mtp(); });
+    check(cudaMemcpyAsync(pinned + 3, mtp_next, sizeof(int), cudaMemcpyDeviceToHost, stream),
+          "copy");
+    if (out) {
+      check(cudaMemcpyAsync(out, mtp_logits, static_cast<size_t>(vocab) * 4, cudaMemcpyDeviceToHost,
+                            stream),
+            "copy");
+    }
+    check(cudaStreamSynchronize(stream), "MTP step");
+    ++mtp_position;
+    return pinned[3];
+  }
+
   void before_step(int64_t at) {
     if (at >= o.max_context) {
       throw Error(Errc::kUsage, "the context is full: " + std::to_string(o.max_context) +
@@ -446,15 +642,10 @@ struct CudaEngine::Impl {
   }
 
   void reset() {
-    const ckpt::Qwen35Config& c = m->config;
     for (size_t l = 0; l < conv.size(); ++l) {
       if (!conv[l]) continue;
       check(cudaMemsetAsync(conv[l], 0, kern::gdn_conv_state_floats(gdn) * 4, stream), "memset");
-      check(cudaMemsetAsync(
-                ssm[l], 0,
-                c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim * 4,
-                stream),
-            "memset");
+      check(cudaMemsetAsync(ssm[l], 0, static_cast<size_t>(ssm_floats()) * 4, stream), "memset");
     }
     check(cudaMemsetAsync(pos, 0, sizeof(int), stream), "memset");
     if (mtp_pos) check(cudaMemsetAsync(mtp_pos, 0, sizeof(int), stream), "memset");
@@ -563,34 +754,56 @@ int64_t CudaEngine::mtp_position() const {
 
 int32_t CudaEngine::mtp_step(int32_t next_token, const float* hidden, float* logits) {
   Impl& s = *impl_;
-  if (!s.m->mtp) {
-    throw Error(Errc::kUnsupported, s.o.mtp ? "the checkpoint has no MTP head (mtp.* tensors)"
-                                            : "the MTP head is not loaded (CudaOptions::mtp)");
-  }
+  return s.mtp_step(next_token, hidden ? hidden : s.hidden,
+                    hidden ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToDevice, logits);
+}
+
+void CudaEngine::verify2(const int32_t tokens[2], int32_t top[2]) {
+  Impl& s = *impl_;
   const int64_t vocab = s.m->config.vocab_size;
-  if (next_token < 0 || next_token >= vocab) {
-    throw Error(Errc::kUsage, "token id " + std::to_string(next_token) +
-                                  " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  for (int r = 0; r < 2; ++r) {
+    if (tokens[r] < 0 || tokens[r] >= vocab) {
+      throw Error(Errc::kUsage, "token id " + std::to_string(tokens[r]) +
+                                    " is outside the vocabulary [0, " + std::to_string(vocab) +
+                                    ")");
+    }
   }
-  s.before_step(s.mtp_position);
-  s.pinned[2] = next_token;
-  check(cudaMemcpyAsync(s.mtp_token, s.pinned + 2, sizeof(int), cudaMemcpyHostToDevice, s.stream),
-        "copy");
-  const size_t h_bytes = static_cast<size_t>(s.m->config.hidden_size) * 4;
-  check(cudaMemcpyAsync(s.mtp_in, hidden ? hidden : s.hidden, h_bytes,
-                        hidden ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToDevice, s.stream),
-        "copy");
-  s.run(s.mtp_graph, [&] { s.launch_mtp(); });
-  check(cudaMemcpyAsync(s.pinned + 3, s.mtp_next, sizeof(int), cudaMemcpyDeviceToHost, s.stream),
-        "copy");
-  if (logits) {
-    check(cudaMemcpyAsync(logits, s.mtp_logits, static_cast<size_t>(vocab) * 4,
-                          cudaMemcpyDeviceToHost, s.stream),
+  s.before_step(s.position + 1);
+  int* p = s.pinned + 4;  // tokens, positions, then the argmaxes
+  p[0] = tokens[0], p[1] = tokens[1];
+  p[2] = static_cast<int>(s.position), p[3] = static_cast<int>(s.position + 1);
+  check(cudaMemcpyAsync(s.vtoken, p, 2 * sizeof(int), cudaMemcpyHostToDevice, s.stream), "copy");
+  check(cudaMemcpyAsync(s.vpos, p + 2, 2 * sizeof(int), cudaMemcpyHostToDevice, s.stream), "copy");
+  s.run(s.verify_graph, [&] { s.launch_verify(); });
+  p[6] = static_cast<int>(s.position + 2);  // the single-token step's position after both
+  check(cudaMemcpyAsync(s.pos, p + 6, sizeof(int), cudaMemcpyHostToDevice, s.stream), "copy");
+  check(cudaMemcpyAsync(p + 4, s.vnext, 2 * sizeof(int), cudaMemcpyDeviceToHost, s.stream), "copy");
+  check(cudaStreamSynchronize(s.stream), "verify");
+  s.position += 2;
+  top[0] = p[4], top[1] = p[5];
+}
+
+void CudaEngine::reject_last() {
+  Impl& s = *impl_;
+  if (s.position < 2) throw Error(Errc::kUsage, "reject_last without a two-token verify");
+  for (size_t l = 0; l < s.ssm.size(); ++l) {
+    if (!s.ssm[l]) continue;
+    check(cudaMemcpyAsync(s.ssm[l], s.ssm_saved[l], static_cast<size_t>(s.ssm_floats()) * 4,
+                          cudaMemcpyDeviceToDevice, s.stream),
           "copy");
   }
-  check(cudaStreamSynchronize(s.stream), "MTP step");
-  ++s.mtp_position;
-  return s.pinned[3];
+  s.pinned[9] = static_cast<int>(s.position - 1);
+  check(cudaMemcpyAsync(s.pos, s.pinned + 9, sizeof(int), cudaMemcpyHostToDevice, s.stream),
+        "copy");
+  check(cudaStreamSynchronize(s.stream), "reject");
+  s.position -= 1;
+}
+
+int32_t CudaEngine::draft(int row, int32_t next_token) {
+  Impl& s = *impl_;
+  if (row < 0 || row > 1) throw Error(Errc::kUsage, "draft: row must be 0 or 1");
+  return s.mtp_step(next_token, s.hidden + static_cast<int64_t>(row) * s.m->config.hidden_size,
+                    cudaMemcpyDeviceToDevice, nullptr);
 }
 
 std::vector<KernelShare> CudaEngine::profile_step() {

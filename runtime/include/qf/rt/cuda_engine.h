@@ -106,6 +106,16 @@ class CudaEngine {
   int32_t mtp_step(int32_t next_token, const float* hidden, float* logits);
   int64_t mtp_position() const;
 
+  // Speculative decoding (speculative.h). verify2 consumes two tokens at the next two positions
+  // in one pass (its own graph: each product reads its weights once for both) and writes each
+  // one's argmax to top; both hidden states stay on the device for draft(). reject_last()
+  // forgets the second token (its DeltaNet states restored from a copy the pass kept, its KV
+  // rows left to be overwritten). draft(row, token) is mtp_step from the hidden state of token
+  // `row` of the last verify2 (row 0 is also the last step's); it returns the argmax.
+  void verify2(const int32_t tokens[2], int32_t top[2]);
+  void reject_last();
+  int32_t draft(int row, int32_t next_token);
+
   // One step launched kernel by kernel with events between them: time and bytes per family.
   std::vector<KernelShare> profile_step();
   // Mean microseconds of `steps` graph-launched decode steps (greedy, position advancing).

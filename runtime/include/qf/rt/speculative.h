@@ -12,6 +12,7 @@
 #include <span>
 
 #include "qf/rt/cpu_engine.h"
+#include "qf/rt/cuda_engine.h"
 #include "qf/rt/generate.h"
 
 namespace qf::rt {
@@ -47,5 +48,8 @@ GenerateResult generate_speculative(const SpecEngine& engine, std::span<const in
 // The CPU reference engine as a SpecEngine, reset to a fresh state (its model must have an MTP
 // head: else Error(kUnsupported)). `engine` must outlive the result.
 SpecEngine speculative_engine(CpuEngine& engine);
+// The CUDA engine (CudaEngine::verify2, reject_last, draft), reset; its MTP head must be loaded
+// (CudaOptions::mtp): else Error(kUnsupported).
+SpecEngine speculative_engine(CudaEngine& engine);
 
 }  // namespace qf::rt
