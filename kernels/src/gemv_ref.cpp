@@ -87,7 +87,7 @@ void gemv_ref(const DeviceLinear& w, const float* x, float* y, const GemvBatch& 
   const int64_t cols = batch.k_splits > 1 ? split_cols(w.k, batch.k_splits) : w.k;
   for (int s = 0; s < batch.n_slots; ++s) {
     const size_t e = static_cast<size_t>(host_ids ? host_ids[s] : s);
-    const float* xs = x + s * batch.x_stride;
+    const float* xs = x + s / batch.slots_per_x * batch.x_stride;
     for (int64_t r = 0; r < w.n; ++r) {
       weight_row(w, e, r, row.data());
       for (int j = 0; j < batch.k_splits; ++j) {  // part j: columns [j cols, (j + 1) cols)
@@ -109,7 +109,8 @@ void gemv_swiglu_ref(const DeviceLinear& w, const float* x, float* h, const Gemv
       up(static_cast<size_t>(n_h));
   for (int s = 0; s < batch.n_slots; ++s) {
     const int id = host_ids ? host_ids[s] : s;
-    gemv_ref(w, x + s * batch.x_stride, y.data(), GemvBatch{}, &id);  // one slot: expert id
+    gemv_ref(w, x + s / batch.slots_per_x * batch.x_stride, y.data(), GemvBatch{},
+             &id);  // one slot: expert id
     for (int j = 0; j < n_h; ++j) {
       gate[j] = y[swiglu_pair_row(j, false)];
       up[j] = y[swiglu_pair_row(j, true)];

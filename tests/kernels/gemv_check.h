@@ -237,6 +237,11 @@ struct Batch {
   size_t x_stride = 0, y_stride = 0;
   int k_splits = 1;  // parts of K, split_stride floats apart in y
   size_t split_stride = 0;
+  int slots_per_x = 1;  // slot s reads x + (s / slots_per_x) * x_stride
+  // x of slot s on the host
+  const float* x_of(const std::vector<float>& x, int s) const {
+    return x.data() + s / slots_per_x * x_stride;
+  }
 };
 
 // Random x in [-1, 1) for every slot of `b` and the ids, on the host and on the device, with the
@@ -263,6 +268,7 @@ inline Inputs make_inputs(const TestLinear& t, const Batch& b, Rng& rng) {
   in.gb.y_stride = b.n_slots > 1 ? b.y_stride : 0;
   in.gb.k_splits = b.k_splits;
   in.gb.split_stride = b.split_stride;
+  in.gb.slots_per_x = b.slots_per_x;
   return in;
 }
 

@@ -79,7 +79,7 @@ void check_swiglu(const TestLinear& t, const Batch& b, uint64_t seed) {
   int bad = 0;
   for (int s = 0; s < b.n_slots; ++s) {
     const size_t e = b.ids.empty() ? s : b.ids[s];
-    const float* xs = x.data() + s * b.x_stride;
+    const float* xs = b.x_of(x, s);
     for (int j = 0; j < n_h; ++j) {
       const size_t i = s * h_stride + j;
       written[i] = true;
@@ -144,6 +144,9 @@ TEST(GemvSwiglu, RealShapes) {
   QF_REQUIRE_GPU();
   const auto t = make_linear(WeightKind::kInt4, 2 * 1024, 3072, 256, 128, 128, 551);
   check_swiglu(*t, Batch{8, {201, 17, 88, 17, 3, 255, 140, 64}, 0, 1024}, 552);
+  Batch two{16, {201, 17, 88, 17, 3, 255, 140, 64, 17, 5, 201, 99, 0, 64, 7, 8}, 3072, 1024};
+  two.slots_per_x = 8;  // two tokens' experts in one launch (the verify pass)
+  check_swiglu(*t, two, 555);
   const auto s = make_linear(WeightKind::kInt4, 2 * 512, 2048, 256, 128, 128, 553);
   check_swiglu(*s, Batch{8, {0, 255, 9, 9, 100, 31, 77, 200}, 0, 512}, 554);
 }

@@ -37,8 +37,8 @@ void check(const TestLinear& t, const Batch& b, uint64_t seed) {
                std::to_string(t.k) + " group " + std::to_string(t.group) + " block " +
                std::to_string(t.block) + " slots " + std::to_string(b.n_slots) + " x_stride " +
                std::to_string(b.x_stride) + " y_stride " + std::to_string(b.y_stride) +
-               " k_splits " + std::to_string(b.k_splits) + " w_offset " +
-               std::to_string(t.w_offset_bytes));
+               " k_splits " + std::to_string(b.k_splits) + " slots_per_x " +
+               std::to_string(b.slots_per_x) + " w_offset " + std::to_string(t.w_offset_bytes));
   Rng rng{seed};
   Inputs in = make_inputs(t, b, rng);
   const std::vector<float>& x = in.x;
@@ -59,7 +59,7 @@ void check(const TestLinear& t, const Batch& b, uint64_t seed) {
   int bad = 0;
   for (int s = 0; s < b.n_slots; ++s) {
     const size_t e = b.ids.empty() ? s : b.ids[s];
-    const float* xs = x.data() + s * b.x_stride;
+    const float* xs = b.x_of(x, s);
     for (int64_t r = 0; r < t.n; ++r) {
       for (int j = 0; j < b.k_splits; ++j) {  // part j: columns [j cols, (j + 1) cols)
         const size_t i = s * y_stride + j * b.split_stride + r;
@@ -220,6 +220,24 @@ TEST(GemvRealShapes, Int4ExpertGateUpAndDown) {
   check(*gate, Batch{8, ids, 0, 1024}, 52);
   const auto down = make_linear(WeightKind::kInt4, 3072, 1024, 256, 128, 128, 53);
   check(*down, Batch{8, ids, 1024, 3072}, 54);  // each slot's own activation
+}
+
+// Slots sharing inputs (GemvBatch::slots_per_x): two tokens' routed experts, 8 slots on each
+// token's x, in one launch; and odd groupings on every format.
+TEST(GemvRealShapes, Int4ExpertsOfTwoTokens) {
+  QF_REQUIRE_GPU();
+  const std::vector<int> ids = {201, 17, 88, 17, 3, 255, 140, 64, 17, 5, 201, 99, 0, 64, 7, 8};
+  const auto gate = make_linear(WeightKind::kInt4, 1024, 3072, 256, 128, 128, 55);
+  Batch b{16, ids, 3072 + 4, 1024};
+  b.slots_per_x = 8;
+  check(*gate, b, 56);
+  for (const WeightKind kind :
+       {WeightKind::kBf16, WeightKind::kInt4, WeightKind::kInt8, WeightKind::kFp8}) {
+    const auto t = make_linear(kind, 100, 1024, 5, 128, 128, 57);
+    Batch odd{5, {4, 0, 4, 2, 1}, 1024 + 8, 128};
+    odd.slots_per_x = 2;  // x rows 0, 0, 1, 1, 2
+    check(*t, odd, 58);
+  }
 }
 
 TEST(GemvRealShapes, Int4QProj) {

@@ -29,8 +29,8 @@
 //   kFp8          w: [N, K] E4M3FN codes; block_scale: [ceil(N/block), ceil(K/block)] f32,
 //                 w = e4m3(code) * block_scale[r / block][c / block].
 // Experts: `n_slots` products in one launch. Slot s uses matrix ids[s] (nullptr: matrix s) of a
-// stack of equal matrices `expert_stride_*` apart, reads x + s * x_stride (0: one shared x) and
-// writes y + s * y_stride.
+// stack of equal matrices `expert_stride_*` apart, reads x + (s / slots_per_x) * x_stride (0: one
+// shared x) and writes y + s * y_stride.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -98,6 +98,9 @@ struct GemvBatch {
   // (b)). Other kernels wait first either way. Leave false when the launch just before writes
   // the ids (the router's top-k before the gate | up product).
   bool ids_early = false;
+  // Slots that read one input: slot s reads x + (s / slots_per_x) * x_stride (two tokens' routed
+  // experts in one launch: 8 slots on each token's x).
+  int slots_per_x = 1;
 };
 
 // Columns of each k_splits range: whole 128-column segments.
