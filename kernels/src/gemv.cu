@@ -322,7 +322,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks<kR, kU>())
   if (r_first < n) load(v_first, std::false_type{});
   pdl::wait();  // x is the previous kernel's output; before any return and any write of y
 
-  const float* xg = x + slot / b.slots_per_x * b.x_stride;
+  const float* xg = x + (b.slots_per_x == 1 ? slot : slot / b.slots_per_x) * b.x_stride;
   const int n_x4 = k / 4;
   if ((reinterpret_cast<uintptr_t>(xg) & 15) == 0) {
     for (int l = threadIdx.x; l < n_x4; l += blockDim.x) {
@@ -479,7 +479,7 @@ __global__ void __launch_bounds__(kThreads)
   const Mat m = expert(w, b, slot);
   const bool grouped = kKind == WeightKind::kInt4 || kKind == WeightKind::kInt8;
   const int n_groups = grouped ? (w.k + w.group - 1) / w.group : 0;
-  const float* xg = x + slot / b.slots_per_x * b.x_stride;
+  const float* xg = x + (b.slots_per_x == 1 ? slot : slot / b.slots_per_x) * b.x_stride;
   const int n_units = w.k / unit_cols(kKind);
   float acc = 0.0f;
   for (int u = lane; u < n_units; u += 32) acc = generic_unit<kKind>(m, w, n_groups, r, u, xg, acc);

@@ -259,7 +259,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   // x's segments for this block: those of the parts its items lie in, four per warp at a time
   // (their L2 round trips overlap); each warp's first four are loaded ahead of the staging loop,
   // in the order below.
-  const float* xg = x + slot / b.slots_per_x * b.x_stride;
+  const float* xg = x + (b.slots_per_x == 1 ? slot : slot / b.slots_per_x) * b.x_stride;
   const bool x_aligned = (reinterpret_cast<uintptr_t>(xg) & 15) == 0;
   const int xs_lo = i_lo / tiles * S;
   const int xs_hi = min(((i_lo + n_items - 1) / tiles + 1) * S, n_seg_all);

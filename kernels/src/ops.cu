@@ -76,9 +76,18 @@ __global__ void swiglu_kernel(const float* gate, const float* up, int n, int row
 
 // One warp, kPer logits per lane in registers (e <= 32 kPer): router_topk.cuh. Everything it
 // reads is the router GEMV's output, so it waits first.
-template <int kPer>
-__global__ void router_kernel(const float* logits, int e, int k, int* ids, float* weights) {
+// kRows: block r takes row r (logits row_stride apart, ids and weights k apart); an instance
+// of its own, so that the one-row kernel of the decode step stays as it was (here and below).
+template <int kPer, bool kRows>
+__global__ void router_kernel(const float* logits, int e, int k, int* ids, float* weights,
+                              size_t row_stride) {
   pdl::wait();
+  if constexpr (kRows) {
+    const int r = blockIdx.x;
+    logits += r * row_stride;
+    ids += r * k;
+    weights += r * k;
+  }
   detail::router_topk_warp<kPer>([&](int i) { return logits[i]; }, e, k, ids, weights);
 }
 
@@ -144,11 +153,17 @@ __device__ __forceinline__ void cluster_norm_out(float ss, const float (&xv)[kNo
 // add_rms_norm_long_kernel for n <= kNormMaxN. Before the wait: w, and x (not written by the
 // kernel just before); y's parts are its output.
 // kParts: a power of two >= n_parts (the loads are unrolled over it, predicated by n_parts).
-template <int kParts>
+template <int kParts, bool kRows>
 __global__ void __cluster_dims__(kNormCtas, 1, 1) __launch_bounds__(kNormThreads)
     add_rms_norm_kernel(float* x, const float* y, int n_parts, size_t part_stride, const float* w,
-                        int n, float eps, float* out) {
+                        int n, float eps, float* out, size_t y_row_stride) {
   __shared__ float red[kNormWarps];
+  if constexpr (kRows) {  // one cluster a row
+    const size_t row = blockIdx.y;
+    x += row * n;
+    out += row * n;
+    y += row * y_row_stride;
+  }
   const int t = norm_thread();
   float xv[kNormPer], wv[kNormPer], yv[kNormPer][kParts];
 #pragma unroll
@@ -186,12 +201,21 @@ __global__ void __cluster_dims__(kNormCtas, 1, 1) __launch_bounds__(kNormThreads
 // moe_combine_norm_long_kernel for h <= kNormMaxN and k <= kK. Before the wait: w, x, the
 // router weights and the shared gate logit (none written by the kernel just before); after it
 // the expert outputs y (that kernel's) and the shared expert's (a kernel beside it).
-template <int kK>
+template <int kK, bool kRows>
 __global__ void __cluster_dims__(kNormCtas, 1, 1) __launch_bounds__(kNormThreads)
     moe_combine_norm_kernel(const float* y, const float* weights, int k, const float* shared,
                             const float* shared_gate, int h, float* x, const float* w, float eps,
-                            float* out) {
+                            float* out, size_t gate_row_stride) {
   __shared__ float red[kNormWarps];
+  if constexpr (kRows) {  // one cluster a row
+    const size_t row = blockIdx.y;
+    y += row * k * h;
+    weights += row * k;
+    shared += row * h;
+    if (shared_gate) shared_gate += row * gate_row_stride;
+    x += row * h;
+    out += row * h;
+  }
   const int t = norm_thread();
   float xv[kNormPer], wv[kNormPer], rw[kK];
 #pragma unroll
@@ -237,8 +261,12 @@ __global__ void __cluster_dims__(kNormCtas, 1, 1) __launch_bounds__(kNormThreads
 // x += ((y_0 + y_1) + ...) over the parts, then out = x * rsqrt(mean(x^2) + eps) * (1 + w):
 // the residual add and the next norm.
 __global__ void add_rms_norm_long_kernel(float* x, const float* y, int n_parts, size_t part_stride,
-                                         const float* w, int n, float eps, float* out) {
+                                         const float* w, int n, float eps, float* out,
+                                         size_t y_row_stride) {
   pdl::wait();
+  x += static_cast<size_t>(blockIdx.x) * n;
+  out += static_cast<size_t>(blockIdx.x) * n;
+  y += blockIdx.x * y_row_stride;
   __shared__ float red[32];
   float ss = 0;
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
@@ -257,8 +285,16 @@ __global__ void add_rms_norm_long_kernel(float* x, const float* y, int n_parts, 
 // the next norm over the whole row.
 __global__ void moe_combine_norm_long_kernel(const float* y, const float* weights, int k,
                                              const float* shared, const float* shared_gate, int h,
-                                             float* x, const float* w, float eps, float* out) {
+                                             float* x, const float* w, float eps, float* out,
+                                             size_t gate_row_stride) {
   pdl::wait();
+  const size_t row = blockIdx.x;
+  y += row * k * h;
+  weights += row * k;
+  shared += row * h;
+  if (shared_gate) shared_gate += row * gate_row_stride;
+  x += row * h;
+  out += row * h;
   __shared__ float red[32];
   const float sg = shared_gate ? sigmoid(*shared_gate) : 1.0f;
   float ss = 0;
@@ -348,19 +384,24 @@ cudaError_t add_rms_norm_1p(float* x, const float* y, const float* w, int n, flo
 }
 
 cudaError_t add_parts_rms_norm_1p(float* x, const float* y, int n_parts, size_t part_stride,
-                                  const float* w, int n, float eps, float* out,
-                                  cudaStream_t stream) {
-  if (n_parts < 1 || n_parts > kMaxNormParts) return cudaErrorInvalidValue;
-  if (n <= kNormMaxN) {
-    auto* kernel = n_parts == 1   ? add_rms_norm_kernel<1>
-                   : n_parts == 2 ? add_rms_norm_kernel<2>
-                   : n_parts <= 4 ? add_rms_norm_kernel<4>
-                                  : add_rms_norm_kernel<kMaxNormParts>;
-    return pdl::launch(kernel, kNormCtas, kNormThreads, 0, stream, x, y, n_parts, part_stride, w, n,
-                       eps, out);
+                                  const float* w, int n, float eps, float* out, cudaStream_t stream,
+                                  int rows, size_t y_row_stride) {
+  if (n_parts < 1 || n_parts > kMaxNormParts || rows < 1 || rows > 65535) {
+    return cudaErrorInvalidValue;
   }
-  return pdl::launch(add_rms_norm_long_kernel, 1, 1024, 0, stream, x, y, n_parts, part_stride, w, n,
-                     eps, out);
+  if (n <= kNormMaxN) {
+    const bool m = rows > 1;
+    auto* kernel =
+        n_parts == 1   ? (m ? add_rms_norm_kernel<1, true> : add_rms_norm_kernel<1, false>)
+        : n_parts == 2 ? (m ? add_rms_norm_kernel<2, true> : add_rms_norm_kernel<2, false>)
+        : n_parts <= 4 ? (m ? add_rms_norm_kernel<4, true> : add_rms_norm_kernel<4, false>)
+                       : (m ? add_rms_norm_kernel<kMaxNormParts, true>
+                            : add_rms_norm_kernel<kMaxNormParts, false>);
+    return pdl::launch(kernel, dim3(kNormCtas, rows), kNormThreads, 0, stream, x, y, n_parts,
+                       part_stride, w, n, eps, out, y_row_stride);
+  }
+  return pdl::launch(add_rms_norm_long_kernel, rows, 1024, 0, stream, x, y, n_parts, part_stride, w,
+                     n, eps, out, y_row_stride);
 }
 
 cudaError_t swiglu(const float* gate, const float* up, int n, int rows, size_t stride, float* out,
@@ -370,28 +411,33 @@ cudaError_t swiglu(const float* gate, const float* up, int n, int rows, size_t s
 }
 
 cudaError_t router_topk(const float* logits, int e, int k, int* ids, float* weights,
-                        cudaStream_t stream) {
-  if (e < 1 || e > 1024 || k < 1 || k > e || k > 32) return cudaErrorInvalidValue;
+                        cudaStream_t stream, int rows, size_t row_stride) {
+  if (e < 1 || e > 1024 || k < 1 || k > e || k > 32 || rows < 1) return cudaErrorInvalidValue;
   const int per = (e + 31) / 32;
-  auto kernel = per <= 1    ? router_kernel<1>
-                : per <= 2  ? router_kernel<2>
-                : per <= 4  ? router_kernel<4>
-                : per <= 8  ? router_kernel<8>
-                : per <= 16 ? router_kernel<16>
-                            : router_kernel<32>;
-  return pdl::launch(kernel, 1, 32, 0, stream, logits, e, k, ids, weights);
+  const bool m = rows > 1;
+  auto kernel = per <= 1    ? (m ? router_kernel<1, true> : router_kernel<1, false>)
+                : per <= 2  ? (m ? router_kernel<2, true> : router_kernel<2, false>)
+                : per <= 4  ? (m ? router_kernel<4, true> : router_kernel<4, false>)
+                : per <= 8  ? (m ? router_kernel<8, true> : router_kernel<8, false>)
+                : per <= 16 ? (m ? router_kernel<16, true> : router_kernel<16, false>)
+                            : (m ? router_kernel<32, true> : router_kernel<32, false>);
+  return pdl::launch(kernel, rows, 32, 0, stream, logits, e, k, ids, weights, row_stride);
 }
 
 cudaError_t moe_combine_norm(const float* y, const float* weights, int k, const float* shared,
                              const float* shared_gate, int h, float* x, const float* w, float eps,
-                             float* out, cudaStream_t stream) {
+                             float* out, cudaStream_t stream, int rows, size_t gate_row_stride) {
+  if (rows < 1 || rows > 65535) return cudaErrorInvalidValue;
   if (h <= kNormMaxN && k <= 16) {
-    return pdl::launch(k <= 8 ? moe_combine_norm_kernel<8> : moe_combine_norm_kernel<16>, kNormCtas,
-                       kNormThreads, 0, stream, y, weights, k, shared, shared_gate, h, x, w, eps,
-                       out);
+    const bool m = rows > 1;
+    auto* kernel =
+        k <= 8 ? (m ? moe_combine_norm_kernel<8, true> : moe_combine_norm_kernel<8, false>)
+               : (m ? moe_combine_norm_kernel<16, true> : moe_combine_norm_kernel<16, false>);
+    return pdl::launch(kernel, dim3(kNormCtas, rows), kNormThreads, 0, stream, y, weights, k,
+                       shared, shared_gate, h, x, w, eps, out, gate_row_stride);
   }
-  return pdl::launch(moe_combine_norm_long_kernel, 1, 1024, 0, stream, y, weights, k, shared,
-                     shared_gate, h, x, w, eps, out);
+  return pdl::launch(moe_combine_norm_long_kernel, rows, 1024, 0, stream, y, weights, k, shared,
+                     shared_gate, h, x, w, eps, out, gate_row_stride);
 }
 
 int argmax_scratch_ints(int) {

@@ -305,6 +305,73 @@ TEST(Ops, MoeCombineInTheDocumentedOrder) {
   }
 }
 
+// rows = 2 (speculative decoding's verify pass): each row exactly what a one-row launch on it
+// gives, for the residual norm (parts, and the one-block path past 4096), the router's top-k and
+// the MoE combine (gated and not, the long path too).
+TEST(Ops, TwoRowLaunchesEqualOneRowEach) {
+  QF_REQUIRE_GPU();
+  const float eps = 1e-6f;
+  for (const int n : {3072, 5000}) {
+    SCOPED_TRACE("n " + std::to_string(n));
+    const int parts = 4;
+    const size_t y_row = static_cast<size_t>(parts) * n + 8;  // the part runs, then a gap
+    const auto x0 = randn(2 * static_cast<size_t>(n), n), y = randn(2 * y_row, n + 1),
+               w = randn(n, n + 2, 0.3f);
+    auto d_x2 = upload(x0), d_x1 = upload(x0), d_y = upload(y), d_w = upload(w);
+    DeviceBuffer<float> d_o2(2 * n), d_o1(2 * n);
+    ASSERT_EQ(add_parts_rms_norm_1p(d_x2.data(), d_y.data(), parts, n, d_w.data(), n, eps,
+                                    d_o2.data(), nullptr, 2, y_row),
+              cudaSuccess);
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_EQ(add_parts_rms_norm_1p(d_x1.data() + r * n, d_y.data() + r * y_row, parts, n,
+                                      d_w.data(), n, eps, d_o1.data() + r * n, nullptr),
+                cudaSuccess);
+    }
+    EXPECT_EQ(download(d_x2), download(d_x1));
+    EXPECT_EQ(download(d_o2), download(d_o1));
+    EXPECT_NE(download(d_x2), x0);
+
+    const int k = 8;
+    const auto ey = randn(2 * static_cast<size_t>(k) * n, n + 3), sh = randn(2 * n, n + 4);
+    std::vector<float> wt = randn(2 * k, n + 5, 0.3f), gates = {0.3f, 9.0f, -1.0f, 0.5f, -0.7f};
+    for (float& v : wt) v = std::fabs(v);
+    auto d_ey = upload(ey), d_sh = upload(sh), d_wt = upload(wt), d_g = upload(gates);
+    for (const bool gated : {true, false}) {
+      const float* g = gated ? d_g.data() + 1 : nullptr;  // rows 3 floats apart: 9.0, then -0.7
+      auto d_a = upload(x0), d_b = upload(x0);
+      ASSERT_EQ(moe_combine_norm(d_ey.data(), d_wt.data(), k, d_sh.data(), g, n, d_a.data(),
+                                 d_w.data(), eps, d_o2.data(), nullptr, 2, 3),
+                cudaSuccess);
+      for (int r = 0; r < 2; ++r) {
+        ASSERT_EQ(
+            moe_combine_norm(d_ey.data() + r * k * n, d_wt.data() + r * k, k, d_sh.data() + r * n,
+                             g ? g + 3 * r : nullptr, n, d_b.data() + r * n, d_w.data(), eps,
+                             d_o1.data() + r * n, nullptr),
+            cudaSuccess);
+      }
+      EXPECT_EQ(download(d_a), download(d_b)) << gated;
+      EXPECT_EQ(download(d_o2), download(d_o1)) << gated;
+    }
+  }
+  for (const auto& [e, k] : {std::pair{256, 8}, std::pair{512, 10}, std::pair{40, 3}}) {
+    const size_t row = static_cast<size_t>(e) + 1;  // router logits | the shared gate's
+    const auto logits = randn(2 * row, e);
+    auto d_l = upload(logits);
+    DeviceBuffer<int> d_i2(2 * k), d_i1(2 * k);
+    DeviceBuffer<float> d_w2(2 * k), d_w1(2 * k);
+    ASSERT_EQ(router_topk(d_l.data(), e, k, d_i2.data(), d_w2.data(), nullptr, 2, row),
+              cudaSuccess);
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_EQ(router_topk(d_l.data() + r * row, e, k, d_i1.data() + r * k, d_w1.data() + r * k,
+                            nullptr),
+                cudaSuccess);
+    }
+    EXPECT_EQ(download(d_i2), download(d_i1)) << e;
+    EXPECT_EQ(download(d_w2), download(d_w1)) << e;
+    EXPECT_NE(download(d_i2)[0], download(d_i2)[k]) << "rows with the same top expert: weak test";
+  }
+}
+
 TEST(Ops, ArgmaxFirstMaximumAtAnySize) {
   QF_REQUIRE_GPU();
   for (int n : {1, 5, 257, 65536 + 3, 248320}) {

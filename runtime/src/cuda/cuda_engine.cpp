@@ -482,11 +482,9 @@ struct CudaEngine::Impl {
     const size_t row = static_cast<size_t>(o.out_parts) * h;
     const bool parts = o.out_parts > 1 && w.k >= 2 * w.n && kern::gemv_k_split_ok(w, split);
     gemv2(w, in, in_stride, mix, row, "projections", nullptr, parts ? o.out_parts : 1);
-    for (int r = 0; r < 2; ++r) {
-      check(kern::add_parts_rms_norm_1p(x + r * h, mix + r * row, parts ? o.out_parts : 1, h, norm,
-                                        h, eps, u + r * h, stream),
-            "add_rms_norm");
-    }
+    check(kern::add_parts_rms_norm_1p(x, mix, parts ? o.out_parts : 1, h, norm, h, eps, u, stream,
+                                      2, row),
+          "add_rms_norm");
   }
 
   void moe2(const cuda::DeviceMoe& w, const float* next_norm, float* next_out) {
@@ -506,10 +504,8 @@ struct CudaEngine::Impl {
     gemv2(w.shared_down, sh, is, sy, h, "shared expert", sh_stream);
     if (branch) check(cudaEventRecord(join, side), "cudaEventRecord");
     gemv2(w.router, u, h, rl, e + 1, "router");  // and the shared expert's gate logit
-    for (int r = 0; r < 2; ++r) {
-      check(kern::router_topk(rl + r * (e + 1), e, k, ids + r * k, rweights + r * k, stream),
-            "router_topk");
-    }
+    check(kern::router_topk(rl, e, k, ids, rweights, stream, 2, static_cast<size_t>(e) + 1),
+          "router_topk");
     // Both rows' experts in one launch: slots 0 .. k - 1 on row 0's u, k .. 2k - 1 on row 1's
     // (H100, 122B: a verify pass 5327-5329 -> 4914-4936 us against a launch per row).
     kern::GemvBatch both{2 * k, ids, static_cast<size_t>(h), static_cast<size_t>(im)};
@@ -523,15 +519,13 @@ struct CudaEngine::Impl {
             "swiglu");
     }
     kern::GemvBatch down{2 * k, ids, static_cast<size_t>(im), static_cast<size_t>(h)};
-    down.ids_early = true;  // written three launches back
+    down.ids_early = true;  // written two launches back
     gemv(w.down, eh, ey, down, "experts (INT4 MoE)");
     if (branch) check(cudaStreamWaitEvent(stream, join), "cudaStreamWaitEvent");
-    for (int r = 0; r < 2; ++r) {
-      check(kern::moe_combine_norm(ey + r * k * h, rweights + r * k, k, sy + r * h,
-                                   rl + r * (e + 1) + e, h, x + r * h, next_norm,
-                                   static_cast<float>(c.rms_norm_eps), next_out + r * h, stream),
-            "moe_combine_norm");
-    }
+    check(kern::moe_combine_norm(ey, rweights, k, sy, rl + e, h, x, next_norm,
+                                 static_cast<float>(c.rms_norm_eps), next_out, stream, 2,
+                                 static_cast<size_t>(e) + 1),
+          "moe_combine_norm");
   }
 
   void launch_verify() {

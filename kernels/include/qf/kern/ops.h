@@ -31,9 +31,10 @@ cudaError_t add_rms_norm_1p(float* x, const float* y, const float* w, int n, flo
 // The same with y in n_parts (1 .. kMaxNormParts) parts part_stride floats apart (a K-split
 // product, gemv.h GemvBatch::k_splits): x += ((y_0 + y_1) + y_2) ..., then the norm.
 inline constexpr int kMaxNormParts = 8;
+// rows > 1: as many rows in one launch, x and out rows n floats apart, y's y_row_stride apart.
 cudaError_t add_parts_rms_norm_1p(float* x, const float* y, int n_parts, size_t part_stride,
-                                  const float* w, int n, float eps, float* out,
-                                  cudaStream_t stream);
+                                  const float* w, int n, float eps, float* out, cudaStream_t stream,
+                                  int rows = 1, size_t y_row_stride = 0);
 
 // out[i] = silu(gate[i]) * up[i] for i < n, where gate/up rows are `stride` floats apart over
 // `rows` rows (out is dense [rows, n]).
@@ -43,8 +44,9 @@ cudaError_t swiglu(const float* gate, const float* up, int n, int rows, size_t s
 // Router: p = softmax(logits[0..e)); the k largest (lowest index first among equals) with
 // weights p / sum of the chosen. ids[k], weights[k] on the device. 1 <= k <= e <= 1024,
 // k <= 32 (else cudaErrorInvalidValue).
+// rows > 1: as many rows in one launch, logits rows row_stride floats apart, ids and weights k.
 cudaError_t router_topk(const float* logits, int e, int k, int* ids, float* weights,
-                        cudaStream_t stream);
+                        cudaStream_t stream, int rows = 1, size_t row_stride = 0);
 
 // x[i] += sum_j weights[j] * y[j * h + i] + sigmoid(*shared_gate) * shared[i] (the MoE output:
 // k routed experts and the gated shared expert, added to the residual stream; shared_gate
@@ -53,9 +55,12 @@ cudaError_t router_topk(const float* logits, int e, int k, int* ids, float* weig
 // add_rms_norm_1p. PDL: for h <= 4096 and k <= 16 it loads w, x, weights and *shared_gate
 // before waiting, under the same condition as add_rms_norm_1p (in the decode step, the kernels
 // still running are the two down projections, of the routed and of the shared expert).
+// rows > 1: as many tokens in one launch, y rows k * h floats apart, weights k, shared, x and
+// out h, shared_gate gate_row_stride.
 cudaError_t moe_combine_norm(const float* y, const float* weights, int k, const float* shared,
                              const float* shared_gate, int h, float* x, const float* w, float eps,
-                             float* out, cudaStream_t stream);
+                             float* out, cudaStream_t stream, int rows = 1,
+                             size_t gate_row_stride = 0);
 
 // *out = the first index of the maximum of logits[0..n); scratch: argmax_scratch_ints(n) ints.
 cudaError_t argmax(const float* logits, int n, int* out, int* scratch, cudaStream_t stream);
