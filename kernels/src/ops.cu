@@ -198,6 +198,19 @@ __global__ void __cluster_dims__(kNormCtas, 1, 1) __launch_bounds__(kNormThreads
   cluster_norm_out(ss, xv, wv, n, eps, t, red, out);
 }
 
+// moe_combine_norm's arrays moved to token `row` (moe_combine_norm's rows, ops.h).
+__device__ __forceinline__ void combine_row(size_t row, int k, int h, size_t gate_row_stride,
+                                            const float*& y, const float*& weights,
+                                            const float*& shared, const float*& shared_gate,
+                                            float*& x, float*& out) {
+  y += row * k * h;
+  weights += row * k;
+  shared += row * h;
+  if (shared_gate) shared_gate += row * gate_row_stride;
+  x += row * h;
+  out += row * h;
+}
+
 // moe_combine_norm_long_kernel for h <= kNormMaxN and k <= kK. Before the wait: w, x, the
 // router weights and the shared gate logit (none written by the kernel just before); after it
 // the expert outputs y (that kernel's) and the shared expert's (a kernel beside it).
@@ -208,13 +221,7 @@ __global__ void __cluster_dims__(kNormCtas, 1, 1) __launch_bounds__(kNormThreads
                             float* out, size_t gate_row_stride) {
   __shared__ float red[kNormWarps];
   if constexpr (kRows) {  // one cluster a row
-    const size_t row = blockIdx.y;
-    y += row * k * h;
-    weights += row * k;
-    shared += row * h;
-    if (shared_gate) shared_gate += row * gate_row_stride;
-    x += row * h;
-    out += row * h;
+    combine_row(blockIdx.y, k, h, gate_row_stride, y, weights, shared, shared_gate, x, out);
   }
   const int t = norm_thread();
   float xv[kNormPer], wv[kNormPer], rw[kK];
@@ -288,13 +295,7 @@ __global__ void moe_combine_norm_long_kernel(const float* y, const float* weight
                                              float* x, const float* w, float eps, float* out,
                                              size_t gate_row_stride) {
   pdl::wait();
-  const size_t row = blockIdx.x;
-  y += row * k * h;
-  weights += row * k;
-  shared += row * h;
-  if (shared_gate) shared_gate += row * gate_row_stride;
-  x += row * h;
-  out += row * h;
+  combine_row(blockIdx.x, k, h, gate_row_stride, y, weights, shared, shared_gate, x, out);
   __shared__ float red[32];
   const float sg = shared_gate ? sigmoid(*shared_gate) : 1.0f;
   float ss = 0;
