@@ -12,6 +12,7 @@
 
 #include "model_fixtures.h"
 #include "qf/ckpt/safetensors.h"
+#include "qf/error.h"
 #include "qf/rt/cpu_engine.h"
 #include "qf/rt/cuda_engine.h"
 #include "qf/rt/generate.h"
@@ -124,6 +125,8 @@ void check(const fs::path& model_dir, const fs::path& reference, const std::stri
       oracle, prompt, greedy, [](int32_t) {}, &st);
   EXPECT_EQ(kept.ids, want.ids) << name << ": speculative continuation with kept drafts";
   EXPECT_EQ(st.accepted, st.rounds) << name;
+  gpu.step(prompt[0], nullptr);  // a rollback is only for verify2's second token
+  EXPECT_THROW(gpu.reject_last(), Error) << name;
 }
 
 // The logits of every prompt position, one engine stepping through the prompt.

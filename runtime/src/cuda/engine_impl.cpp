@@ -1,0 +1,180 @@
+// CudaEngine::Impl's buffers and state: allocation at load, the bytes a step reads, reset, and
+// the MTP head's step (engine_impl.h).
+#include <numeric>
+
+#include "engine_impl.h"
+
+namespace qf::rt {
+
+CudaEngine::Impl::Impl(std::unique_ptr<cuda::DeviceModel> model, const CudaOptions& options)
+    : m(std::move(model)), o(options) {
+  if (o.out_parts < 1 || o.out_parts > kern::kMaxNormParts) {
+    throw Error(Errc::kUsage, "out_parts must be 1 to " + std::to_string(kern::kMaxNormParts) +
+                                  ", not " + std::to_string(o.out_parts));
+  }
+  for (const std::string& name : o.skip) {
+    if (std::find_if(std::begin(kSkippableLaunches), std::end(kSkippableLaunches),
+                     [&](const char* n) { return name == n; }) == std::end(kSkippableLaunches)) {
+      std::string all;
+      for (const char* n : kSkippableLaunches) all += std::string(all.empty() ? "" : ", ") + n;
+      throw Error(Errc::kUsage, "no launch named '" + name + "' to skip; one of: " + all);
+    }
+  }
+  const ckpt::Qwen35Config& c = m->config;
+  cuda::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  cuda::check(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), "cudaStreamCreate");
+  cuda::check(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming), "cudaEventCreate");
+  cuda::check(cudaEventCreateWithFlags(&join, cudaEventDisableTiming), "cudaEventCreate");
+  cuda::check(cudaMallocHost(&pinned, 10 * sizeof(int)), "cudaMallocHost");
+  gdn = {static_cast<int>(c.linear_num_key_heads),   static_cast<int>(c.linear_num_value_heads),
+         static_cast<int>(c.linear_key_head_dim),    static_cast<int>(c.linear_value_head_dim),
+         static_cast<int>(c.linear_conv_kernel_dim), static_cast<float>(c.rms_norm_eps)};
+  attn.n_q_heads = static_cast<int>(c.num_attention_heads);
+  attn.n_kv_heads = static_cast<int>(c.num_key_value_heads);
+  attn.head_dim = static_cast<int>(c.head_dim);
+  attn.rot_dim = static_cast<int>(static_cast<double>(c.head_dim) * c.partial_rotary_factor);
+  attn.theta = static_cast<float>(c.rope_theta);
+  attn.eps = static_cast<float>(c.rms_norm_eps);
+  attn.max_len = static_cast<int>(o.max_context);
+  const auto f = [&](int64_t n) {
+    return static_cast<float*>(m->alloc(static_cast<size_t>(n) * 4));
+  };
+  const auto i = [&](int64_t n) { return static_cast<int*>(m->alloc(static_cast<size_t>(n) * 4)); };
+  const int64_t h = c.hidden_size, k = c.num_experts_per_tok, im = c.moe_intermediate_size,
+                is = c.shared_expert_intermediate_size;
+  for (int64_t l = 0; l < c.num_layers(); ++l) {
+    const bool full = c.full_attention[l];
+    conv.push_back(full ? nullptr : f(static_cast<int64_t>(kern::gdn_conv_state_floats(gdn)) + 1));
+    ssm.push_back(
+        full ? nullptr
+             : f(c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim));
+    k_cache.push_back(full ? f(o.max_context * c.kv_rows()) : nullptr);
+    v_cache.push_back(full ? f(o.max_context * c.kv_rows()) : nullptr);
+  }
+  // Per-token buffers hold two rows (the verify's; a step uses the first).
+  const int64_t nv = c.linear_num_value_heads;
+  x = f(2 * h), u = f(2 * h), mix = f(2 * o.out_parts * h), core = f(2 * c.value_dim());
+  gin = f(2 * gin_row());
+  qkv = gin, z = qkv + c.conv_dim(), b = z + c.value_dim(), a = b + nv;
+  qkvp = f(2 * qkvp_row());
+  qproj = qkvp, kp = qproj + c.q_proj_rows(), vp = kp + c.kv_rows();
+  att = f(2 * c.num_attention_heads * c.head_dim);
+  rl = f(2 * (c.num_experts + 1)), rlogits = rl, sgl = rl + c.num_experts, rweights = f(2 * k);
+  // eh and ey hold a ninth slot: the shared expert's, where it runs in the experts' launches;
+  // or the verify's 2k slots.
+  egu = f(2 * k * 2 * im), eh = f(2 * k * im + is), ey = f((2 * k + 1) * h);
+  sgu = f(2 * 2 * is), sh = f(2 * is), sy = f(2 * h), hidden = f(2 * h);
+  logits = f(2 * c.vocab_size);
+  attn_scratch = f(static_cast<int64_t>(kern::attn_scratch_floats(attn)) + 1);
+  rope = f(static_cast<int64_t>(kern::attn_rope_floats(attn)) + 1);
+  cuda::check(kern::attn_rope_table(attn, rope, stream), "attn_rope_table");
+  ids = i(2 * k), token = i(1), next = i(1), pos = i(1);
+  vtoken = i(2), vpos = i(2), vnext = i(2), fence_word = i(1);
+  std::vector<int> distinct(static_cast<size_t>(k));  // what --skip router-topk leaves there
+  std::iota(distinct.begin(), distinct.end(), 0);
+  cuda::check(
+      cudaMemcpy(ids, distinct.data(), distinct.size() * sizeof(int), cudaMemcpyHostToDevice),
+      "cudaMemcpy");
+  argmax_scratch = i(kern::argmax_scratch_ints(static_cast<int>(c.vocab_size)));
+  for (float* state : ssm) ssm_saved.push_back(state ? f(ssm_floats()) : nullptr);
+  if (m->mtp) {
+    mtp_k = f(o.max_context * c.kv_rows()), mtp_v = f(o.max_context * c.kv_rows());
+    mtp_in = f(h), cat = f(2 * h), mtp_hidden = f(h), mtp_logits = f(c.vocab_size);
+    mtp_token = i(1), mtp_next = i(1), mtp_pos = i(1);
+  }
+  stats.device_bytes = m->device_bytes;
+  stats.host_bytes = m->host_bytes_read;
+  stats.load_seconds = m->load_seconds;
+  stats.weight_bytes = step_weight_bytes();
+  stats.mtp_weight_bytes = mtp_weight_bytes();
+  stats.shared_in_experts = std::all_of(m->layers.begin(), m->layers.end(), [&](const auto& l) {
+    return shared_slots(l.moe).first.y != nullptr;
+  });
+  cudaDeviceProp prop{};
+  cuda::check(cudaGetDeviceProperties(&prop, o.device), "cudaGetDeviceProperties");
+  stats.device_name = prop.name;
+  reset();
+}
+
+CudaEngine::Impl::~Impl() {
+  if (graph) cudaGraphExecDestroy(graph);
+  if (mtp_graph) cudaGraphExecDestroy(mtp_graph);
+  if (verify_graph) cudaGraphExecDestroy(verify_graph);
+  if (pinned) cudaFreeHost(pinned);
+  if (fork) cudaEventDestroy(fork);
+  if (join) cudaEventDestroy(join);
+  if (side) cudaStreamDestroy(side);
+  if (stream) cudaStreamDestroy(stream);
+}
+
+uint64_t CudaEngine::Impl::layer_bytes(const cuda::DeviceLayer& l) const {
+  const ckpt::Qwen35Config& c = m->config;
+  uint64_t total = l.full_attention ? bytes(l.qkv) + kern::weight_bytes(l.o)
+                                    : bytes(l.gdn_in) + kern::weight_bytes(l.out);
+  total +=
+      bytes(l.moe.router) + bytes(l.moe.shared_gate_up) + kern::weight_bytes(l.moe.shared_down);
+  return total + c.num_experts_per_tok * (bytes(l.moe.gate_up) + kern::weight_bytes(l.moe.down));
+}
+
+uint64_t CudaEngine::Impl::step_weight_bytes() const {
+  uint64_t total =
+      kern::weight_bytes(m->lm_head) + static_cast<uint64_t>(m->config.hidden_size) * 2;
+  for (const cuda::DeviceLayer& l : m->layers) total += layer_bytes(l);
+  return total;
+}
+
+uint64_t CudaEngine::Impl::mtp_weight_bytes() const {
+  if (!m->mtp) return 0;
+  const uint64_t row = static_cast<uint64_t>(m->config.hidden_size) *
+                       (m->embed_kind == kern::FloatKind::kBf16 ? 2 : 4);
+  return kern::weight_bytes(m->mtp->fc) + layer_bytes(m->mtp->layer) +
+         kern::weight_bytes(m->lm_head) + row;
+}
+
+int32_t CudaEngine::Impl::mtp_step(int32_t next_token, const float* src, cudaMemcpyKind kind,
+                                   float* out) {
+  if (!m->mtp) {
+    throw Error(Errc::kUnsupported, o.mtp ? "the checkpoint has no MTP head (mtp.* tensors)"
+                                          : "the MTP head is not loaded (CudaOptions::mtp)");
+  }
+  const int64_t vocab = m->config.vocab_size;
+  if (next_token < 0 || next_token >= vocab) {
+    throw Error(Errc::kUsage, "token id " + std::to_string(next_token) +
+                                  " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  }
+  before_step(mtp_position);
+  pinned[2] = next_token;
+  cuda::check(cudaMemcpyAsync(mtp_token, pinned + 2, sizeof(int), cudaMemcpyHostToDevice, stream),
+              "copy");
+  const size_t h_bytes = static_cast<size_t>(m->config.hidden_size) * 4;
+  cuda::check(cudaMemcpyAsync(mtp_in, src, h_bytes, kind, stream), "copy");
+  run(mtp_graph, [&] { launch_mtp(); });
+  cuda::check(cudaMemcpyAsync(pinned + 3, mtp_next, sizeof(int), cudaMemcpyDeviceToHost, stream),
+              "copy");
+  if (out) {
+    cuda::check(cudaMemcpyAsync(out, mtp_logits, static_cast<size_t>(vocab) * 4,
+                                cudaMemcpyDeviceToHost, stream),
+                "copy");
+  }
+  cuda::check(cudaStreamSynchronize(stream), "MTP step");
+  ++mtp_position;
+  return pinned[3];
+}
+
+void CudaEngine::Impl::reset() {
+  can_reject = false;
+  for (size_t l = 0; l < conv.size(); ++l) {
+    if (!conv[l]) continue;
+    cuda::check(cudaMemsetAsync(conv[l], 0, kern::gdn_conv_state_floats(gdn) * 4, stream),
+                "memset");
+    cuda::check(cudaMemsetAsync(ssm[l], 0, static_cast<size_t>(ssm_floats()) * 4, stream),
+                "memset");
+  }
+  cuda::check(cudaMemsetAsync(pos, 0, sizeof(int), stream), "memset");
+  if (mtp_pos) cuda::check(cudaMemsetAsync(mtp_pos, 0, sizeof(int), stream), "memset");
+  cuda::check(cudaStreamSynchronize(stream), "reset");
+  position = 0;
+  mtp_position = 0;
+}
+
+}  // namespace qf::rt

@@ -1,0 +1,211 @@
+// The CUDA engine's state and launches (CudaEngine::Impl), shared by its sources: engine_impl.cpp
+// (buffers, state, the MTP step's calls), step_graph.cpp (the decode step's and the MTP head's
+// launches), verify_graph.cpp (speculative decoding's two-token pass) and cuda_engine.cpp (the
+// public API). Internal to the CUDA engine.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "device_model.h"
+#include "qf/error.h"
+#include "qf/kern/attention.h"
+#include "qf/kern/gdn.h"
+#include "qf/rt/cuda_engine.h"
+
+namespace qf::rt {
+namespace cuda {
+
+inline void check(cudaError_t e, const std::string& what) {
+  if (e != cudaSuccess) {
+    throw Error(Errc::kIo, what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+  }
+}
+
+// Records an event after each kernel family when profiling; does nothing otherwise.
+struct Marks {
+  cudaStream_t stream = nullptr;
+  std::vector<cudaEvent_t> events;
+  std::vector<std::pair<std::string, uint64_t>> names;  // family and bytes, per interval
+  void mark(const char* name, uint64_t bytes) {
+    cudaEvent_t e;
+    check(cudaEventCreate(&e), "cudaEventCreate");
+    check(cudaEventRecord(e, stream), "cudaEventRecord");
+    events.push_back(e);
+    names.emplace_back(name, bytes);
+  }
+};
+
+}  // namespace cuda
+
+struct CudaEngine::Impl {
+  std::unique_ptr<cuda::DeviceModel> m;
+  CudaOptions o;
+  CudaLoadStats stats;
+  cudaStream_t stream = nullptr;
+  // The shared expert runs beside the router and routed experts (a branch of the graph): its
+  // three short launches are latency-bound and hide behind the routed experts' loads.
+  cudaStream_t side = nullptr;
+  cudaEvent_t fork = nullptr, join = nullptr;
+  cudaGraphExec_t graph = nullptr, mtp_graph = nullptr;
+  kern::GdnShape gdn;
+  kern::AttnShape attn;
+  std::vector<float*> conv, ssm, k_cache, v_cache;  // per layer
+  // Outputs of row groups are contiguous: gin = qkv | z | b | a, qkvp = q | k | v,
+  // rl = router logits | shared gate logit, egu = [k, gate | up] (unused where the
+  // experts are paired: gemv_swiglu writes eh directly), sgu = shared gate | up.
+  float *x, *u, *mix, *gin, *qkv, *z, *b, *a, *core, *qkvp, *qproj, *kp, *vp, *att, *rl, *rlogits,
+      *sgl, *rweights, *egu, *eh, *ey, *sgu, *sh, *sy, *hidden, *logits, *attn_scratch, *rope;
+  int *ids, *token, *next, *pos, *argmax_scratch;
+  // The MTP head's (where it is loaded): its layer's KV cache, the hidden state it takes, the
+  // two norms side by side (fc's input), its normed output and logits; its token in (then its
+  // argmax, for a chained draft) and position.
+  float *mtp_k = nullptr, *mtp_v = nullptr, *mtp_in = nullptr, *cat = nullptr,
+        *mtp_hidden = nullptr, *mtp_logits = nullptr;
+  int *mtp_token = nullptr, *mtp_next = nullptr, *mtp_pos = nullptr;
+  int* pinned = nullptr;  // host: the token in, the argmax out; the MTP head's the same; the
+                          // verify's two tokens, two argmaxes and two positions
+  // The two-token verify (speculative decoding): its tokens, positions and argmaxes, a word that
+  // its memset nodes write (a full dependency between two launches, pdl.cuh), and each DeltaNet
+  // layer's state after the first token, for a rejected second one.
+  int *vtoken = nullptr, *vpos = nullptr, *vnext = nullptr, *fence_word = nullptr;
+  std::vector<float*> ssm_saved;
+  cudaGraphExec_t verify_graph = nullptr;
+  bool can_reject = false;  // the last main-model call was verify2
+  int64_t position = 0, mtp_position = 0;
+  cuda::Marks* marks = nullptr;
+
+  explicit Impl(std::unique_ptr<cuda::DeviceModel> model, const CudaOptions& options);
+
+  ~Impl();
+
+  int64_t gin_row() const {  // qkv | z | b | a
+    const ckpt::Qwen35Config& c = m->config;
+    return c.conv_dim() + c.value_dim() + 2 * c.linear_num_value_heads;
+  }
+  int64_t qkvp_row() const { return m->config.q_proj_rows() + 2 * m->config.kv_rows(); }
+  int64_t ssm_floats() const {
+    const ckpt::Qwen35Config& c = m->config;
+    return c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim;
+  }
+
+  static uint64_t bytes(const cuda::RowGroup& g) {
+    if (g.fused.n > 0) return kern::weight_bytes(g.fused);
+    uint64_t total = 0;
+    for (const kern::DeviceLinear& p : g.parts) total += kern::weight_bytes(p);
+    return total;
+  }
+
+  // The weights one token reads from a layer (experts: the top-k).
+  uint64_t layer_bytes(const cuda::DeviceLayer& l) const;
+
+  uint64_t step_weight_bytes() const;
+
+  // fc, the layer and the LM head, and the embedding row (BF16 or F32).
+  uint64_t mtp_weight_bytes() const;
+
+  // Whether the launch `name` (kSkippableLaunches) is left out (CudaOptions::skip).
+  bool on(const char* name) const {
+    return std::find(o.skip.begin(), o.skip.end(), name) == o.skip.end();
+  }
+
+  void mark(const char* name, uint64_t bytes) {
+    if (marks) marks->mark(name, bytes);
+  }
+
+  // The out / o projection into mix, then x += mix and u = post_norm(x). A deep, narrow product
+  // (K >= 2N: [3072 x 8192] on 122B) runs in o.out_parts K parts, more blocks with fewer units
+  // each (one part fills 192 of the H200's 264 block slots), and the norm adds the parts.
+  void out_proj_add_norm(const kern::DeviceLinear& w, const float* in, const float* norm,
+                         const char* family);
+
+  void gemv(const kern::DeviceLinear& w, const float* in, float* out, const kern::GemvBatch& batch,
+            const char* family, cudaStream_t on = nullptr);
+
+  // All parts of a group in one launch when fused; outputs at out + offset either way.
+  void gemv(const cuda::RowGroup& g, const float* in, float* out, const kern::GemvBatch& batch,
+            const char* family, cudaStream_t on = nullptr);
+
+  // The shared expert as the routed launches' extra slots (kern::gemv_moe): its gate | up and
+  // down products, or {} where the formats do not allow it (or it is off or skipped).
+  std::pair<kern::SharedProduct, kern::SharedProduct> shared_slots(const cuda::DeviceMoe& w) const;
+
+  // The routed experts' gate | up (paired: straight to eh) and down batches.
+  std::pair<kern::GemvBatch, kern::GemvBatch> expert_batches() const;
+
+  // The MoE block; its combine also applies the next norm (`next_norm`) into `next_out`.
+  void moe(const cuda::DeviceMoe& w, const float* next_norm, float* next_out);
+
+  // A full-attention layer's mixer: q | k | v from u, attention at the device position `at`
+  // (`rows_before` cached rows) over the cache kc / vc, the o projection, x += it and
+  // u = post_norm(x).
+  void attention_mixer(const cuda::DeviceLayer& w, float* kc, float* vc, const int* at,
+                       int64_t rows_before);
+
+  // The MTP head (CpuEngine::mtp_step): [norm(embed(token)) | norm(mtp_in)] -> fc -> its layer
+  // -> norm -> the LM head, at mtp_pos. Uses the step's scratch (x, u, ...), not its state.
+  void launch_mtp();
+
+  // The decode step: every layer, the LM head and argmax.
+  void launch_step();
+
+  // ---- Speculative decoding's two-token verify pass (verify_graph.cpp says how) ----
+
+  // `w` on two rows of input `in_stride` floats apart into rows `out_stride` apart.
+  void gemv2(const kern::DeviceLinear& w, const float* in, size_t in_stride, float* out,
+             size_t out_stride, const char* family, cudaStream_t on = nullptr, int k_splits = 1);
+  void gemv2(const cuda::RowGroup& g, const float* in, size_t in_stride, float* out,
+             size_t out_stride, const char* family, cudaStream_t on = nullptr);
+
+  void fence() { cuda::check(cudaMemsetAsync(fence_word, 0, sizeof(int), stream), "memset"); }
+
+  // out_proj_add_norm on both rows.
+  void out_proj_add_norm2(const kern::DeviceLinear& w, const float* in, size_t in_stride,
+                          const float* norm);
+
+  void moe2(const cuda::DeviceMoe& w, const float* next_norm, float* next_out);
+
+  void launch_verify();
+
+  // launch_step or launch_mtp, captured into `exec` the first time (o.graph).
+  template <class Launch>
+  void run(cudaGraphExec_t& exec, Launch launch) {
+    if (!o.graph) {
+      launch();
+      return;
+    }
+    if (!exec) {
+      cudaGraph_t g;
+      cuda::check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+                  "begin capture");
+      launch();
+      cuda::check(cudaStreamEndCapture(stream, &g), "end capture");
+      cuda::check(cudaGraphInstantiate(&exec, g, 0), "cudaGraphInstantiate");
+      cudaGraphDestroy(g);
+    }
+    cuda::check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+  }
+  void run_step() {
+    run(graph, [&] { launch_step(); });
+  }
+
+  // CudaEngine::mtp_step from the hidden state at `src` (host or device, as `kind` says).
+  int32_t mtp_step(int32_t next_token, const float* src, cudaMemcpyKind kind, float* out);
+
+  void before_step(int64_t at) {
+    if (at >= o.max_context) {
+      throw Error(Errc::kUsage, "the context is full: " + std::to_string(o.max_context) +
+                                    " tokens (raise --max-context)");
+    }
+  }
+
+  void reset();
+};
+
+}  // namespace qf::rt
