@@ -247,7 +247,7 @@ TEST(EngineCli, CudaDeviceWithoutAGpuSaysWhy) {
 }
 
 // Where a GPU is usable: bench --mtp times the MTP head too.
-TEST(EngineCli, BenchTimesTheMtpHead) {
+TEST(EngineCli, BenchTimesTheMtpHeadAndSpeculativeDecoding) {
   std::string why;
   if (!rt::CudaEngine::available(&why)) GTEST_SKIP() << "no GPU: " << why;
   const CommandResult r = qforge_split("bench --synthetic tiny --mtp --context 8 --steps 4 --json");
@@ -255,6 +255,18 @@ TEST(EngineCli, BenchTimesTheMtpHead) {
   const nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_GT(j["mtp"]["step_us"].get<double>(), 0);
   EXPECT_GT(j["mtp"]["bytes_per_step"].get<uint64_t>(), 0u);
+  // Speculative decoding's parts, and its projected rate: a round of one MTP step and a verify
+  // pass, plus an MTP step for a kept draft or the rollback for a rejected one, per 1 + kept.
+  const nlohmann::json& sp = j["speculative"];
+  const double verify = sp["verify_us"].get<double>(), rollback = sp["reject_us"].get<double>(),
+               mtp = j["mtp"]["step_us"].get<double>();
+  EXPECT_GT(sp["step_us_host_synced"].get<double>(), 0);
+  EXPECT_GT(verify, 0);
+  for (const double kept : {0.5, 0.7, 0.9}) {
+    const double want = (1 + kept) * 1e6 / (verify + mtp + kept * mtp + (1 - kept) * rollback);
+    const std::string key = kept == 0.5 ? "0.5" : kept == 0.7 ? "0.7" : "0.9";
+    EXPECT_NEAR(sp["tokens_per_s_at_kept"][key].get<double>(), want, 1e-9 * want) << key;
+  }
 }
 
 // bench --skip takes only the engine's launch names, checked before anything is loaded.
