@@ -222,7 +222,8 @@ Command add_bench(CLI::App& app) {
                 "in launches of its own (to compare)");
   sub->add_flag("--mtp", a->mtp,
                 "also time the MTP head's step (a draft token; --synthetic: BF16 with an FP8 "
-                "shared expert, as the 122B hybrid's)");
+                "shared expert, as the 122B hybrid's) and speculative decoding's verify pass and "
+                "rollback");
   sub->add_flag("--serial-shared", a->serial_shared,
                 "run the shared expert after the routed experts, not beside them (to compare)");
   sub->add_flag("--unfused-swiglu", a->unfused_swiglu,

@@ -7,6 +7,17 @@
 
 namespace qf::rt {
 
+bool report_token(GenerateResult& r, const GenerateOptions& o,
+                  const std::function<void(int32_t)>& on_token, int32_t id) {
+  if (std::find(o.stop_ids.begin(), o.stop_ids.end(), id) != o.stop_ids.end()) {
+    r.finish_reason = "stop";
+    return false;
+  }
+  r.ids.push_back(id);
+  on_token(id);
+  return static_cast<int64_t>(r.ids.size()) < o.max_tokens;
+}
+
 GenerateResult generate_with(const StepFn& step, int64_t vocab, std::span<const int32_t> prompt,
                              const GenerateOptions& o,
                              const std::function<void(int32_t)>& on_token) {
@@ -26,15 +37,12 @@ GenerateResult generate_with(const StepFn& step, int64_t vocab, std::span<const 
   const auto t1 = clock::now();
   r.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
   r.finish_reason = "length";
-  for (int64_t n = 0; n < o.max_tokens; ++n) {
-    const int32_t id = greedy ? top : sampler.sample(logits);
-    if (std::find(o.stop_ids.begin(), o.stop_ids.end(), id) != o.stop_ids.end()) {
-      r.finish_reason = "stop";
-      break;
+  if (o.max_tokens > 0) {
+    int32_t id = greedy ? top : sampler.sample(logits);
+    while (report_token(r, o, on_token, id)) {
+      top = step(id, out);
+      id = greedy ? top : sampler.sample(logits);
     }
-    r.ids.push_back(id);
-    on_token(id);
-    if (n + 1 < o.max_tokens) top = step(id, out);
   }
   r.decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();
   return r;

@@ -36,16 +36,7 @@ GenerateResult generate_speculative(const SpecEngine& e, std::span<const int32_t
   const auto t1 = clock::now();
   r.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
   r.finish_reason = "length";
-  // Reports `id`; false when generation ends with it (a stop id, or the limit reached).
-  const auto emit = [&](int32_t id) {
-    if (std::find(o.stop_ids.begin(), o.stop_ids.end(), id) != o.stop_ids.end()) {
-      r.finish_reason = "stop";
-      return false;
-    }
-    r.ids.push_back(id);
-    on_token(id);
-    return static_cast<int64_t>(r.ids.size()) < o.max_tokens;
-  };
+  const auto emit = [&](int32_t id) { return report_token(r, o, on_token, id); };
   // `next` is chosen but not consumed; the MTP head drafts from the hidden state of the token
   // before it, row `row` of the last verify.
   int32_t next = top;

@@ -124,6 +124,9 @@ int32_t CudaEngine::mtp_step(int32_t next_token, const float* hidden, float* log
 
 void CudaEngine::verify2(const int32_t tokens[2], int32_t top[2]) {
   Impl& s = *impl_;
+  if (!s.m->mtp) {
+    throw Error(Errc::kUnsupported, "verify2 is speculative decoding's: load the MTP head");
+  }
   const int64_t vocab = s.m->config.vocab_size;
   for (int r = 0; r < 2; ++r) {
     if (tokens[r] < 0 || tokens[r] >= vocab) {
@@ -205,27 +208,37 @@ std::vector<KernelShare> CudaEngine::profile_step() {
   return out;
 }
 
-double CudaEngine::time_steps(int steps) {
-  Impl& s = *impl_;
-  s.can_reject = false;
+namespace {
+
+// Mean microseconds of `n` calls of `one` on `stream`, between two events, after one warm call
+// (which captures a graph).
+template <class F>
+double mean_us(cudaStream_t stream, int n, F one) {
   cudaEvent_t a, b;
   cuda::check(cudaEventCreate(&a), "cudaEventCreate");
   cuda::check(cudaEventCreate(&b), "cudaEventCreate");
-  s.run_step();  // warm: captures the graph
-  ++s.position;
-  cuda::check(cudaEventRecord(a, s.stream), "cudaEventRecord");
-  for (int i = 0; i < steps; ++i) {
-    s.before_step(s.position);
-    s.run_step();
-    ++s.position;
-  }
-  cuda::check(cudaEventRecord(b, s.stream), "cudaEventRecord");
+  one();
+  cuda::check(cudaEventRecord(a, stream), "cudaEventRecord");
+  for (int i = 0; i < n; ++i) one();
+  cuda::check(cudaEventRecord(b, stream), "cudaEventRecord");
   cuda::check(cudaEventSynchronize(b), "timed steps");
   float ms = 0;
   cuda::check(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
   cudaEventDestroy(a);
   cudaEventDestroy(b);
-  return ms * 1000.0 / steps;
+  return ms * 1000.0 / n;
+}
+
+}  // namespace
+
+double CudaEngine::time_steps(int steps) {
+  Impl& s = *impl_;
+  s.can_reject = false;
+  return mean_us(s.stream, steps, [&] {
+    s.before_step(s.position);
+    s.run_step();
+    ++s.position;
+  });
 }
 
 double CudaEngine::time_mtp_steps(int steps) {
@@ -235,26 +248,13 @@ double CudaEngine::time_mtp_steps(int steps) {
     throw Error(Errc::kUsage,
                 "time_mtp_steps: " + std::to_string(steps) + " steps do not fit the MTP context");
   }
-  cudaEvent_t a, b;
-  cuda::check(cudaEventCreate(&a), "cudaEventCreate");
-  cuda::check(cudaEventCreate(&b), "cudaEventCreate");
   const size_t h_bytes = static_cast<size_t>(s.m->config.hidden_size) * 4;
-  const auto one = [&] {
+  return mean_us(s.stream, steps, [&] {
     cuda::check(cudaMemcpyAsync(s.mtp_in, s.hidden, h_bytes, cudaMemcpyDeviceToDevice, s.stream),
                 "copy");
     s.run(s.mtp_graph, [&] { s.launch_mtp(); });
     ++s.mtp_position;
-  };
-  one();  // warm: captures the graph
-  cuda::check(cudaEventRecord(a, s.stream), "cudaEventRecord");
-  for (int i = 0; i < steps; ++i) one();
-  cuda::check(cudaEventRecord(b, s.stream), "cudaEventRecord");
-  cuda::check(cudaEventSynchronize(b), "timed MTP steps");
-  float ms = 0;
-  cuda::check(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return ms * 1000.0 / steps;
+  });
 }
 
 double device_copy_bandwidth(uint64_t bytes) {

@@ -45,9 +45,7 @@ CudaEngine::Impl::Impl(std::unique_ptr<cuda::DeviceModel> model, const CudaOptio
   for (int64_t l = 0; l < c.num_layers(); ++l) {
     const bool full = c.full_attention[l];
     conv.push_back(full ? nullptr : f(static_cast<int64_t>(kern::gdn_conv_state_floats(gdn)) + 1));
-    ssm.push_back(
-        full ? nullptr
-             : f(c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim));
+    ssm.push_back(full ? nullptr : f(ssm_floats()));
     k_cache.push_back(full ? f(o.max_context * c.kv_rows()) : nullptr);
     v_cache.push_back(full ? f(o.max_context * c.kv_rows()) : nullptr);
   }
@@ -76,7 +74,8 @@ CudaEngine::Impl::Impl(std::unique_ptr<cuda::DeviceModel> model, const CudaOptio
       cudaMemcpy(ids, distinct.data(), distinct.size() * sizeof(int), cudaMemcpyHostToDevice),
       "cudaMemcpy");
   argmax_scratch = i(kern::argmax_scratch_ints(static_cast<int>(c.vocab_size)));
-  for (float* state : ssm) ssm_saved.push_back(state ? f(ssm_floats()) : nullptr);
+  // The verify pass's copies of the DeltaNet states (speculative decoding: with the MTP head).
+  for (float* state : ssm) ssm_saved.push_back(state && m->mtp ? f(ssm_floats()) : nullptr);
   if (m->mtp) {
     mtp_k = f(o.max_context * c.kv_rows()), mtp_v = f(o.max_context * c.kv_rows());
     mtp_in = f(h), cat = f(2 * h), mtp_hidden = f(h), mtp_logits = f(c.vocab_size);

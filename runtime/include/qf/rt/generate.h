@@ -28,6 +28,12 @@ struct GenerateResult {
   double prefill_seconds = 0, decode_seconds = 0;
 };
 
+// Reports `id` of a generation to `r` and `on_token`, unless it is one of the stop ids (then
+// r.finish_reason = "stop"); false when generation ends with it (a stop id, or max_tokens ids
+// reported). The generation loops' shared tail (generate_with, generate_speculative).
+bool report_token(GenerateResult& r, const GenerateOptions& options,
+                  const std::function<void(int32_t)>& on_token, int32_t id);
+
 // One decode step of some engine: consume `token`, write the logits [vocab] when `logits` is not
 // null, return their argmax.
 using StepFn = std::function<int32_t(int32_t token, float* logits)>;
