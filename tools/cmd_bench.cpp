@@ -7,6 +7,7 @@
 #include <functional>
 #include <iterator>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -15,12 +16,16 @@
 #include "qf/ckpt/qwen35_config.h"
 #include "qf/error.h"
 #include "qf/rt/cuda_engine.h"
+#include "qf/rt/sampler.h"
 
 namespace qf::tools {
 namespace {
 
 constexpr double kGb10Bandwidth =
     232e9;  // measured read bandwidth of the Spark (kernel-anchors §0)
+
+// The sampling that --mtp times: Qwen3.5's recommended defaults (its generation_config.json).
+constexpr rt::SamplingOptions kBenchSampling{.temperature = 0.6f, .top_p = 0.95f, .top_k = 20};
 
 struct BenchArgs {
   std::string model, synthetic;
@@ -42,8 +47,9 @@ int run(const BenchArgs& a) {
   }
   if (a.steps < 1 || a.context < 1) throw Error(Errc::kUsage, "--steps and --context must be >= 1");
   rt::CudaOptions o;
-  // --mtp also times speculative decoding's verify passes (two positions each).
-  o.max_context = a.context + a.steps + 2 + (a.mtp ? 4 * a.steps + 8 : 0);
+  // --mtp also times speculative decoding's steps and verify passes (two positions each), greedy
+  // and sampled.
+  o.max_context = a.context + a.steps + 2 + (a.mtp ? 7 * a.steps + 16 : 0);
   o.parallel_shared = !a.serial_shared;
   o.shared_in_experts = a.shared_in_experts;
   o.fused_swiglu = !a.unfused_swiglu;
@@ -94,6 +100,9 @@ int run(const BenchArgs& a) {
   // Speculative decoding's parts, each call waited for as generate waits for it: a step, a
   // two-token verify pass, and a verify pass whose second token is rejected.
   double sync_step_us = 0, verify_us = 0, reject_us = 0;
+  struct {
+    double step_us = 0, verify_us = 0, draft_us = 0, sample_us = 0;
+  } sampled;
   if (a.mtp) {
     const auto per_call = [&](const std::function<void()>& f) {
       f();  // warm: captures the graph
@@ -112,12 +121,40 @@ int run(const BenchArgs& a) {
                   engine->reject_last();
                 }) -
                 verify_us;
+    // Sampled: the logits come back to the host sampler, which draws the draft from the head's
+    // distribution, resolves it against the verify's first row, and draws the token after a
+    // kept draft from its second.
+    const size_t vocab = static_cast<size_t>(engine->config().vocab_size);
+    std::vector<float> logits(2 * vocab);
+    const std::span<const float> row0(logits.data(), vocab), row1(logits.data() + vocab, vocab);
+    rt::Sampler sampler(kBenchSampling);
+    rt::TokenDist dist;
+    sampled.step_us = per_call([&] {
+      engine->step(1, logits.data());
+      sampler.sample(row0);
+    });
+    sampled.verify_us = per_call([&] {
+      engine->verify2(tokens, top, logits.data());
+      sampler.distribution(row0, dist);
+    });
+    sampled.draft_us = per_call([&] {
+      engine->draft(0, 1, logits.data());
+      sampler.distribution(row0, dist);
+      sampler.draw(dist);
+    });
+    sampled.sample_us = per_call([&] { sampler.sample(row1); });
   }
   // Tokens per second when a fraction `kept` of the drafts is kept: a round is one MTP step and
   // a verify pass (plus an MTP step for a kept draft's position, or the rollback) for 1 + kept
-  // tokens.
+  // tokens. Sampled, the draft and the verify bring their logits back, and a kept draft's next
+  // token is drawn on the host.
   const auto spec_tps = [&](double kept) {
     return (1 + kept) * 1e6 / (verify_us + mtp_us + kept * mtp_us + (1 - kept) * reject_us);
+  };
+  const auto sampled_tps = [&](double kept) {
+    return (1 + kept) * 1e6 /
+           (sampled.verify_us + sampled.draft_us + kept * (mtp_us + sampled.sample_us) +
+            (1 - kept) * reject_us);
   };
 
   if (a.json) {
@@ -148,7 +185,17 @@ int run(const BenchArgs& a) {
           {"verify_us", verify_us},
           {"reject_us", reject_us},
           {"tokens_per_s_at_kept",
-           {{"0.5", spec_tps(0.5)}, {"0.7", spec_tps(0.7)}, {"0.9", spec_tps(0.9)}}}};
+           {{"0.5", spec_tps(0.5)}, {"0.7", spec_tps(0.7)}, {"0.9", spec_tps(0.9)}}},
+          {"sampled",
+           {{"temperature", kBenchSampling.temperature},
+            {"top_p", kBenchSampling.top_p},
+            {"top_k", kBenchSampling.top_k},
+            {"step_us", sampled.step_us},
+            {"verify_us", sampled.verify_us},
+            {"draft_us", sampled.draft_us},
+            {"sample_us", sampled.sample_us},
+            {"tokens_per_s_at_kept",
+             {{"0.5", sampled_tps(0.5)}, {"0.7", sampled_tps(0.7)}, {"0.9", sampled_tps(0.9)}}}}}};
     }
     for (const rt::KernelShare& k : shares) {
       j["kernels"].push_back({{"name", k.name}, {"us", k.microseconds}, {"bytes", k.bytes}});
@@ -179,6 +226,14 @@ int run(const BenchArgs& a) {
         "  tok/s if 50%% / 70%% / 90%% of drafts are kept: %.1f / %.1f / %.1f (plain: %.1f; the "
         "fraction depends on the real weights)\n",
         spec_tps(0.5), spec_tps(0.7), spec_tps(0.9), 1e6 / sync_step_us);
+    std::printf(
+        "sampled (T %.1f, top-p %.2f, top-k %d; logits to the host sampler): step %.1f us, "
+        "verify %.1f us, draft %.1f us, a draw %.1f us\n",
+        kBenchSampling.temperature, kBenchSampling.top_p, kBenchSampling.top_k, sampled.step_us,
+        sampled.verify_us, sampled.draft_us, sampled.sample_us);
+    std::printf(
+        "  tok/s if 50%% / 70%% / 90%% of drafts are kept: %.1f / %.1f / %.1f (plain: %.1f)\n",
+        sampled_tps(0.5), sampled_tps(0.7), sampled_tps(0.9), 1e6 / sampled.step_us);
   }
   if (a.shared_in_experts) {
     std::printf("shared expert: %s\n", ls.shared_in_experts
@@ -223,7 +278,7 @@ Command add_bench(CLI::App& app) {
   sub->add_flag("--mtp", a->mtp,
                 "also time the MTP head's step (a draft token; --synthetic: BF16 with an FP8 "
                 "shared expert, as the 122B hybrid's) and speculative decoding's verify pass and "
-                "rollback");
+                "rollback, greedy and sampled");
   sub->add_flag("--serial-shared", a->serial_shared,
                 "run the shared expert after the routed experts, not beside them (to compare)");
   sub->add_flag("--unfused-swiglu", a->unfused_swiglu,

@@ -32,9 +32,7 @@ struct GenerateArgs {
 // Flags win; otherwise generation_config.json's sampling defaults when it samples; else greedy.
 rt::SamplingOptions sampling(const GenerateArgs& a, const rt::GenerationConfig& g) {
   rt::SamplingOptions s;
-  // Speculative decoding is greedy: the config's sampling does not apply (a flag still does, and
-  // a temperature > 0 is refused).
-  const bool config_samples = !a.speculative && g.do_sample.value_or(g.temperature.has_value());
+  const bool config_samples = g.do_sample.value_or(g.temperature.has_value());
   if (config_samples) {
     s.temperature = g.temperature.value_or(1.0f);
     s.top_p = g.top_p.value_or(1.0f);
@@ -163,7 +161,7 @@ int run(const GenerateArgs& a) {
 
 Command add_generate(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
-  CLI::App* sub = app.add_subcommand("generate", "Generate text with the CPU reference engine");
+  CLI::App* sub = app.add_subcommand("generate", "Generate text (CPU reference engine or CUDA)");
   sub->add_option("--model", a->model, "model directory (any layout qforge reads)")->required();
   sub->add_option("--prompt", a->prompt, "raw prompt text (no chat template)");
   sub->add_option("--chat", a->chat, "a user message, rendered with the Qwen3.5 chat template");
@@ -179,8 +177,9 @@ Command add_generate(CLI::App& app) {
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   sub->add_flag("--speculative", a->speculative,
-                "greedy speculative decoding with the checkpoint's MTP head: one draft token a "
-                "round, the same ids as greedy decoding");
+                "speculative decoding with the checkpoint's MTP head, one draft token a round: "
+                "greedy gives the same ids as greedy decoding, sampling ids distributed as "
+                "plain sampling's");
   sub->add_option("--threads", a->threads, "worker threads (default: all cores)");
   sub->add_flag("--ignore-eos", a->ignore_eos, "do not stop at generation_config's eos tokens");
   sub->add_flag("--json", a->json, "print one JSON object at the end instead of streaming");

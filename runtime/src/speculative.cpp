@@ -16,11 +16,15 @@ GenerateResult generate_speculative(const SpecEngine& e, std::span<const int32_t
                                     const std::function<void(int32_t)>& on_token,
                                     SpecStats* stats) {
   if (prompt.empty()) throw Error(Errc::kUsage, "the prompt has no tokens");
-  if (o.sampling.temperature != 0.0f) {
-    throw Error(Errc::kUsage, "speculative decoding is greedy only: temperature must be 0, not " +
-                                  std::to_string(o.sampling.temperature));
-  }
   using clock = std::chrono::steady_clock;
+  const bool greedy = o.sampling.temperature == 0.0f;
+  Sampler sampler(o.sampling);
+  const size_t vocab = static_cast<size_t>(e.vocab);
+  // Sampling: the verify's two rows of logits, the draft's, and their distributions.
+  std::vector<float> logits(greedy ? 0 : 2 * vocab), draft_logits(greedy ? 0 : vocab);
+  const std::span<const float> row0(logits.data(), greedy ? 0 : vocab);
+  const std::span<const float> row1(logits.data() + (greedy ? 0 : vocab), greedy ? 0 : vocab);
+  TokenDist p, q;
   SpecStats st;
   GenerateResult r;
   r.prompt_tokens = static_cast<int64_t>(prompt.size());
@@ -28,10 +32,10 @@ GenerateResult generate_speculative(const SpecEngine& e, std::span<const int32_t
   int32_t top = 0;
   for (size_t i = 0; i < prompt.size(); ++i) {
     if (i > 0) {  // the MTP head's entry for position i - 1
-      e.draft(0, prompt[i]);
+      e.draft(0, prompt[i], nullptr);
       ++st.mtp_steps;
     }
-    e.verify(prompt.subspan(i, 1), &top);
+    e.verify(prompt.subspan(i, 1), &top, i + 1 == prompt.size() ? logits.data() : nullptr);
   }
   const auto t1 = clock::now();
   r.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
@@ -39,27 +43,37 @@ GenerateResult generate_speculative(const SpecEngine& e, std::span<const int32_t
   const auto emit = [&](int32_t id) { return report_token(r, o, on_token, id); };
   // `next` is chosen but not consumed; the MTP head drafts from the hidden state of the token
   // before it, row `row` of the last verify.
-  int32_t next = top;
+  int32_t next = greedy ? top : sampler.sample(row0);
   int row = 0;
   if (o.max_tokens > 0 && emit(next)) {
     while (true) {
-      const int32_t draft = e.draft(row, next);
+      int32_t draft = e.draft(row, next, greedy ? nullptr : draft_logits.data());
+      if (!greedy) {
+        sampler.distribution(draft_logits, q);
+        draft = sampler.draw(q);
+      }
       ++st.mtp_steps;
       const std::array<int32_t, 2> in = {next, draft};
       std::array<int32_t, 2> got{};
-      e.verify(in, got.data());
+      e.verify(in, got.data(), greedy ? nullptr : logits.data());
       ++st.rounds;
-      if (got[0] == draft) {
+      DraftChoice choice{got[0], got[0] == draft};
+      if (!greedy) {
+        sampler.distribution(row0, p);
+        choice = sampler.resolve_draft(p, q, draft);
+      }
+      if (choice.accepted) {
         ++st.accepted;
-        if (!emit(draft) || !emit(got[1])) break;
-        e.draft(0, draft);  // the MTP head's entry for the accepted draft's position
+        const int32_t after = greedy ? got[1] : sampler.sample(row1);
+        if (!emit(draft) || !emit(after)) break;
+        e.draft(0, draft, nullptr);  // the MTP head's entry for the accepted draft's position
         ++st.mtp_steps;
-        next = got[1];
+        next = after;
         row = 1;
       } else {
         e.reject_last();
-        if (!emit(got[0])) break;
-        next = got[0];
+        if (!emit(choice.id)) break;
+        next = choice.id;
         row = 0;
       }
     }
@@ -87,17 +101,20 @@ SpecEngine speculative_engine(CpuEngine& engine) {
   b->logits.resize(static_cast<size_t>(model.config().vocab_size));
   engine.reset();
   SpecEngine e;
-  e.verify = [&engine, b](std::span<const int32_t> tokens, int32_t* top) {
+  e.vocab = model.config().vocab_size;
+  e.verify = [&engine, b](std::span<const int32_t> tokens, int32_t* top, float* logits) {
     for (size_t i = 0; i < tokens.size(); ++i) {
       if (i + 1 == tokens.size() && i > 0) engine.save();
       engine.step(tokens[i], b->logits.data());
       b->hidden[i] = engine.hidden();
       top[i] = b->argmax();
+      if (logits) std::copy(b->logits.begin(), b->logits.end(), logits + i * b->logits.size());
     }
   };
   e.reject_last = [&engine] { engine.restore(); };
-  e.draft = [&engine, b](int row, int32_t next_token) {
+  e.draft = [&engine, b](int row, int32_t next_token, float* logits) {
     engine.mtp_step(next_token, b->hidden[static_cast<size_t>(row)].data(), b->logits.data());
+    if (logits) std::copy(b->logits.begin(), b->logits.end(), logits);
     return b->argmax();
   };
   return e;
@@ -111,15 +128,18 @@ SpecEngine speculative_engine(CudaEngine& engine) {
   }
   engine.reset();
   SpecEngine e;
-  e.verify = [&engine](std::span<const int32_t> tokens, int32_t* top) {
+  e.vocab = engine.config().vocab_size;
+  e.verify = [&engine](std::span<const int32_t> tokens, int32_t* top, float* logits) {
     if (tokens.size() == 1) {
-      top[0] = engine.step(tokens[0], nullptr);
+      top[0] = engine.step(tokens[0], logits);
     } else {
-      engine.verify2(tokens.data(), top);
+      engine.verify2(tokens.data(), top, logits);
     }
   };
   e.reject_last = [&engine] { engine.reject_last(); };
-  e.draft = [&engine](int row, int32_t next_token) { return engine.draft(row, next_token); };
+  e.draft = [&engine](int row, int32_t next_token, float* logits) {
+    return engine.draft(row, next_token, logits);
+  };
   return e;
 }
 

@@ -83,20 +83,22 @@ TEST(EngineCli, CudaLogitsWithMtpEqualTheReference) {
 }
 
 // Plain and speculative (the MTP head drafting) greedy decoding on `device` both give the
-// reference's ids.
+// reference's ids, and so does speculative sampling at top-k 1 (every distribution one-hot).
 void expect_reference_greedy(const std::string& device) {
   const fs::path ref = kModel.parent_path() / "reference.safetensors";
-  for (const std::string flags : {"", " --speculative"}) {
-    const CommandResult r = qforge_split(
-        "generate --model " + kModel.string() + " --tokens " +
-        ids_csv(read<int32_t>(ref, "prompt_ids")) +
-        " --temperature 0 --ignore-eos --max-tokens 24 --json --device " + device + flags);
+  for (const std::string flags : {" --temperature 0", " --temperature 0 --speculative",
+                                  " --temperature 0.7 --top-k 1 --seed 4 --speculative"}) {
+    const CommandResult r =
+        qforge_split("generate --model " + kModel.string() + " --tokens " +
+                     ids_csv(read<int32_t>(ref, "prompt_ids")) +
+                     " --ignore-eos --max-tokens 24 --json --device " + device + flags);
     ASSERT_EQ(r.exit_code, 0) << flags << r.err;
     const nlohmann::json j = nlohmann::json::parse(r.out);
     EXPECT_EQ(j["ids"].get<std::vector<int32_t>>(), read<int32_t>(ref, "greedy_ids")) << flags;
     EXPECT_EQ(j["finish_reason"], "length");
-    EXPECT_EQ(j.contains("speculative"), !flags.empty());
-    if (!flags.empty()) {
+    const bool speculative = flags.find("speculative") != std::string::npos;
+    EXPECT_EQ(j.contains("speculative"), speculative);
+    if (speculative) {
       EXPECT_GE(j["speculative"]["rounds"].get<int>(), 12);
     }
   }
@@ -112,11 +114,25 @@ TEST(EngineCli, CudaGreedyGenerateEqualsTheReference) {
   expect_reference_greedy("cuda");
 }
 
-TEST(EngineCli, SpeculativeNeedsGreedyAndAnMtpHead) {
-  const std::string args = "generate --model " + kModel.string() + " --tokens 1,2 --speculative";
-  CommandResult r = qforge(args + " --temperature 0.5");
-  EXPECT_EQ(r.exit_code, 1) << r.out;
-  EXPECT_NE(r.out.find("greedy only"), std::string::npos) << r.out;
+// --speculative samples with generation_config.json's defaults (the fixture's: temperature 0.6,
+// top-p 0.95, top-k 20) like plain generation, and a seed reproduces it.
+TEST(EngineCli, SpeculativeSamplesWithTheConfigsDefaults) {
+  const std::string args = "generate --model " + kModel.string() +
+                           " --tokens 1,2 --speculative --seed 5 --max-tokens 16 --ignore-eos "
+                           "--json";
+  const CommandResult a = qforge_split(args), b = qforge_split(args);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  const nlohmann::json ja = nlohmann::json::parse(a.out), jb = nlohmann::json::parse(b.out);
+  EXPECT_FLOAT_EQ(ja["temperature"].get<float>(), 0.6f) << a.out;
+  EXPECT_EQ(ja["top_k"].get<int>(), 20) << a.out;
+  EXPECT_EQ(ja["ids"].size(), 16u);
+  EXPECT_EQ(ja["ids"], jb["ids"]);
+  EXPECT_GE(ja["speculative"]["rounds"].get<int>(), 8);
+}
+
+TEST(EngineCli, SpeculativeNeedsAnMtpHead) {
+  CommandResult r;
   TempDir tmp;
   CheckpointEdit edit;
   const ckpt::SafetensorsFile f = ckpt::SafetensorsFile::open(kModel / "model.safetensors");
@@ -266,7 +282,19 @@ TEST(EngineCli, BenchTimesTheMtpHeadAndSpeculativeDecoding) {
     const double want = (1 + kept) * 1e6 / (verify + mtp + kept * mtp + (1 - kept) * rollback);
     const std::string key = kept == 0.5 ? "0.5" : kept == 0.7 ? "0.7" : "0.9";
     EXPECT_NEAR(sp["tokens_per_s_at_kept"][key].get<double>(), want, 1e-9 * want) << key;
+    // Sampled: the draft and the verify with their logits copied back and sampled from, and a
+    // host draw for a kept draft's next token.
+    const nlohmann::json& sm = sp["sampled"];
+    const double sv = sm["verify_us"].get<double>(), sd = sm["draft_us"].get<double>(),
+                 draw = sm["sample_us"].get<double>();
+    EXPECT_GT(sv, 0);
+    EXPECT_GT(sd, 0);
+    EXPECT_GT(draw, 0);
+    const double sampled =
+        (1 + kept) * 1e6 / (sv + sd + kept * (mtp + draw) + (1 - kept) * rollback);
+    EXPECT_NEAR(sm["tokens_per_s_at_kept"][key].get<double>(), sampled, 1e-9 * sampled) << key;
   }
+  EXPECT_GT(sp["sampled"]["step_us"].get<double>(), 0);
 }
 
 // bench --skip takes only the engine's launch names, checked before anything is loaded.

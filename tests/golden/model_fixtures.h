@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "qf/rt/speculative.h"
 #include "test_support.h"
 
 namespace qf::test {
@@ -41,6 +42,19 @@ inline void build_hybrid(const std::string& qforge, const std::filesystem::path&
     const CommandResult r = run_command(qforge + " " + s + " 2>&1");
     ASSERT_EQ(r.exit_code, 0) << s << "\n" << r.out;
   }
+}
+
+// An MTP head that drafts seq's tokens (prompt, then the expected continuation), the position
+// counted in `next`, so every draft is kept; its logits, where asked, are one-hot on the draft.
+inline auto oracle_drafts(const std::vector<int32_t>& seq, size_t& next, int64_t vocab) {
+  return [&seq, &next, vocab](int, int32_t, float* logits) {
+    const int32_t id = next + 2 < seq.size() ? seq[next++ + 2] : 0;
+    if (logits) {
+      std::fill(logits, logits + vocab, 0.0f);
+      logits[id] = 1.0f;
+    }
+    return id;
+  };
 }
 
 }  // namespace qf::test

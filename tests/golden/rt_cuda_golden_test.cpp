@@ -120,11 +120,38 @@ void check(const fs::path& model_dir, const fs::path& reference, const std::stri
   std::vector<int32_t> seq = prompt;
   seq.insert(seq.end(), want.ids.begin(), want.ids.end());
   size_t p = 0;
-  oracle.draft = [&](int, int32_t) { return p + 2 < seq.size() ? seq[p++ + 2] : 0; };
+  oracle.draft = test::oracle_drafts(seq, p, vocab);
   const GenerateResult kept = generate_speculative(
       oracle, prompt, greedy, [](int32_t) {}, &st);
   EXPECT_EQ(kept.ids, want.ids) << name << ": speculative continuation with kept drafts";
   EXPECT_EQ(st.accepted, st.rounds) << name;
+  // Sampling at top-k 1 (every distribution one-hot): the greedy ids through the sampling path,
+  // the verify's and the head's logits copied back.
+  GenerateOptions top1 = greedy;
+  top1.sampling = {.temperature = 0.8f, .top_k = 1, .seed = 3};
+  const GenerateResult s1 = generate_speculative(
+      speculative_engine(gpu), prompt, top1, [](int32_t) {}, nullptr);
+  EXPECT_EQ(s1.ids, want.ids) << name << ": sampled speculative continuation at top-k 1";
+  oracle = speculative_engine(gpu);
+  p = 0;
+  oracle.draft = test::oracle_drafts(seq, p, vocab);
+  const GenerateResult o1 = generate_speculative(
+      oracle, prompt, top1, [](int32_t) {}, &st);
+  EXPECT_EQ(o1.ids, want.ids) << name << ": sampled, with kept drafts";
+  EXPECT_EQ(st.accepted, st.rounds) << name;
+  // verify2's logits are the steps' own: two tokens stepped one by one give the same bits.
+  const size_t v = static_cast<size_t>(vocab);
+  std::vector<float> two(2 * v), one(2 * v);
+  int32_t top[2];
+  gpu.reset();
+  gpu.step(prompt[0], nullptr);
+  gpu.verify2(seq.data() + 1, top, two.data());
+  gpu.reset();
+  gpu.step(prompt[0], nullptr);
+  EXPECT_EQ(gpu.step(seq[1], one.data()), top[0]) << name;
+  EXPECT_EQ(gpu.step(seq[2], one.data() + v), top[1]) << name;
+  EXPECT_EQ(std::memcmp(two.data(), one.data(), two.size() * sizeof(float)), 0)
+      << name << ": verify2's logits differ from two steps'";
   gpu.step(prompt[0], nullptr);  // a rollback is only for verify2's second token
   EXPECT_THROW(gpu.reject_last(), Error) << name;
 }

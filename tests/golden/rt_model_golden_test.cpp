@@ -104,12 +104,27 @@ void check_model(const fs::path& model_dir, const fs::path& reference, const std
     std::vector<int32_t> seq = ref.prompt;
     seq.insert(seq.end(), ref.greedy.begin(), ref.greedy.end());
     size_t p = 0;
-    oracle.draft = [&](int, int32_t) { return p + 2 < seq.size() ? seq[p++ + 2] : 0; };
+    oracle.draft = test::oracle_drafts(seq, p, vocab);
     const GenerateResult orr = generate_speculative(
         oracle, ref.prompt, o, [](int32_t) {}, &st);
     EXPECT_EQ(orr.ids, ref.greedy) << name << ": speculative continuation with kept drafts";
     EXPECT_EQ(st.accepted, st.rounds) << name;
     EXPECT_EQ(st.rounds, static_cast<int64_t>(ref.greedy.size()) / 2) << name;
+    // Sampling at top-k 1 makes every distribution one-hot: the greedy ids again, through the
+    // sampling path (drafts drawn from the head's logits and resolved against the verify's;
+    // with the oracle, the token after each kept draft drawn from the verify's second row).
+    GenerateOptions top1 = o;
+    top1.sampling = {.temperature = 0.8f, .top_k = 1, .seed = 3};
+    const GenerateResult s1 = generate_speculative(
+        speculative_engine(engine), ref.prompt, top1, [](int32_t) {}, nullptr);
+    EXPECT_EQ(s1.ids, ref.greedy) << name << ": sampled speculative continuation at top-k 1";
+    oracle = speculative_engine(engine);
+    p = 0;
+    oracle.draft = test::oracle_drafts(seq, p, vocab);
+    const GenerateResult o1 = generate_speculative(
+        oracle, ref.prompt, top1, [](int32_t) {}, &st);
+    EXPECT_EQ(o1.ids, ref.greedy) << name << ": sampled, with kept drafts";
+    EXPECT_EQ(st.accepted, st.rounds) << name;
   }
 }
 

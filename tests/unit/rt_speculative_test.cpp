@@ -5,6 +5,11 @@
 // architecture gives it (position t: the main model's state at t, the token at t + 1).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
 #include <vector>
 
 #include "qf/error.h"
@@ -30,7 +35,8 @@ struct Toy {
 
   SpecEngine engine() {
     SpecEngine e;
-    e.verify = [this](std::span<const int32_t> tokens, int32_t* top) {
+    e.vocab = kVocab;
+    e.verify = [this](std::span<const int32_t> tokens, int32_t* top, float*) {
       max_verify = std::max<int64_t>(max_verify, static_cast<int64_t>(tokens.size()));
       rows.clear();
       for (size_t i = 0; i < tokens.size(); ++i) {
@@ -40,7 +46,7 @@ struct Toy {
       }
     };
     e.reject_last = [this] { seq.pop_back(); };
-    e.draft = [this](int row, int32_t next_token) {
+    e.draft = [this](int row, int32_t next_token, float*) {
       const size_t p = rows.at(static_cast<size_t>(row));
       EXPECT_EQ(static_cast<int64_t>(p), mtp_pos) << "the MTP head skipped or repeated a position";
       EXPECT_EQ(next_token, reference.at(p + 1)) << "MTP position " << p;
@@ -129,23 +135,154 @@ TEST(Speculative, StopsWhereGreedyStops) {
   }
 }
 
-TEST(Speculative, RefusesSamplingAndEmptyPrompts) {
+TEST(Speculative, RefusesEmptyPromptsAndBadSampling) {
   Toy toy;
   GenerateOptions o;
-  o.sampling.temperature = 0.7f;
-  const std::vector<int32_t> prompt = {1, 2};
-  try {
-    generate_speculative(
-        toy.engine(), prompt, o, [](int32_t) {}, nullptr);
-    FAIL() << "sampling accepted";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), Errc::kUsage);
-    EXPECT_NE(std::string(e.what()).find("greedy only"), std::string::npos) << e.what();
-  }
-  o.sampling.temperature = 0;
   EXPECT_THROW(generate_speculative(
                    toy.engine(), {}, o, [](int32_t) {}, nullptr),
                Error);
+  o.sampling.top_p = 0;
+  const std::vector<int32_t> prompt = {1, 2};
+  EXPECT_THROW(generate_speculative(
+                   toy.engine(), prompt, o, [](int32_t) {}, nullptr),
+               Error);
+}
+
+// Sampling. A toy of 4 tokens whose main model's and MTP head's logits are fixed, different
+// functions of the tokens before, computed from scratch at every call from what the loop fed
+// it. Over many seeds, the first three generated tokens must follow plain sampling's joint
+// distribution, the product of the main model's probabilities (softmax at the temperature over
+// the top k, computed here from the definition), within a chi-square bound.
+constexpr int kSmall = 4;
+
+std::array<float, kSmall> main_logits(const std::vector<int32_t>& ctx) {
+  const int32_t a = ctx.back(), b = ctx.size() >= 2 ? ctx[ctx.size() - 2] : 0;
+  std::array<float, kSmall> l{};
+  for (int v = 0; v < kSmall; ++v) {
+    l[v] = 0.9f * static_cast<float>((3 * a + 5 * b + 7 * v + static_cast<int>(ctx.size())) % 5) -
+           0.5f * static_cast<float>(v == a);
+  }
+  return l;
+}
+
+// What the MTP head predicts for the token after `ctx`'s next one, from ctx (its last token the
+// next one): unlike the main model's, often far off.
+std::array<float, kSmall> mtp_logits(const std::vector<int32_t>& ctx) {
+  const int32_t a = ctx.back();
+  std::array<float, kSmall> l{};
+  for (int v = 0; v < kSmall; ++v) l[v] = 1.3f * static_cast<float>((2 * a + 3 * v) % 4);
+  return l;
+}
+
+struct SampledToy {
+  std::vector<int32_t> seq;
+  std::vector<size_t> rows;
+
+  SpecEngine engine() {
+    SpecEngine e;
+    e.vocab = kSmall;
+    e.verify = [this](std::span<const int32_t> tokens, int32_t* top, float* logits) {
+      rows.clear();
+      for (size_t i = 0; i < tokens.size(); ++i) {
+        seq.push_back(tokens[i]);
+        rows.push_back(seq.size() - 1);
+        const auto l = main_logits(seq);
+        top[i] = static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+        if (logits) std::copy(l.begin(), l.end(), logits + i * kSmall);
+      }
+    };
+    e.reject_last = [this] { seq.pop_back(); };
+    e.draft = [this](int row, int32_t next_token, float* logits) {
+      std::vector<int32_t> ctx(seq.begin(), seq.begin() + rows.at(row) + 1);
+      ctx.push_back(next_token);
+      const auto l = mtp_logits(ctx);
+      if (logits) std::copy(l.begin(), l.end(), logits);
+      return static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+    };
+    return e;
+  }
+};
+
+// softmax(l / t) over the k largest (k = 0: all), by definition.
+std::array<double, kSmall> reference_probs(const std::array<float, kSmall>& l, float t, int k) {
+  std::array<int, kSmall> order{};
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return l[a] > l[b]; });
+  std::array<double, kSmall> p{};
+  double z = 0;
+  for (int i = 0; i < (k > 0 ? k : kSmall); ++i) z += p[order[i]] = std::exp(l[order[i]] / t);
+  for (double& x : p) x /= z;
+  return p;
+}
+
+void expect_plain_distribution(float temperature, int top_k) {
+  const std::vector<int32_t> prompt = {2, 1};
+  constexpr int kRuns = 40000, kLen = 3, kCells = kSmall * kSmall * kSmall;
+  std::array<double, kCells> want{};
+  for (int c = 0; c < kCells; ++c) {
+    std::vector<int32_t> ctx = prompt;
+    double prob = 1;
+    for (int i = 0, rest = c; i < kLen; ++i, rest /= kSmall) {
+      prob *= reference_probs(main_logits(ctx), temperature, top_k)[rest % kSmall];
+      ctx.push_back(rest % kSmall);
+    }
+    want[c] = prob;
+  }
+  std::array<int, kCells> seen{};
+  int64_t rounds = 0, kept = 0;
+  for (int run = 0; run < kRuns; ++run) {
+    GenerateOptions o;
+    o.max_tokens = kLen;
+    o.sampling = {.temperature = temperature, .top_k = top_k, .seed = static_cast<uint64_t>(run)};
+    SampledToy toy;
+    SpecStats st;
+    const GenerateResult r = generate_speculative(
+        toy.engine(), prompt, o, [](int32_t) {}, &st);
+    ASSERT_EQ(r.ids.size(), static_cast<size_t>(kLen));
+    ++seen[r.ids[0] + kSmall * r.ids[1] + kSmall * kSmall * r.ids[2]];
+    rounds += st.rounds, kept += st.accepted;
+  }
+  double chi2 = 0;
+  int cells = 0;
+  for (int c = 0; c < kCells; ++c) {
+    const double e = want[c] * kRuns;
+    if (e == 0) {
+      EXPECT_EQ(seen[c], 0) << "cell " << c << " has probability 0";
+      continue;
+    }
+    chi2 += (seen[c] - e) * (seen[c] - e) / e;
+    ++cells;
+  }
+  // 2 * cells + 40 is past chi-square's 1e-6 tail at cells - 1 degrees of freedom (63: 132,
+  // 7: 42, by the Wilson-Hilferty approximation).
+  EXPECT_LT(chi2, 2.0 * cells + 40)
+      << "T " << temperature << ", top-k " << top_k << ": " << cells << " cells";
+  // Both paths ran: drafts kept and drafts replaced.
+  EXPECT_GT(kept, rounds / 10);
+  EXPECT_LT(kept, rounds * 9 / 10);
+  std::printf("T %.1f top-k %d: chi-square %.1f over %d cells, %lld of %lld drafts kept\n",
+              temperature, top_k, chi2, cells, static_cast<long long>(kept),
+              static_cast<long long>(rounds));
+}
+
+TEST(Speculative, SamplingFollowsPlainSamplingsDistribution) {
+  expect_plain_distribution(0.8f, 0);
+  expect_plain_distribution(1.5f, 2);
+}
+
+// Top-k 1 makes both distributions one-hot: sampling must give the greedy ids.
+TEST(Speculative, TopKOneSamplingIsGreedy) {
+  const std::vector<int32_t> prompt = {3, 0, 1};
+  GenerateOptions greedy;
+  greedy.max_tokens = 25;
+  SampledToy a, b;
+  const GenerateResult want = generate_speculative(
+      a.engine(), prompt, greedy, [](int32_t) {}, nullptr);
+  GenerateOptions o = greedy;
+  o.sampling = {.temperature = 2.0f, .top_k = 1, .seed = 9};
+  const GenerateResult got = generate_speculative(
+      b.engine(), prompt, o, [](int32_t) {}, nullptr);
+  EXPECT_EQ(got.ids, want.ids);
 }
 
 }  // namespace

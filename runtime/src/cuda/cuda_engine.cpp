@@ -79,12 +79,9 @@ int32_t CudaEngine::step(int32_t token, float* logits) {
   s.run_step();
   cuda::check(cudaMemcpyAsync(s.pinned + 1, s.next, sizeof(int), cudaMemcpyDeviceToHost, s.stream),
               "copy");
-  if (logits) {
-    cuda::check(cudaMemcpyAsync(logits, s.logits, static_cast<size_t>(vocab) * 4,
-                                cudaMemcpyDeviceToHost, s.stream),
-                "copy");
-  }
+  if (logits) s.queue_logits(s.logits, 1);
   cuda::check(cudaStreamSynchronize(s.stream), "decode step");
+  if (logits) s.take_logits(logits, 1);
   ++s.position;
   return s.pinned[1];
 }
@@ -122,7 +119,7 @@ int32_t CudaEngine::mtp_step(int32_t next_token, const float* hidden, float* log
                     hidden ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToDevice, logits);
 }
 
-void CudaEngine::verify2(const int32_t tokens[2], int32_t top[2]) {
+void CudaEngine::verify2(const int32_t tokens[2], int32_t top[2], float* logits) {
   Impl& s = *impl_;
   if (!s.m->mtp) {
     throw Error(Errc::kUnsupported, "verify2 is speculative decoding's: load the MTP head");
@@ -148,7 +145,9 @@ void CudaEngine::verify2(const int32_t tokens[2], int32_t top[2]) {
   cuda::check(cudaMemcpyAsync(s.pos, p + 6, sizeof(int), cudaMemcpyHostToDevice, s.stream), "copy");
   cuda::check(cudaMemcpyAsync(p + 4, s.vnext, 2 * sizeof(int), cudaMemcpyDeviceToHost, s.stream),
               "copy");
+  if (logits) s.queue_logits(s.logits, 2);
   cuda::check(cudaStreamSynchronize(s.stream), "verify");
+  if (logits) s.take_logits(logits, 2);
   s.position += 2;
   s.can_reject = true;
   top[0] = p[4], top[1] = p[5];
@@ -173,11 +172,11 @@ void CudaEngine::reject_last() {
   s.position -= 1;
 }
 
-int32_t CudaEngine::draft(int row, int32_t next_token) {
+int32_t CudaEngine::draft(int row, int32_t next_token, float* logits) {
   Impl& s = *impl_;
   if (row < 0 || row > 1) throw Error(Errc::kUsage, "draft: row must be 0 or 1");
   return s.mtp_step(next_token, s.hidden + static_cast<int64_t>(row) * s.m->config.hidden_size,
-                    cudaMemcpyDeviceToDevice, nullptr);
+                    cudaMemcpyDeviceToDevice, logits);
 }
 
 std::vector<KernelShare> CudaEngine::profile_step() {

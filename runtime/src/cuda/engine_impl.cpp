@@ -26,6 +26,8 @@ CudaEngine::Impl::Impl(std::unique_ptr<cuda::DeviceModel> model, const CudaOptio
   cuda::check(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming), "cudaEventCreate");
   cuda::check(cudaEventCreateWithFlags(&join, cudaEventDisableTiming), "cudaEventCreate");
   cuda::check(cudaMallocHost(&pinned, 10 * sizeof(int)), "cudaMallocHost");
+  cuda::check(cudaMallocHost(&pinned_logits, static_cast<size_t>(2 * c.vocab_size) * 4),
+              "cudaMallocHost");
   gdn = {static_cast<int>(c.linear_num_key_heads),   static_cast<int>(c.linear_num_value_heads),
          static_cast<int>(c.linear_key_head_dim),    static_cast<int>(c.linear_value_head_dim),
          static_cast<int>(c.linear_conv_kernel_dim), static_cast<float>(c.rms_norm_eps)};
@@ -100,6 +102,7 @@ CudaEngine::Impl::~Impl() {
   if (mtp_graph) cudaGraphExecDestroy(mtp_graph);
   if (verify_graph) cudaGraphExecDestroy(verify_graph);
   if (pinned) cudaFreeHost(pinned);
+  if (pinned_logits) cudaFreeHost(pinned_logits);
   if (fork) cudaEventDestroy(fork);
   if (join) cudaEventDestroy(join);
   if (side) cudaStreamDestroy(side);
@@ -150,12 +153,9 @@ int32_t CudaEngine::Impl::mtp_step(int32_t next_token, const float* src, cudaMem
   run(mtp_graph, [&] { launch_mtp(); });
   cuda::check(cudaMemcpyAsync(pinned + 3, mtp_next, sizeof(int), cudaMemcpyDeviceToHost, stream),
               "copy");
-  if (out) {
-    cuda::check(cudaMemcpyAsync(out, mtp_logits, static_cast<size_t>(vocab) * 4,
-                                cudaMemcpyDeviceToHost, stream),
-                "copy");
-  }
+  if (out) queue_logits(mtp_logits, 1);
   cuda::check(cudaStreamSynchronize(stream), "MTP step");
+  if (out) take_logits(out, 1);
   ++mtp_position;
   return pinned[3];
 }

@@ -1,6 +1,7 @@
 // Next-token selection: greedy at temperature 0 (lowest id among equal maxima), otherwise
 // top-k, then temperature softmax, then top-p (nucleus) over the survivors, drawn from a seeded
-// generator so a seed reproduces a run.
+// generator so a seed reproduces a run. Speculative sampling's choice for a drafted token
+// (resolve_draft) draws from the same generator.
 #pragma once
 
 #include <cstdint>
@@ -17,17 +18,43 @@ struct SamplingOptions {
   uint64_t seed = 0;
 };
 
+// The distribution a sampling step draws from: the ids that survive top-k and top-p, with
+// unnormalized weights exp((l - max) / T); by decreasing logit (ties: lower id first), except
+// that when every id survives they are in id order.
+struct TokenDist {
+  std::vector<int32_t> ids;
+  std::vector<float> weights;
+  double total = 0;  // the sum of weights, in double
+  // The probability of `id` (0 outside the survivors).
+  double prob(int32_t id) const;
+};
+
+// What resolve_draft chose: the draft (accepted) or a token drawn in its place.
+struct DraftChoice {
+  int32_t id = 0;
+  bool accepted = false;
+};
+
 class Sampler {
  public:
   // Throws Error(kUsage) for a negative temperature, top_p outside (0, 1] or negative top_k.
   explicit Sampler(const SamplingOptions& options);
   int32_t sample(std::span<const float> logits);
 
+  // The distribution sample() draws from at temperature > 0 (Error(kUsage) at 0).
+  void distribution(std::span<const float> logits, TokenDist& out);
+  int32_t draw(const TokenDist& dist);
+  // Speculative sampling (Leviathan et al. 2023; Chen et al. 2023) for one draft drawn from q:
+  // keep it with probability min(1, p(draft) / q(draft)), else draw from max(0, p - q)
+  // renormalized. Whatever q is, the id returned is distributed as p.
+  DraftChoice resolve_draft(const TokenDist& p, const TokenDist& q, int32_t draft);
+
  private:
   SamplingOptions o_;
   std::mt19937_64 rng_;
   std::vector<int32_t> ids_;
-  std::vector<float> probs_;
+  TokenDist dist_;
+  std::vector<double> q_dense_;  // resolve_draft: q by id
 };
 
 }  // namespace qf::rt

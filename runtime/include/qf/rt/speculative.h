@@ -1,10 +1,13 @@
-// Greedy speculative decoding with the MTP head, over any engine: each round the MTP head drafts
-// the token after the next one, and one verify pass of the main model consumes the next token
-// and the draft together. The draft is kept when the main model's argmax after the next token
-// equals it; either way the round yields the main model's own argmaxes, so the ids equal plain
-// greedy decoding's (argmax at every position) while the main model runs once per round rather
-// than once per token. Sampling (temperature > 0) is not supported: it needs rejection sampling
-// over the two distributions.
+// Speculative decoding with the MTP head, over any engine: each round the MTP head drafts the
+// token after the next one, and one verify pass of the main model consumes the next token and
+// the draft together, so the main model runs once per round rather than once per token.
+// - Greedy (temperature 0): the draft is kept when the main model's argmax after the next token
+//   equals it; either way the round yields the main model's own argmaxes, so the ids equal plain
+//   greedy decoding's.
+// - Sampling: the draft is drawn from the MTP head's distribution q and kept or replaced by
+//   Sampler::resolve_draft against the main model's p (top-k, temperature and top-p applied to
+//   both), so every id is distributed as plain sampling's. The same seed gives other ids than
+//   plain sampling: the draws differ.
 #pragma once
 
 #include <cstdint>
@@ -21,15 +24,18 @@ namespace qf::rt {
 // (qwen35-architecture.md: at position t it takes the main model's final-normed hidden state at
 // t and the token at t + 1, and predicts the token at t + 2).
 struct SpecEngine {
+  int64_t vocab = 0;
   // Consumes tokens (one or two) at the next positions and writes the argmax of each position's
-  // logits to top[i]; keeps each position's hidden state for draft().
-  std::function<void(std::span<const int32_t> tokens, int32_t* top)> verify;
+  // logits to top[i], and the logits to logits[i * vocab, (i + 1) * vocab) when `logits` is not
+  // null; keeps each position's hidden state for draft().
+  std::function<void(std::span<const int32_t> tokens, int32_t* top, float* logits)> verify;
   // Forgets the last token the last two-token verify consumed (its KV rows, DeltaNet states and
   // position): a rejected draft.
   std::function<void()> reject_last;
   // The MTP head at its next position on the hidden state of token `row` of the last verify and
-  // `next_token`; returns the argmax of its logits (the draft).
-  std::function<int32_t(int row, int32_t next_token)> draft;
+  // `next_token`; returns the argmax of its logits and writes them [vocab] to `logits` when not
+  // null.
+  std::function<int32_t(int row, int32_t next_token, float* logits)> draft;
 };
 
 struct SpecStats {
@@ -40,7 +46,7 @@ struct SpecStats {
 
 // The loop over a fresh engine state. Every prompt token but the first also goes through the
 // MTP head (its cache holds every position, as in a plain run of it), and so does every
-// accepted draft. Throws Error(kUsage) for an empty prompt or a temperature other than 0.
+// accepted draft. Throws Error(kUsage) for an empty prompt or bad sampling options.
 GenerateResult generate_speculative(const SpecEngine& engine, std::span<const int32_t> prompt,
                                     const GenerateOptions& options,
                                     const std::function<void(int32_t)>& on_token, SpecStats* stats);
