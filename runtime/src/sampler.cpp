@@ -71,6 +71,8 @@ void top_k_sorted(std::span<const float> l, int64_t k, std::vector<int32_t>& ids
 }  // namespace
 
 double TokenDist::prob(int32_t id) const {
+  // Every id in id order (or `id` where its index would be): no search.
+  if (id >= 0 && static_cast<size_t>(id) < ids.size() && ids[id] == id) return weights[id] / total;
   for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] == id) return weights[i] / total;
   }
