@@ -183,6 +183,7 @@ int run(const BenchArgs& a) {
       j["speculative"] = {
           {"step_us_host_synced", sync_step_us},
           {"verify_us", verify_us},
+          {"prefill_tokens_per_s_in_pairs", 2e6 / verify_us},
           {"reject_us", reject_us},
           {"tokens_per_s_at_kept",
            {{"0.5", spec_tps(0.5)}, {"0.7", spec_tps(0.7)}, {"0.9", spec_tps(0.9)}}},
@@ -219,9 +220,9 @@ int run(const BenchArgs& a) {
         mtp_us, 100 * mtp_us / us, human_bytes(mtp_bytes).c_str(), mtp_gbs,
         100 * mtp_gbs / copy_gbs);
     std::printf(
-        "speculative (host-synced calls): step %.1f us, two-token verify %.1f us (%.2f steps), "
-        "rollback %.1f us\n",
-        sync_step_us, verify_us, verify_us / sync_step_us, reject_us);
+        "speculative (host-synced calls): step %.1f us, two-token verify %.1f us (%.2f steps; "
+        "prefill in such pairs %.1f tok/s), rollback %.1f us\n",
+        sync_step_us, verify_us, verify_us / sync_step_us, 2e6 / verify_us, reject_us);
     std::printf(
         "  tok/s if 50%% / 70%% / 90%% of drafts are kept: %.1f / %.1f / %.1f (plain: %.1f; the "
         "fraction depends on the real weights)\n",

@@ -108,7 +108,10 @@ int run(const GenerateArgs& a) {
     } else {
       r = rt::generate_with(
           [&](int32_t token, float* logits) { return engine.step(token, logits); },
-          model->config().vocab_size, prompt, o, print);
+          model->config().vocab_size, prompt, o, print,
+          [&](const int32_t* tokens, int32_t* top, float* logits) {
+            engine.verify2(tokens, top, logits);  // prefill, two tokens a pass
+          });
     }
   } else {
     rt::CpuEngine engine(*model, a.threads);

@@ -1,6 +1,7 @@
 #include "qf/rt/generate.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 
 #include "qf/error.h"
@@ -19,29 +20,38 @@ bool report_token(GenerateResult& r, const GenerateOptions& o,
 }
 
 GenerateResult generate_with(const StepFn& step, int64_t vocab, std::span<const int32_t> prompt,
-                             const GenerateOptions& o,
-                             const std::function<void(int32_t)>& on_token) {
+                             const GenerateOptions& o, const std::function<void(int32_t)>& on_token,
+                             const PairFn& pair) {
   if (prompt.empty()) throw Error(Errc::kUsage, "the prompt has no tokens");
   using clock = std::chrono::steady_clock;
   const bool greedy = o.sampling.temperature == 0.0f;
   Sampler sampler(o.sampling);
-  std::vector<float> logits(greedy ? 0 : static_cast<size_t>(vocab));
+  const size_t v = static_cast<size_t>(vocab);
+  std::vector<float> logits(greedy ? 0 : (pair ? 2 : 1) * v);  // a pair's two rows
   float* out = greedy ? nullptr : logits.data();
   GenerateResult r;
   r.prompt_tokens = static_cast<int64_t>(prompt.size());
   const auto t0 = clock::now();
   int32_t top = 0;
-  for (size_t i = 0; i < prompt.size(); ++i) {
-    top = step(prompt[i], i + 1 == prompt.size() ? out : nullptr);
+  const size_t n = prompt.size();
+  size_t i = 0;
+  for (; pair && i + 2 <= n; i += 2) {
+    std::array<int32_t, 2> tops{};
+    const bool last = i + 2 == n;
+    pair(prompt.data() + i, tops.data(), last ? out : nullptr);
+    top = tops[1];
+    if (last && out) std::copy(logits.begin() + v, logits.end(), logits.begin());  // row 1
   }
+  for (; i < n; ++i) top = step(prompt[i], i + 1 == n ? out : nullptr);
   const auto t1 = clock::now();
   r.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
   r.finish_reason = "length";
   if (o.max_tokens > 0) {
-    int32_t id = greedy ? top : sampler.sample(logits);
+    const std::span<const float> row(logits.data(), greedy ? 0 : v);
+    int32_t id = greedy ? top : sampler.sample(row);
     while (report_token(r, o, on_token, id)) {
       top = step(id, out);
-      id = greedy ? top : sampler.sample(logits);
+      id = greedy ? top : sampler.sample(row);
     }
   }
   r.decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();

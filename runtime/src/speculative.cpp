@@ -29,13 +29,20 @@ GenerateResult generate_speculative(const SpecEngine& e, std::span<const int32_t
   GenerateResult r;
   r.prompt_tokens = static_cast<int64_t>(prompt.size());
   const auto t0 = clock::now();
-  int32_t top = 0;
-  for (size_t i = 0; i < prompt.size(); ++i) {
-    if (i > 0) {  // the MTP head's entry for position i - 1
-      e.draft(0, prompt[i], nullptr);
+  // Prefill two tokens a verify (the last alone when the length is odd), then the MTP head's
+  // entries for the positions whose next token is known.
+  std::array<int32_t, 2> tops{};
+  int row = 0;  // of the last prompt token in the last verify
+  for (size_t i = 0; i < prompt.size();) {
+    const size_t take = std::min<size_t>(2, prompt.size() - i);
+    const bool last = i + take == prompt.size();
+    e.verify(prompt.subspan(i, take), tops.data(), last ? logits.data() : nullptr);
+    for (size_t j = 0; j < take && i + j + 1 < prompt.size(); ++j) {
+      e.draft(static_cast<int>(j), prompt[i + j + 1], nullptr);
       ++st.mtp_steps;
     }
-    e.verify(prompt.subspan(i, 1), &top, i + 1 == prompt.size() ? logits.data() : nullptr);
+    row = static_cast<int>(take) - 1;
+    i += take;
   }
   const auto t1 = clock::now();
   r.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
@@ -43,8 +50,7 @@ GenerateResult generate_speculative(const SpecEngine& e, std::span<const int32_t
   const auto emit = [&](int32_t id) { return report_token(r, o, on_token, id); };
   // `next` is chosen but not consumed; the MTP head drafts from the hidden state of the token
   // before it, row `row` of the last verify.
-  int32_t next = greedy ? top : sampler.sample(row0);
-  int row = 0;
+  int32_t next = greedy ? tops[static_cast<size_t>(row)] : sampler.sample(row == 0 ? row0 : row1);
   if (o.max_tokens > 0 && emit(next)) {
     while (true) {
       int32_t draft = e.draft(row, next, greedy ? nullptr : draft_logits.data());

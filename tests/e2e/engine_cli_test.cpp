@@ -278,6 +278,7 @@ TEST(EngineCli, BenchTimesTheMtpHeadAndSpeculativeDecoding) {
                mtp = j["mtp"]["step_us"].get<double>();
   EXPECT_GT(sp["step_us_host_synced"].get<double>(), 0);
   EXPECT_GT(verify, 0);
+  EXPECT_NEAR(sp["prefill_tokens_per_s_in_pairs"].get<double>(), 2e6 / verify, 1e-9 * 2e6 / verify);
   for (const double kept : {0.5, 0.7, 0.9}) {
     const double want = (1 + kept) * 1e6 / (verify + mtp + kept * mtp + (1 - kept) * rollback);
     const std::string key = kept == 0.5 ? "0.5" : kept == 0.7 ? "0.7" : "0.9";

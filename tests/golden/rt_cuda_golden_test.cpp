@@ -56,6 +56,37 @@ void expect_same(const std::vector<float>& want, const std::vector<float>& got, 
   std::printf("%-44s max |diff| %.3g = %.3g x max |logit|\n", what.c_str(), diff, diff / top);
 }
 
+// verify2 (two tokens a pass) against steps: after a step, the pair's logits are two steps'
+// bits, and prefilling the prompt in pairs gives the greedy ids `want`.
+void expect_pairs_equal_steps(CudaEngine& gpu, const std::vector<int32_t>& prompt,
+                              const std::vector<int32_t>& want, const std::string& name) {
+  const size_t v = static_cast<size_t>(gpu.config().vocab_size);
+  std::vector<float> two(2 * v), one(2 * v);
+  int32_t top[2];
+  gpu.reset();
+  gpu.step(prompt[0], nullptr);
+  gpu.verify2(prompt.data() + 1, top, two.data());
+  gpu.reset();
+  gpu.step(prompt[0], nullptr);
+  EXPECT_EQ(gpu.step(prompt[1], one.data()), top[0]) << name;
+  EXPECT_EQ(gpu.step(prompt[2], one.data() + v), top[1]) << name;
+  EXPECT_EQ(std::memcmp(two.data(), one.data(), two.size() * sizeof(float)), 0)
+      << name << ": verify2's logits differ from two steps'";
+  GenerateOptions greedy;
+  greedy.max_tokens = static_cast<int64_t>(want.size());
+  for (const size_t len : {prompt.size(), prompt.size() - 1}) {  // even and odd lengths
+    gpu.reset();
+    const GenerateResult got = generate_with(
+        [&](int32_t token, float* logits) { return gpu.step(token, logits); },
+        static_cast<int64_t>(v), std::span(prompt.data(), len), greedy, [](int32_t) {},
+        [&](const int32_t* t, int32_t* top2, float* logits) { gpu.verify2(t, top2, logits); });
+    if (len == prompt.size()) {
+      EXPECT_EQ(got.ids, want) << name << ": greedy after a prefill in pairs differs";
+    }
+    EXPECT_EQ(gpu.position(), static_cast<int64_t>(len + got.ids.size()) - 1) << name;
+  }
+}
+
 void check(const fs::path& model_dir, const fs::path& reference, const std::string& name) {
   const std::unique_ptr<Model> model = Model::load(model_dir);
   const int64_t vocab = model->config().vocab_size;
@@ -107,6 +138,16 @@ void check(const fs::path& model_dir, const fs::path& reference, const std::stri
       generate_with([&](int32_t token, float* logits) { return gpu.step(token, logits); }, vocab,
                     prompt, greedy, [](int32_t) {});
   EXPECT_EQ(got.ids, want.ids) << name << ": greedy continuations differ";
+  expect_pairs_equal_steps(gpu, prompt, want.ids, name);
+  {  // without the MTP head, verify2 keeps no state copies and nothing can be rejected
+    CudaOptions plain_o = o;
+    plain_o.mtp = false;
+    CudaEngine plain(*model, plain_o);
+    expect_pairs_equal_steps(plain, prompt, want.ids, name + " (no MTP head)");
+    int32_t top[2];
+    plain.verify2(prompt.data(), top);
+    EXPECT_THROW(plain.reject_last(), Error) << name;
+  }
   if (!gpu.has_mtp()) return;
   // Speculative decoding: the fixtures' random MTP heads draft (nearly all rejected: the rollback
   // path), then an oracle drafts the greedy tokens (all kept: the verify's second argmax).
@@ -139,19 +180,7 @@ void check(const fs::path& model_dir, const fs::path& reference, const std::stri
       oracle, prompt, top1, [](int32_t) {}, &st);
   EXPECT_EQ(o1.ids, want.ids) << name << ": sampled, with kept drafts";
   EXPECT_EQ(st.accepted, st.rounds) << name;
-  // verify2's logits are the steps' own: two tokens stepped one by one give the same bits.
-  const size_t v = static_cast<size_t>(vocab);
-  std::vector<float> two(2 * v), one(2 * v);
-  int32_t top[2];
-  gpu.reset();
-  gpu.step(prompt[0], nullptr);
-  gpu.verify2(seq.data() + 1, top, two.data());
-  gpu.reset();
-  gpu.step(prompt[0], nullptr);
-  EXPECT_EQ(gpu.step(seq[1], one.data()), top[0]) << name;
-  EXPECT_EQ(gpu.step(seq[2], one.data() + v), top[1]) << name;
-  EXPECT_EQ(std::memcmp(two.data(), one.data(), two.size() * sizeof(float)), 0)
-      << name << ": verify2's logits differ from two steps'";
+
   gpu.step(prompt[0], nullptr);  // a rollback is only for verify2's second token
   EXPECT_THROW(gpu.reject_last(), Error) << name;
 }

@@ -285,5 +285,45 @@ TEST(Speculative, TopKOneSamplingIsGreedy) {
   EXPECT_EQ(got.ids, want.ids);
 }
 
+// generate_with with a PairFn: the prompt in pairs (the last token alone for odd lengths) gives
+// the ids single steps give, greedy and sampled with one seed (the pair's second row of logits
+// is what the sampler draws from), and the pair function takes every pair.
+TEST(Prefill, PairsEqualSingleSteps) {
+  for (const float temperature : {0.0f, 0.9f}) {
+    for (size_t len = 1; len <= 6; ++len) {
+      std::vector<int32_t> prompt;
+      for (size_t i = 0; i < len; ++i) prompt.push_back(static_cast<int32_t>((5 * i + 2) % 4));
+      GenerateOptions o;
+      o.max_tokens = 12;
+      o.sampling = {.temperature = temperature, .seed = 17};
+      std::vector<int32_t> seq;
+      const auto logits_of = [&](float* out) {
+        const auto l = main_logits(seq);
+        if (out) std::copy(l.begin(), l.end(), out);
+        return static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+      };
+      const StepFn step = [&](int32_t token, float* out) {
+        seq.push_back(token);
+        return logits_of(out);
+      };
+      int pairs = 0;
+      const PairFn pair = [&](const int32_t* tokens, int32_t* top, float* out) {
+        ++pairs;
+        for (int r = 0; r < 2; ++r) top[r] = step(tokens[r], out ? out + r * kSmall : nullptr);
+      };
+      const GenerateResult want = generate_with(step, kSmall, prompt, o, [](int32_t) {});
+      const std::vector<int32_t> want_seq = seq;
+      seq.clear();
+      const GenerateResult got = generate_with(
+          step, kSmall, prompt, o, [](int32_t) {}, pair);
+      const std::string what =
+          "T " + std::to_string(temperature) + ", length " + std::to_string(len);
+      EXPECT_EQ(got.ids, want.ids) << what;
+      EXPECT_EQ(seq, want_seq) << what;
+      EXPECT_EQ(pairs, static_cast<int>(len / 2)) << what;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace qf::rt

@@ -121,9 +121,6 @@ int32_t CudaEngine::mtp_step(int32_t next_token, const float* hidden, float* log
 
 void CudaEngine::verify2(const int32_t tokens[2], int32_t top[2], float* logits) {
   Impl& s = *impl_;
-  if (!s.m->mtp) {
-    throw Error(Errc::kUnsupported, "verify2 is speculative decoding's: load the MTP head");
-  }
   const int64_t vocab = s.m->config.vocab_size;
   for (int r = 0; r < 2; ++r) {
     if (tokens[r] < 0 || tokens[r] >= vocab) {
@@ -149,14 +146,15 @@ void CudaEngine::verify2(const int32_t tokens[2], int32_t top[2], float* logits)
   cuda::check(cudaStreamSynchronize(s.stream), "verify");
   if (logits) s.take_logits(logits, 2);
   s.position += 2;
-  s.can_reject = true;
+  s.can_reject = s.m->mtp.has_value();  // the DeltaNet states' copies are kept with it only
   top[0] = p[4], top[1] = p[5];
 }
 
 void CudaEngine::reject_last() {
   Impl& s = *impl_;
   if (!s.can_reject) {
-    throw Error(Errc::kUsage, "reject_last: the last call was not a two-token verify2");
+    throw Error(Errc::kUsage,
+                "reject_last: the last call was not a two-token verify2 with the MTP head loaded");
   }
   s.can_reject = false;
   for (size_t l = 0; l < s.ssm.size(); ++l) {

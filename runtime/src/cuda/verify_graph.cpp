@@ -7,7 +7,8 @@
 // For DeltaNet that node is the copy of the state after the first token, which a rejected
 // second token returns to (reject_last; the DeltaNet kernel writing that state to a second
 // buffer instead measured the same, branch gdn-out); the conv histories need no copy, as the
-// position's parity picks them.
+// position's parity picks them. Without the MTP head (prefill's pairs) nothing is rejected,
+// and the node between the DeltaNet rows is a plain fence.
 #include "engine_impl.h"
 
 namespace qf::rt {
@@ -116,10 +117,12 @@ void CudaEngine::Impl::launch_verify() {
       const int64_t gr = gin_row();
       gemv2(w.gdn_in, u, h, gin, gr, "DeltaNet projections");
       for (int r = 0; r < 2; ++r) {
-        if (r == 1) {
+        if (r == 1 && ssm_saved[l]) {
           cuda::check(cudaMemcpyAsync(ssm_saved[l], ssm[l], static_cast<size_t>(ssm_floats()) * 4,
                                       cudaMemcpyDeviceToDevice, stream),
                       "copy");
+        } else if (r == 1) {
+          fence();  // no copy to keep (no MTP head: prefill's pairs, never rejected)
         }
         cuda::check(kern::gdn_decode(gdn, {w.conv, w.dt_bias, w.a_log, w.gdn_norm}, qkv + r * gr,
                                      z + r * gr, b + r * gr, a + r * gr, vpos + r,

@@ -106,14 +106,15 @@ class CudaEngine {
   int32_t mtp_step(int32_t next_token, const float* hidden, float* logits);
   int64_t mtp_position() const;
 
-  // Speculative decoding (speculative.h), with the MTP head loaded (else Error(kUnsupported)).
+  // Two tokens a pass: speculative decoding (speculative.h) and prefill.
   // verify2 consumes two tokens at the next two positions in one pass (its own graph,
-  // verify_graph.cpp) and writes each one's argmax to top, and their logits [2][V] to `logits`
-  // when not null; both hidden states stay on the device for draft(). reject_last(), right
-  // after verify2 only (else Error(kUsage)), forgets the second token (its DeltaNet states
-  // restored from a copy the pass kept, its KV rows left to be overwritten). draft(row, token,
-  // logits) is mtp_step from the hidden state of token `row` of the last verify2 (row 0 is also
-  // the last step's); it returns the argmax.
+  // verify_graph.cpp; ~1.43 steps of time) and writes each one's argmax to top, and their
+  // logits [2][V] to `logits` when not null (the same bits as two steps'); both hidden states
+  // stay on the device for draft(). reject_last(), right after verify2 and with the MTP head
+  // loaded only (else Error(kUsage)), forgets the second token (its DeltaNet states restored
+  // from a copy the pass kept, its KV rows left to be overwritten). draft(row, token, logits) is
+  // mtp_step from the hidden state of token `row` of the last verify2 (row 0 is also the last
+  // step's); it returns the argmax; Error(kUnsupported) without the MTP head.
   void verify2(const int32_t tokens[2], int32_t top[2], float* logits = nullptr);
   void reject_last();
   int32_t draft(int row, int32_t next_token, float* logits = nullptr);

@@ -38,11 +38,17 @@ bool report_token(GenerateResult& r, const GenerateOptions& options,
 // null, return their argmax.
 using StepFn = std::function<int32_t(int32_t token, float* logits)>;
 
+// Two tokens in one pass, where an engine has one (CudaEngine::verify2): consume tokens[0] and
+// tokens[1] at the next two positions, write each one's argmax to top, and both rows' logits
+// [2][vocab] to `logits` when it is not null.
+using PairFn = std::function<void(const int32_t* tokens, int32_t* top, float* logits)>;
+
 // The loop over any engine (the engine's state must be fresh). Greedy sampling passes null
-// logits, so an engine that computes the argmax on its device copies nothing back.
+// logits, so an engine that computes the argmax on its device copies nothing back. With `pair`,
+// the prompt goes through it two tokens a pass (its last token alone when its length is odd).
 GenerateResult generate_with(const StepFn& step, int64_t vocab, std::span<const int32_t> prompt,
                              const GenerateOptions& options,
-                             const std::function<void(int32_t)>& on_token);
+                             const std::function<void(int32_t)>& on_token, const PairFn& pair = {});
 
 // Starts from a fresh sequence state. on_token(id) runs for every generated id; throwing from it
 // stops generation (the exception propagates). Throws Error(kUsage) for an empty prompt or ids

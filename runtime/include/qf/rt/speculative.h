@@ -44,7 +44,8 @@ struct SpecStats {
   int64_t mtp_steps = 0;
 };
 
-// The loop over a fresh engine state. Every prompt token but the first also goes through the
+// The loop over a fresh engine state. The prompt goes through verify two tokens at a time (the
+// last alone when its length is odd). Every prompt token but the first also goes through the
 // MTP head (its cache holds every position, as in a plain run of it), and so does every
 // accepted draft. Throws Error(kUsage) for an empty prompt or bad sampling options.
 GenerateResult generate_speculative(const SpecEngine& engine, std::span<const int32_t> prompt,
