@@ -119,26 +119,34 @@ void eval_cpu(const rt::Model& model, const std::vector<int32_t>& ids,
   }
 }
 
-// The same on the CUDA engine (its context at least the longest window), reset per window; the
-// MTP head right after each step, from the hidden state the step left on the device.
+// The same on the CUDA engine (its context at least the longest window), reset per window, two
+// positions a pass (CudaEngine::verify2: the same logits as two steps); the MTP head after each
+// pass on both positions in turn, from the hidden states the pass left on the device.
 void eval_cuda(rt::CudaEngine& engine, const std::vector<int32_t>& ids,
                const std::vector<std::pair<int64_t, int64_t>>& windows, Score& main, Score* mtp,
                ckpt::Progress& progress) {
   const int64_t vocab = engine.config().vocab_size;
-  std::vector<float> logits(static_cast<size_t>(vocab));
+  std::vector<float> logits(static_cast<size_t>(2 * vocab)), mtp_logits(static_cast<size_t>(vocab));
+  int32_t top[2];
   for (const auto& [b, e] : windows) {
     engine.reset();
     const int32_t* w = ids.data() + b;
     const int64_t n = e - b;
-    for (int64_t t = 0; t < n; ++t) {
-      const bool scored = t + 1 < n;
-      engine.step(w[t], scored ? logits.data() : nullptr);
-      if (scored) main.add(logits.data(), vocab, w[t + 1]);
-      if (mtp && t + 2 < n) {
-        engine.mtp_step(w[t + 1], nullptr, logits.data());
-        mtp->add(logits.data(), vocab, w[t + 2]);
+    for (int64_t t = 0; t < n;) {
+      const int take = t + 1 < n ? 2 : 1;
+      if (take == 2) {
+        engine.verify2(w + t, top, logits.data());
+      } else {
+        engine.step(w[t], nullptr);  // the window's last position: nothing to score
       }
-      progress.done.fetch_add(1);
+      for (int r = 0; r < take; ++r, ++t) {
+        if (t + 1 < n) main.add(logits.data() + r * vocab, vocab, w[t + 1]);
+        if (mtp && t + 2 < n) {
+          engine.draft(r, w[t + 1], mtp_logits.data());
+          mtp->add(mtp_logits.data(), vocab, w[t + 2]);
+        }
+        progress.done.fetch_add(1);
+      }
     }
   }
 }

@@ -46,8 +46,9 @@ void cpu_logits(const rt::Model& model, const std::vector<int32_t>& ids, bool mt
   }
 }
 
-// The same on the CUDA engine; the MTP head takes each step's hidden state on the device, right
-// after the step (its state is its own, so the order does not change the result).
+// The same on the CUDA engine, two positions a pass; the MTP head takes each position's hidden
+// state on the device, right after the pass (its state is its own, so the order does not
+// change the result).
 void cuda_logits(const rt::Model& model, const std::vector<int32_t>& ids, bool mtp_too,
                  std::vector<float>& logits, std::vector<float>& mtp) {
   const int64_t vocab = model.config().vocab_size, t_len = static_cast<int64_t>(ids.size());
@@ -56,10 +57,18 @@ void cuda_logits(const rt::Model& model, const std::vector<int32_t>& ids, bool m
   o.mtp = mtp_too;
   rt::CudaEngine engine(model, o);
   if (mtp_too) mtp.resize(static_cast<size_t>((t_len - 1) * vocab));
-  for (int64_t t = 0; t < t_len; ++t) {
-    engine.step(ids[static_cast<size_t>(t)], logits.data() + t * vocab);
-    if (mtp_too && t + 1 < t_len) {
-      engine.mtp_step(ids[static_cast<size_t>(t + 1)], nullptr, mtp.data() + t * vocab);
+  int32_t top[2];
+  for (int64_t t = 0; t < t_len;) {  // two positions a pass (verify2: two steps' logits)
+    const int take = t + 1 < t_len ? 2 : 1;
+    if (take == 2) {
+      engine.verify2(ids.data() + t, top, logits.data() + t * vocab);
+    } else {
+      engine.step(ids[static_cast<size_t>(t)], logits.data() + t * vocab);
+    }
+    for (int r = 0; r < take; ++r, ++t) {
+      if (mtp_too && t + 1 < t_len) {
+        engine.draft(r, ids[static_cast<size_t>(t + 1)], mtp.data() + t * vocab);
+      }
     }
   }
 }
