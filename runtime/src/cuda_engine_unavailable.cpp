@@ -55,13 +55,13 @@ bool CudaEngine::has_mtp() const {
 int32_t CudaEngine::mtp_step(int32_t, const float*, float*) {
   unavailable();
 }
-void CudaEngine::verify2(const int32_t[2], int32_t[2]) {
+void CudaEngine::verify2(const int32_t[2], int32_t[2], float*) {
   unavailable();
 }
 void CudaEngine::reject_last() {
   unavailable();
 }
-int32_t CudaEngine::draft(int, int32_t) {
+int32_t CudaEngine::draft(int, int32_t, float*) {
   unavailable();
 }
 int64_t CudaEngine::mtp_position() const {
