@@ -133,12 +133,8 @@ void eval_cuda(rt::CudaEngine& engine, const std::vector<int32_t>& ids,
     const int32_t* w = ids.data() + b;
     const int64_t n = e - b;
     for (int64_t t = 0; t < n;) {
-      const int take = t + 1 < n ? 2 : 1;
-      if (take == 2) {
-        engine.verify2(w + t, top, logits.data());
-      } else {
-        engine.step(w[t], nullptr);  // the window's last position: nothing to score
-      }
+      const int take = static_cast<int>(std::min<int64_t>(2, n - t));
+      engine.advance({w + t, static_cast<size_t>(take)}, top, logits.data());
       for (int r = 0; r < take; ++r, ++t) {
         if (t + 1 < n) main.add(logits.data() + r * vocab, vocab, w[t + 1]);
         if (mtp && t + 2 < n) {

@@ -59,12 +59,8 @@ void cuda_logits(const rt::Model& model, const std::vector<int32_t>& ids, bool m
   if (mtp_too) mtp.resize(static_cast<size_t>((t_len - 1) * vocab));
   int32_t top[2];
   for (int64_t t = 0; t < t_len;) {  // two positions a pass (verify2: two steps' logits)
-    const int take = t + 1 < t_len ? 2 : 1;
-    if (take == 2) {
-      engine.verify2(ids.data() + t, top, logits.data() + t * vocab);
-    } else {
-      engine.step(ids[static_cast<size_t>(t)], logits.data() + t * vocab);
-    }
+    const int take = static_cast<int>(std::min<int64_t>(2, t_len - t));
+    engine.advance({ids.data() + t, static_cast<size_t>(take)}, top, logits.data() + t * vocab);
     for (int r = 0; r < take; ++r, ++t) {
       if (mtp_too && t + 1 < t_len) {
         engine.draft(r, ids[static_cast<size_t>(t + 1)], mtp.data() + t * vocab);

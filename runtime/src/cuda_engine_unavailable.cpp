@@ -58,6 +58,9 @@ int32_t CudaEngine::mtp_step(int32_t, const float*, float*) {
 void CudaEngine::verify2(const int32_t[2], int32_t[2], float*) {
   unavailable();
 }
+void CudaEngine::advance(std::span<const int32_t>, int32_t*, float*) {
+  unavailable();
+}
 void CudaEngine::reject_last() {
   unavailable();
 }

@@ -136,11 +136,7 @@ SpecEngine speculative_engine(CudaEngine& engine) {
   SpecEngine e;
   e.vocab = engine.config().vocab_size;
   e.verify = [&engine](std::span<const int32_t> tokens, int32_t* top, float* logits) {
-    if (tokens.size() == 1) {
-      top[0] = engine.step(tokens[0], logits);
-    } else {
-      engine.verify2(tokens.data(), top, logits);
-    }
+    engine.advance(tokens, top, logits);
   };
   e.reject_last = [&engine] { engine.reject_last(); };
   e.draft = [&engine](int row, int32_t next_token, float* logits) {

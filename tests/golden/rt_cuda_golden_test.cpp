@@ -147,6 +147,7 @@ void check(const fs::path& model_dir, const fs::path& reference, const std::stri
     int32_t top[2];
     plain.verify2(prompt.data(), top);
     EXPECT_THROW(plain.reject_last(), Error) << name;
+    EXPECT_THROW(plain.advance(std::span(prompt.data(), 3), top, nullptr), Error) << name;
   }
   if (!gpu.has_mtp()) return;
   // Speculative decoding: the fixtures' random MTP heads draft (nearly all rejected: the rollback

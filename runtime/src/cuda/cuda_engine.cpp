@@ -150,6 +150,17 @@ void CudaEngine::verify2(const int32_t tokens[2], int32_t top[2], float* logits)
   top[0] = p[4], top[1] = p[5];
 }
 
+void CudaEngine::advance(std::span<const int32_t> tokens, int32_t* top, float* logits) {
+  if (tokens.size() == 1) {
+    top[0] = step(tokens[0], logits);
+  } else if (tokens.size() == 2) {
+    verify2(tokens.data(), top, logits);
+  } else {
+    throw Error(Errc::kUsage,
+                "advance takes one or two tokens, not " + std::to_string(tokens.size()));
+  }
+}
+
 void CudaEngine::reject_last() {
   Impl& s = *impl_;
   if (!s.can_reject) {

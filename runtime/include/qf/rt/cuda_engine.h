@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -116,6 +117,9 @@ class CudaEngine {
   // mtp_step from the hidden state of token `row` of the last verify2 (row 0 is also the last
   // step's); it returns the argmax; Error(kUnsupported) without the MTP head.
   void verify2(const int32_t tokens[2], int32_t top[2], float* logits = nullptr);
+  // One token (step) or two (verify2) at the next positions: each one's argmax to top, their
+  // logits [n][V] to `logits` when not null. Error(kUsage) for another count.
+  void advance(std::span<const int32_t> tokens, int32_t* top, float* logits);
   void reject_last();
   int32_t draft(int row, int32_t next_token, float* logits = nullptr);
 
