@@ -31,13 +31,7 @@ struct GenerateArgs {
 
 // Flags win; otherwise generation_config.json's sampling defaults when it samples; else greedy.
 rt::SamplingOptions sampling(const GenerateArgs& a, const rt::GenerationConfig& g) {
-  rt::SamplingOptions s;
-  const bool config_samples = g.do_sample.value_or(g.temperature.has_value());
-  if (config_samples) {
-    s.temperature = g.temperature.value_or(1.0f);
-    s.top_p = g.top_p.value_or(1.0f);
-    s.top_k = g.top_k.value_or(0);
-  }
+  rt::SamplingOptions s = rt::default_sampling(g);
   if (a.temperature) s.temperature = *a.temperature;
   if (a.top_p) s.top_p = *a.top_p;
   if (a.top_k) s.top_k = *a.top_k;

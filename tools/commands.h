@@ -22,6 +22,7 @@ Command add_inspect(CLI::App& app);
 Command add_logits(CLI::App& app);
 Command add_quantize_lm_head(CLI::App& app);
 Command add_recipe(CLI::App& app);
+Command add_serve(CLI::App& app);
 Command add_synth(CLI::App& app);
 Command add_tokenize(CLI::App& app);
 Command add_validate(CLI::App& app);

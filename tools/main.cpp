@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
       qf::tools::add_logits(app),
       qf::tools::add_quantize_lm_head(app),
       qf::tools::add_recipe(app),
+      qf::tools::add_serve(app),
       qf::tools::add_synth(app),
       qf::tools::add_tokenize(app),
       qf::tools::add_validate(app),

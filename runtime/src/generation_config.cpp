@@ -136,4 +136,14 @@ GenerationConfig load_generation_config(const std::filesystem::path& model_dir) 
   return parse_generation_config(ckpt::read_text_file(path, kMaxBytes), path.string());
 }
 
+SamplingOptions default_sampling(const GenerationConfig& g) {
+  SamplingOptions s;
+  if (g.do_sample.value_or(g.temperature.has_value())) {
+    s.temperature = g.temperature.value_or(1.0f);
+    s.top_p = g.top_p.value_or(1.0f);
+    s.top_k = g.top_k.value_or(0);
+  }
+  return s;
+}
+
 }  // namespace qf::rt

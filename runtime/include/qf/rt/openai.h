@@ -1,0 +1,79 @@
+// OpenAI-compatible requests (`/v1/chat/completions`, `/v1/completions`): their JSON bodies read
+// and checked field by field into what generation needs, and the stop strings applied to the
+// reply's text. Field names, ranges and defaults follow OpenAI's API reference, with vLLM's
+// extensions that serving Qwen3.5 needs (`top_k`, `ignore_eos`, `chat_template_kwargs.
+// enable_thinking`). Sampling fields a request leaves out take the model's generation_config.json
+// defaults, as vLLM does. Unknown fields are ignored (as vLLM does); known ones of the wrong type
+// or range, and features this runtime lacks (n > 1, logprobs, penalties, guided decoding), are
+// refused with an ApiError naming the field.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "qf/rt/sampler.h"
+
+namespace qf::rt {
+
+// An error to send back: HTTP status, OpenAI's error type and the offending parameter ("" when
+// none). to_json gives the body {"error": {message, type, param, code}}.
+class ApiError : public std::runtime_error {
+ public:
+  ApiError(int status, std::string type, const std::string& message, std::string param = "");
+  int status() const { return status_; }
+  const std::string& type() const { return type_; }
+  const std::string& param() const { return param_; }
+  nlohmann::ordered_json to_json() const;
+
+ private:
+  int status_;
+  std::string type_, param_;
+};
+
+// 400 invalid_request_error.
+[[noreturn]] void bad_request(const std::string& message, const std::string& param = "");
+
+struct ApiRequest {
+  bool chat = false;
+  std::string model;             // as given ("" when absent)
+  std::string prompt;            // chat: the rendered template; completions: the text
+  std::vector<int32_t> ids;      // completions given token ids (then `prompt` is empty)
+  bool thinking = false;         // chat: the prompt ends inside an open think block
+  nlohmann::ordered_json tools;  // chat: the tool definitions (null when none)
+  bool parse_tools = false;      // chat: tools given and tool_choice is not "none"
+  std::optional<int64_t> max_tokens;
+  SamplingOptions sampling;
+  std::vector<std::string> stop;
+  bool stream = false, include_usage = false, ignore_eos = false;
+};
+
+// `body` as parsed from the request (ordered, so that tool schemas keep their key order);
+// `defaults`: the model's sampling (generation_config), its seed used when the request has none.
+// Throws ApiError (400) naming the field.
+ApiRequest parse_chat_request(const nlohmann::ordered_json& body, const SamplingOptions& defaults);
+ApiRequest parse_completion_request(const nlohmann::ordered_json& body,
+                                    const SamplingOptions& defaults);
+
+// Cuts the reply's text at the first occurrence of any stop string, as the text streams: text
+// that may be the start of one is held back until it is decided.
+class StopStrings {
+ public:
+  explicit StopStrings(std::vector<std::string> stops);
+  // The text now known to come before any stop string; after a match, the text before it, and
+  // nothing more ever.
+  std::string push(std::string_view text);
+  std::string finish();  // what was held back (no match came)
+  bool matched() const { return matched_; }
+
+ private:
+  std::vector<std::string> stops_;
+  std::string held_;
+  bool matched_ = false;
+};
+
+}  // namespace qf::rt

@@ -1,0 +1,396 @@
+// The OpenAI-compatible server (server.h) on cpp-httplib: routes, the request -> generation ->
+// reply pipeline (ids -> text -> stop strings -> reasoning / content / tool calls), and the
+// replies' JSON, whole or as server-sent events.
+#include "qf/rt/server.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <mutex>
+#include <optional>
+#include <random>
+
+#include "qf/error.h"
+#include "qf/rt/chat_output.h"
+#include "qf/rt/openai.h"
+
+namespace qf::rt {
+namespace {
+
+using Json = nlohmann::ordered_json;
+constexpr size_t kMaxBodyBytes = size_t{32} << 20;
+
+std::string dump(const Json& j) {
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status();
+  res.set_content(dump(e.to_json()), "application/json");
+}
+
+void append(ChatDelta& a, ChatDelta b) {
+  a.reasoning += b.reasoning;
+  a.content += b.content;
+  for (ToolCall& c : b.tool_calls) a.tool_calls.push_back(std::move(c));
+}
+
+// Thrown from the token callback: a stop string matched, or a streaming client went away.
+struct StopHit {};
+struct ClientGone {};
+
+struct Outcome {
+  std::string finish_reason;
+  int64_t completion_tokens = 0;
+  double seconds = 0;
+};
+
+}  // namespace
+
+struct Server::Impl {
+  Impl(const Tokenizer& t, GenerateFn g, ServeOptions o)
+      : tok(t), generate(std::move(g)), opt(std::move(o)) {}
+
+  const Tokenizer& tok;
+  GenerateFn generate;
+  ServeOptions opt;
+  httplib::Server http;
+  std::mutex engine_mutex;  // one request on the engine at a time
+  std::mutex rng_mutex;
+  std::mt19937_64 rng{std::random_device{}()};
+
+  std::string random_hex(int n) {
+    std::lock_guard<std::mutex> lock(rng_mutex);
+    std::string s;
+    for (int i = 0; i < n; ++i) s += "0123456789abcdef"[rng() & 15];
+    return s;
+  }
+
+  // Runs one request on the engine; on_delta gets the reply's parts as they are decided.
+  Outcome run(const ApiRequest& r, std::span<const int32_t> prompt, const GenerateOptions& o,
+              const std::function<void(const ChatDelta&)>& on_delta) {
+    StreamDecoder decoder(tok, /*skip_special=*/true);
+    StopStrings stops(r.stop);
+    std::optional<ChatOutputParser> parser;
+    if (r.chat) parser.emplace(r.thinking, r.tools, r.parse_tools);
+    bool any_call = false;
+    const auto place = [&](const std::string& text, bool end) {
+      ChatDelta d;
+      if (parser) {
+        d = parser->push(text);
+        if (end) append(d, parser->finish());
+      } else {
+        d.content = text;
+      }
+      any_call = any_call || !d.tool_calls.empty();
+      if (!d.empty()) on_delta(d);
+    };
+    Outcome out;
+    std::lock_guard<std::mutex> lock(engine_mutex);
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      const GenerateResult g = generate(prompt, o, [&](int32_t id) {
+        ++out.completion_tokens;
+        const std::string text = stops.push(decoder.push(id));
+        place(text, stops.matched());
+        if (stops.matched()) throw StopHit{};
+      });
+      out.finish_reason = g.finish_reason;
+      std::string text = stops.push(decoder.finish());
+      if (stops.matched()) {
+        out.finish_reason = "stop";
+      } else {
+        text += stops.finish();
+      }
+      place(text, true);
+    } catch (const StopHit&) {
+      out.finish_reason = "stop";
+    }
+    if (any_call && out.finish_reason == "stop") out.finish_reason = "tool_calls";
+    out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return out;
+  }
+
+  Json tool_calls_json(const std::vector<ToolCall>& calls, size_t first_index, bool stream) {
+    Json a = Json::array();
+    for (size_t i = 0; i < calls.size(); ++i) {
+      Json c;
+      if (stream) c["index"] = first_index + i;
+      c["id"] = "call_" + random_hex(24);
+      c["type"] = "function";
+      c["function"] = {{"name", calls[i].name}, {"arguments", dump(calls[i].arguments)}};
+      a.push_back(std::move(c));
+    }
+    return a;
+  }
+
+  void log(const char* what, int64_t prompt_tokens, const Outcome& out) {
+    std::fprintf(stderr,
+                 "[serve] %s: %lld prompt + %lld completion tokens in %.2f s (%.1f tok/s), "
+                 "finish: %s\n",
+                 what, static_cast<long long>(prompt_tokens),
+                 static_cast<long long>(out.completion_tokens), out.seconds,
+                 out.seconds > 0 ? out.completion_tokens / out.seconds : 0.0,
+                 out.finish_reason.c_str());
+  }
+
+  void handle(const httplib::Request& req, httplib::Response& res, bool chat);
+};
+
+void Server::Impl::handle(const httplib::Request& req, httplib::Response& res, bool chat) {
+  Json body;
+  try {
+    body = Json::parse(req.body);
+  } catch (const Json::exception& e) {
+    bad_request(std::string("the request body is not valid JSON: ") + e.what());
+  }
+  SamplingOptions defaults = opt.defaults;
+  {
+    std::lock_guard<std::mutex> lock(rng_mutex);
+    defaults.seed = rng();
+  }
+  auto r = std::make_shared<ApiRequest>(chat ? parse_chat_request(body, defaults)
+                                             : parse_completion_request(body, defaults));
+  if (!r->model.empty() && r->model != opt.model_name) {
+    throw ApiError(
+        404, "not_found_error",
+        "the model '" + r->model + "' does not exist; this server has '" + opt.model_name + "'",
+        "model");
+  }
+  auto prompt =
+      std::make_shared<std::vector<int32_t>>(r->ids.empty() ? tok.encode(r->prompt) : r->ids);
+  for (size_t i = 0; i < prompt->size(); ++i) {
+    if ((*prompt)[i] >= opt.vocab_size) {
+      bad_request("prompt token " + std::to_string(i) + " is " + std::to_string((*prompt)[i]) +
+                      ", past the vocabulary (" + std::to_string(opt.vocab_size) + " ids)",
+                  "prompt");
+    }
+  }
+  const auto n_prompt = static_cast<int64_t>(prompt->size());
+  const int64_t room = opt.max_model_len - n_prompt;
+  if (room < 1 || (r->max_tokens && *r->max_tokens > room)) {
+    bad_request("this model's maximum context length is " + std::to_string(opt.max_model_len) +
+                    " tokens; the request has " + std::to_string(n_prompt) +
+                    " prompt tokens and asks for " +
+                    (r->max_tokens ? std::to_string(*r->max_tokens) : std::string("at least 1")) +
+                    " more",
+                r->max_tokens ? "max_tokens" : (chat ? "messages" : "prompt"));
+  }
+  GenerateOptions o;
+  o.max_tokens = r->max_tokens.value_or(room);
+  o.sampling = r->sampling;
+  if (!r->ignore_eos) o.stop_ids = opt.eos_ids;
+
+  const std::string id = (chat ? "chatcmpl-" : "cmpl-") + random_hex(24);
+  const auto created = static_cast<int64_t>(std::time(nullptr));
+  const char* object = chat ? "chat.completion" : "text_completion";
+  const auto usage = [n_prompt](const Outcome& out) {
+    return Json{{"prompt_tokens", n_prompt},
+                {"completion_tokens", out.completion_tokens},
+                {"total_tokens", n_prompt + out.completion_tokens}};
+  };
+
+  if (!r->stream) {
+    ChatDelta all;
+    const Outcome out = run(*r, *prompt, o, [&](const ChatDelta& d) { append(all, d); });
+    Json choice = {{"index", 0}};
+    if (chat) {
+      Json m = {{"role", "assistant"}};
+      m["content"] = all.content.empty() && !all.tool_calls.empty() ? Json() : Json(all.content);
+      if (!all.reasoning.empty()) m["reasoning_content"] = all.reasoning;
+      if (!all.tool_calls.empty()) m["tool_calls"] = tool_calls_json(all.tool_calls, 0, false);
+      choice["message"] = std::move(m);
+    } else {
+      choice["text"] = all.content;
+    }
+    choice["logprobs"] = nullptr;
+    choice["finish_reason"] = out.finish_reason;
+    const Json reply = {{"id", id},
+                        {"object", object},
+                        {"created", created},
+                        {"model", opt.model_name},
+                        {"choices", Json::array({choice})},
+                        {"usage", usage(out)}};
+    res.set_content(dump(reply), "application/json");
+    log(chat ? "chat" : "completion", n_prompt, out);
+    return;
+  }
+
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, r, prompt, o, id, created, chat, usage, n_prompt](size_t, httplib::DataSink& sink) {
+        const char* chunk_object = chat ? "chat.completion.chunk" : "text_completion";
+        const auto send = [&](const Json& j) {
+          const std::string event = "data: " + dump(j) + "\n\n";
+          if (!sink.write(event.data(), event.size())) throw ClientGone{};
+        };
+        const auto chunk = [&](Json choice) {
+          return Json{{"id", id},
+                      {"object", chunk_object},
+                      {"created", created},
+                      {"model", opt.model_name},
+                      {"choices", Json::array({std::move(choice)})}};
+        };
+        size_t n_calls = 0;
+        try {
+          if (chat) {
+            send(chunk({{"index", 0},
+                        {"delta", {{"role", "assistant"}, {"content", ""}}},
+                        {"logprobs", nullptr},
+                        {"finish_reason", nullptr}}));
+          }
+          const Outcome out = run(*r, *prompt, o, [&](const ChatDelta& d) {
+            Json choice = {{"index", 0}};
+            if (chat) {
+              Json delta = Json::object();
+              if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
+              if (!d.content.empty()) delta["content"] = d.content;
+              if (!d.tool_calls.empty()) {
+                delta["tool_calls"] = tool_calls_json(d.tool_calls, n_calls, true);
+                n_calls += d.tool_calls.size();
+              }
+              choice["delta"] = std::move(delta);
+            } else {
+              choice["text"] = d.content;
+            }
+            choice["logprobs"] = nullptr;
+            choice["finish_reason"] = nullptr;
+            send(chunk(std::move(choice)));
+          });
+          Json last = {{"index", 0}};
+          if (chat) {
+            last["delta"] = Json::object();
+          } else {
+            last["text"] = "";
+          }
+          last["logprobs"] = nullptr;
+          last["finish_reason"] = out.finish_reason;
+          send(chunk(std::move(last)));
+          if (r->include_usage) {
+            Json u = chunk(Json());
+            u["choices"] = Json::array();
+            u["usage"] = usage(out);
+            send(u);
+          }
+          const std::string done = "data: [DONE]\n\n";
+          if (!sink.write(done.data(), done.size())) throw ClientGone{};
+          sink.done();
+          log(chat ? "chat, streamed" : "completion, streamed", n_prompt, out);
+          return true;
+        } catch (const ClientGone&) {
+          std::fprintf(stderr, "[serve] %s: the client closed the stream; generation stopped\n",
+                       id.c_str());
+          return false;
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "[serve] %s failed: %s\n", id.c_str(), e.what());
+          const std::string event =
+              "data: " + dump(ApiError(500, "server_error", e.what()).to_json()) + "\n\n";
+          sink.write(event.data(), event.size());
+          sink.done();
+          return true;
+        }
+      });
+}
+
+Server::Server(const Tokenizer& tokenizer, GenerateFn generate, ServeOptions options)
+    : impl_(std::make_unique<Impl>(tokenizer, std::move(generate), std::move(options))) {
+  Impl& im = *impl_;
+  httplib::Server& h = im.http;
+  h.set_payload_max_length(kMaxBodyBytes);
+  // SO_REUSEADDR alone: httplib's default adds SO_REUSEPORT, which lets a second server bind the
+  // same port and take half its connections; this way the second one fails to bind.
+  h.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  h.set_pre_routing_handler([&im](const httplib::Request& req, httplib::Response& res) {
+    if (im.opt.api_key.empty() || req.path.rfind("/v1/", 0) != 0) {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    if (req.get_header_value("Authorization") != "Bearer " + im.opt.api_key) {
+      send_error(res, ApiError(401, "authentication_error",
+                               "a valid API key is required: Authorization: Bearer KEY"));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  const auto guarded = [&im](bool chat) {
+    return [&im, chat](const httplib::Request& req, httplib::Response& res) {
+      try {
+        im.handle(req, res, chat);
+      } catch (const ApiError& e) {
+        send_error(res, e);
+      } catch (const Error& e) {  // the tokenizer or the engine
+        send_error(res, ApiError(500, "server_error", e.what()));
+      }
+    };
+  };
+  h.Post("/v1/chat/completions", guarded(true));
+  h.Post("/v1/completions", guarded(false));
+  h.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("{}", "application/json");
+  });
+  h.Get("/v1/models", [&im](const httplib::Request&, httplib::Response& res) {
+    const Json model = {{"id", im.opt.model_name},
+                        {"object", "model"},
+                        {"created", static_cast<int64_t>(std::time(nullptr))},
+                        {"owned_by", "qforge"},
+                        {"max_model_len", im.opt.max_model_len}};
+    res.set_content(dump(Json{{"object", "list"}, {"data", Json::array({model})}}),
+                    "application/json");
+  });
+  // httplib's own errors (no route, body too large, unreadable request) in OpenAI's shape.
+  h.set_error_handler(
+      httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        std::string message = "bad request";
+        if (res.status == 404) message = "no route for " + req.method + " " + req.path;
+        if (res.status == 405) message = req.method + " is not allowed on " + req.path;
+        if (res.status == 413) {
+          message = "the request body is over " + std::to_string(kMaxBodyBytes) + " bytes";
+        }
+        send_error(res, ApiError(res.status,
+                                 res.status == 404 ? "not_found_error" : "invalid_request_error",
+                                 message));
+        return httplib::Server::HandlerResponse::Handled;
+      }));
+  h.set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        std::string message = "internal error";
+        try {
+          std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          message = e.what();
+        } catch (...) {
+        }
+        send_error(res, ApiError(500, "server_error", message));
+      });
+}
+
+Server::~Server() = default;
+
+int Server::bind() {
+  const int port =
+      impl_->opt.port == 0
+          ? impl_->http.bind_to_any_port(impl_->opt.host)
+          : (impl_->http.bind_to_port(impl_->opt.host, impl_->opt.port) ? impl_->opt.port : -1);
+  if (port < 0) {
+    throw Error(Errc::kIo, "cannot listen on " + impl_->opt.host + ":" +
+                               std::to_string(impl_->opt.port) +
+                               " (address in use, or not an address of this machine)");
+  }
+  return port;
+}
+
+void Server::run() {
+  impl_->http.listen_after_bind();
+}
+
+void Server::stop() {
+  impl_->http.stop();
+}
+
+}  // namespace qf::rt

@@ -1,0 +1,186 @@
+// `qforge serve` on the example model, checked with OpenAI's Python client
+// (openai_client_check.py): completions and chat replies, whole and streamed, equal to what
+// `qforge generate` prints for the same prompt and sampling; errors with their status and
+// parameter; a client leaving mid-stream; SIGTERM ending the server cleanly.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <thread>
+
+#include "qf/rt/chat_output.h"
+#include "qf/rt/tokenizer.h"
+#include "test_support.h"
+
+namespace qf {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::ordered_json;
+using test::run_command;
+
+const std::string kModel = std::string(QF_SOURCE_DIR) + "/models/tiny/model";
+
+std::string client() {
+  return std::string(QF_PYTHON) + " " + QF_SOURCE_DIR + "/tests/e2e/openai_client_check.py";
+}
+
+// A `qforge serve --port 0` process; its port read from its stderr line. SIGTERM on stop().
+class ServeProcess {
+ public:
+  explicit ServeProcess(const std::string& flags) : log_(dir_ / "serve.log") {
+    pid_ = fork();
+    if (pid_ == 0) {
+      const std::string cmd = std::string(QF_BIN) + " serve --model " + kModel + " --port 0 " +
+                              flags + " 2> " + log_.string();
+      execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), nullptr);
+      _exit(127);
+    }
+    const std::regex listening("http://127\\.0\\.0\\.1:([0-9]+)/v1");
+    for (int i = 0; i < 600 && port_ == 0; ++i) {  // a minute: qemu runs are slow
+      std::smatch m;
+      const std::string text = log();
+      if (std::regex_search(text, m, listening)) port_ = std::stoi(m[1]);
+      if (port_ == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  ~ServeProcess() {
+    if (pid_ > 0) stop();
+  }
+  int port() const { return port_; }
+  std::string base() const { return "http://127.0.0.1:" + std::to_string(port_) + "/v1"; }
+  std::string log() const {
+    std::ifstream f(log_);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  }
+  // SIGTERM; the exit status.
+  int stop() {
+    kill(pid_, SIGTERM);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = 0;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+
+ private:
+  test::TempDir dir_;
+  fs::path log_;
+  pid_t pid_ = 0;
+  int port_ = 0;
+};
+
+// `qforge generate --json` with these flags.
+Json generate(const std::string& flags) {
+  const auto r =
+      run_command(std::string(QF_BIN) + " generate --model " + kModel + " --json " + flags);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return Json::parse(r.out);
+}
+
+TEST(ServeCli, OpenAiClientGetsWhatGenerateWrites) {
+  Json expect = {
+      {"model", "served-tiny"}, {"completions", Json::array()}, {"chats", Json::array()}};
+  // Greedy, sampled with a seed, and one cut by a stop string the greedy text holds.
+  const std::string prompt = "import os\n\n\ndef read_config(path):\n";
+  const std::string quoted = "'" + prompt + "'";
+  for (const auto& [request, flags] : std::vector<std::pair<Json, std::string>>{
+           {{{"max_tokens", 24}, {"temperature", 0}}, "--max-tokens 24 --temperature 0"},
+           {{{"max_tokens", 20},
+             {"temperature", 0.8},
+             {"top_p", 0.9},
+             {"seed", 11},
+             {"extra_body", {{"top_k", 30}}}},  // not an OpenAI field: vLLM's extension
+            "--max-tokens 20 --temperature 0.8 --top-p 0.9 --top-k 30 --seed 11"}}) {
+    const Json g = generate("--prompt " + quoted + " " + flags);
+    Json req = request;
+    req["prompt"] = prompt;
+    expect["completions"].push_back({{"request", req},
+                                     {"text", g["text"]},
+                                     {"finish_reason", g["finish_reason"]},
+                                     {"prompt_tokens", g["prompt_tokens"]},
+                                     {"completion_tokens", g["completion_tokens"]},
+                                     {"ids", g["ids"]}});
+  }
+  const std::string greedy = expect["completions"][0]["text"];
+  const size_t cut = greedy.find('(');
+  ASSERT_NE(cut, std::string::npos) << greedy;
+  // Cut by a stop string: the text before it, and as many tokens as it took to complete it.
+  {
+    const rt::Tokenizer tok = rt::Tokenizer::load(kModel + "/tokenizer.json");
+    const std::vector<int32_t> ids = expect["completions"][0]["ids"];
+    size_t n = 1;
+    while (n < ids.size() &&
+           tok.decode(std::span(ids).first(n), true).find('(') == std::string::npos) {
+      ++n;
+    }
+    Json req = {{"prompt", prompt}, {"max_tokens", 24}, {"temperature", 0}, {"stop", "("}};
+    expect["completions"].push_back({{"request", req},
+                                     {"text", greedy.substr(0, cut)},
+                                     {"finish_reason", "stop"},
+                                     {"prompt_tokens", expect["completions"][0]["prompt_tokens"]},
+                                     {"completion_tokens", n}});
+  }
+  // Chat, thinking on and off: generate's text split as chat_output.h says.
+  for (const bool think : {true, false}) {
+    const Json g = generate(std::string("--chat 'Write a function that adds two numbers.' ") +
+                            "--max-tokens 30 --temperature 0" + (think ? "" : " --no-think"));
+    rt::ChatOutputParser p(think, Json());
+    rt::ChatDelta a = p.push(g["text"].get<std::string>()), b = p.finish();
+    Json req = {
+        {"messages", {{{"role", "user"}, {"content", "Write a function that adds two numbers."}}}},
+        {"max_tokens", 30},
+        {"temperature", 0}};
+    if (!think) req["extra_body"] = {{"chat_template_kwargs", {{"enable_thinking", false}}}};
+    expect["chats"].push_back({{"request", req},
+                               {"reasoning", a.reasoning + b.reasoning},
+                               {"content", a.content + b.content},
+                               {"finish_reason", g["finish_reason"]},
+                               {"completion_tokens", g["completion_tokens"]}});
+  }
+  const test::TempDir dir;
+  const fs::path file = dir / "expect.json";
+  test::write_file(file, expect.dump(2));
+
+  ServeProcess serve("--served-model-name served-tiny --threads 2");
+  ASSERT_GT(serve.port(), 0) << serve.log();
+  const auto r = run_command(client() + " engine " + serve.base() + " " + file.string());
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err << "\nserver log:\n" << serve.log();
+  EXPECT_NE(r.out.find("ok: "), std::string::npos) << r.out;
+  EXPECT_EQ(serve.stop(), 0) << serve.log();
+  EXPECT_NE(serve.log().find("stopping"), std::string::npos) << serve.log();
+}
+
+TEST(ServeCli, ErrorsKeyAndAClientLeaving) {
+  ServeProcess serve("--api-key sesame --threads 2");
+  ASSERT_GT(serve.port(), 0) << serve.log();
+  const auto r = run_command(client() + " errors " + serve.base() + " sesame");
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err << "\nserver log:\n" << serve.log();
+  EXPECT_NE(serve.log().find("the client closed the stream; generation stopped"), std::string::npos)
+      << serve.log();
+  EXPECT_EQ(serve.stop(), 0) << serve.log();
+}
+
+TEST(ServeCli, BadFlagsAndModels) {
+  const std::string bin = std::string(QF_BIN) + " serve ";
+  auto r = run_command(bin + "--model " + kModel + " --port 70000");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("--port"), std::string::npos) << r.err;
+  r = run_command(bin + "--model /nonexistent/model");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("/nonexistent/model"), std::string::npos) << r.err;
+  // A port in use: the error names it.
+  ServeProcess first("");
+  ASSERT_GT(first.port(), 0) << first.log();
+  r = run_command(bin + "--model " + kModel + " --port " + std::to_string(first.port()));
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find(std::to_string(first.port())), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace qf

@@ -1,0 +1,199 @@
+// OpenAI request bodies (openai.h): what each field becomes, every malformed or unsupported
+// field refused with its name, and stop strings cut where a search of the whole text cuts,
+// however the text arrives.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "qf/rt/chat.h"
+#include "qf/rt/openai.h"
+
+namespace qf::rt {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+const SamplingOptions kDefaults{0.6f, 0.95f, 20, 1234};
+
+Json chat_body(Json extra = Json::object()) {
+  Json b = {{"model", "m"}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+  for (auto& [k, v] : extra.items()) b[k] = v;
+  return b;
+}
+
+// The ApiError of parsing `body`, which must be thrown.
+ApiError error_of(const Json& body, bool chat = true) {
+  try {
+    if (chat) {
+      parse_chat_request(body, kDefaults);
+    } else {
+      parse_completion_request(body, kDefaults);
+    }
+  } catch (const ApiError& e) {
+    return e;
+  }
+  ADD_FAILURE() << "accepted: " << body.dump();
+  return ApiError(0, "", "");
+}
+
+TEST(OpenAiRequest, ChatFieldsAndDefaults) {
+  ApiRequest r = parse_chat_request(chat_body(), kDefaults);
+  EXPECT_TRUE(r.chat);
+  EXPECT_EQ(r.model, "m");
+  EXPECT_EQ(r.prompt, render_chat(chat_body()["messages"], Json()));
+  EXPECT_TRUE(r.thinking);
+  EXPECT_FALSE(r.max_tokens);
+  EXPECT_EQ(r.sampling.temperature, 0.6f);
+  EXPECT_EQ(r.sampling.top_p, 0.95f);
+  EXPECT_EQ(r.sampling.top_k, 20);
+  EXPECT_EQ(r.sampling.seed, 1234u);
+  EXPECT_FALSE(r.stream);
+  EXPECT_FALSE(r.parse_tools);
+
+  const Json tools = Json::parse(R"([{"type": "function", "function": {"name": "f"}}])");
+  r = parse_chat_request(chat_body({{"temperature", 0},
+                                    {"top_p", 0.5},
+                                    {"top_k", -1},
+                                    {"seed", 7},
+                                    {"max_completion_tokens", 9},
+                                    {"stop", "END"},
+                                    {"stream", true},
+                                    {"stream_options", {{"include_usage", true}}},
+                                    {"ignore_eos", true},
+                                    {"tools", tools},
+                                    {"chat_template_kwargs", {{"enable_thinking", false}}},
+                                    {"n", 1},
+                                    {"presence_penalty", 0},
+                                    {"logprobs", false},
+                                    {"response_format", {{"type", "text"}}},
+                                    {"unknown_field", "ignored"}}),
+                         kDefaults);
+  EXPECT_EQ(r.sampling.temperature, 0.0f);
+  EXPECT_EQ(r.sampling.top_p, 0.5f);
+  EXPECT_EQ(r.sampling.top_k, 0);
+  EXPECT_EQ(r.sampling.seed, 7u);
+  EXPECT_EQ(r.max_tokens, 9);
+  EXPECT_EQ(r.stop, std::vector<std::string>{"END"});
+  EXPECT_TRUE(r.stream && r.include_usage && r.ignore_eos && r.parse_tools);
+  EXPECT_FALSE(r.thinking);
+  ChatOptions no_think;
+  no_think.enable_thinking = false;
+  EXPECT_EQ(r.prompt, render_chat(chat_body()["messages"], tools, no_think));
+  r = parse_chat_request(
+      chat_body({{"tools", tools}, {"tool_choice", "none"}, {"stop", {"a", "b"}}}), kDefaults);
+  EXPECT_FALSE(r.parse_tools);
+  EXPECT_EQ(r.stop, (std::vector<std::string>{"a", "b"}));
+  // null is "not given".
+  r = parse_chat_request(chat_body({{"temperature", nullptr}, {"max_tokens", nullptr}}), kDefaults);
+  EXPECT_EQ(r.sampling.temperature, 0.6f);
+  EXPECT_FALSE(r.max_tokens);
+}
+
+TEST(OpenAiRequest, BadChatFieldsNameTheField) {
+  const std::vector<std::pair<Json, std::string>> cases = {
+      {{{"temperature", "hot"}}, "temperature"},
+      {{{"temperature", -0.1}}, "temperature"},
+      {{{"top_p", 0}}, "top_p"},
+      {{{"top_p", 1.5}}, "top_p"},
+      {{{"top_k", -2}}, "top_k"},
+      {{{"top_k", 2.5}}, "top_k"},
+      {{{"seed", "1"}}, "seed"},
+      {{{"max_tokens", 0}}, "max_tokens"},
+      {{{"max_completion_tokens", -3}}, "max_completion_tokens"},
+      {{{"n", 2}}, "n"},
+      {{{"stream", "yes"}}, "stream"},
+      {{{"stream_options", {{"include_usage", true}}}}, "stream_options"},  // without stream
+      {{{"stop", 5}}, "stop"},
+      {{{"stop", {"ok", ""}}}, "stop"},
+      {{{"presence_penalty", 0.5}}, "presence_penalty"},
+      {{{"frequency_penalty", 1}}, "frequency_penalty"},
+      {{{"repetition_penalty", 1.1}}, "repetition_penalty"},
+      {{{"min_p", 0.1}}, "min_p"},
+      {{{"logit_bias", {{"1", 5}}}}, "logit_bias"},
+      {{{"logprobs", true}}, "logprobs"},
+      {{{"top_logprobs", 2}}, "top_logprobs"},
+      {{{"response_format", {{"type", "json_object"}}}}, "response_format"},
+      {{{"tools", "f"}}, "tools"},
+      {{{"tool_choice", "required"}}, "tool_choice"},
+      {{{"chat_template_kwargs", {{"enable_thinking", "no"}}}}, "enable_thinking"},
+      {{{"messages", Json::array()}}, "messages"},
+      {{{"messages", {{{"role", "robot"}, {"content", "x"}}}}}, "messages"},
+      {{{"model", 3}}, "model"},
+  };
+  for (const auto& [extra, param] : cases) {
+    const ApiError e = error_of(chat_body(extra));
+    EXPECT_EQ(e.status(), 400) << extra.dump();
+    EXPECT_EQ(e.param(), param) << extra.dump() << ": " << e.what();
+    EXPECT_NE(std::string(e.what()).find(param), std::string::npos) << e.what();
+    const Json j = e.to_json();
+    EXPECT_EQ(j["error"]["type"], "invalid_request_error");
+    EXPECT_EQ(j["error"]["param"], param);
+  }
+  Json no_messages = chat_body();
+  no_messages.erase("messages");
+  EXPECT_EQ(error_of(no_messages).param(), "messages");
+  EXPECT_EQ(error_of(Json::array({1})).param(), "");  // not an object
+}
+
+TEST(OpenAiRequest, CompletionPrompts) {
+  const auto parse = [](Json prompt, Json extra = Json::object()) {
+    Json b = {{"prompt", std::move(prompt)}};
+    for (auto& [k, v] : extra.items()) b[k] = v;
+    return parse_completion_request(b, kDefaults);
+  };
+  ApiRequest r = parse("def f(");
+  EXPECT_FALSE(r.chat);
+  EXPECT_EQ(r.prompt, "def f(");
+  EXPECT_EQ(r.max_tokens, 16);  // OpenAI's default for completions
+  EXPECT_EQ(parse({"one"}).prompt, "one");
+  EXPECT_EQ(parse({1, 2, 3}).ids, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(parse(Json::array({Json::array({4, 5})}), {{"max_tokens", 3}}).ids,
+            (std::vector<int32_t>{4, 5}));
+  EXPECT_EQ(parse({1}, {{"max_tokens", 3}}).max_tokens, 3);
+  for (const Json& bad : {Json(""), Json::array(), Json({"a", "b"}), Json({1, -1}), Json({1, "x"}),
+                          Json(5), Json({{{"k", 1}}})}) {
+    EXPECT_EQ(error_of({{"prompt", bad}}, false).param(), "prompt") << bad.dump();
+  }
+  EXPECT_EQ(error_of({{"max_tokens", 5}}, false).param(), "prompt");
+  EXPECT_EQ(error_of({{"prompt", "x"}, {"echo", true}}, false).param(), "echo");
+  EXPECT_EQ(error_of({{"prompt", "x"}, {"suffix", "y"}}, false).param(), "suffix");
+  EXPECT_EQ(error_of({{"prompt", "x"}, {"best_of", 2}}, false).param(), "best_of");
+}
+
+// Stop strings against the definition: the text before the first occurrence of any of them in
+// the whole text, for every way of cutting the text into pieces tried.
+TEST(OpenAiRequest, StopStringsCutWhereTheWholeTextDoes) {
+  const std::vector<std::vector<std::string>> stop_sets = {{"\n\n"},    {"abc", "bcd"}, {"aaa"},
+                                                           {"ab", "b"}, {"é!"},         {"zz"}};
+  const std::vector<std::string> texts = {"x\ny\n\nz",    "xxabcd",        "xbcdabc", "aaaa", "aab",
+                                          "caf\xc3\xa9!", "no match here", "a",       ""};
+  std::mt19937 rng(3);
+  int matched = 0;
+  for (const auto& stops : stop_sets) {
+    for (const std::string& text : texts) {
+      size_t first = std::string::npos;
+      for (const auto& s : stops) first = std::min(first, text.find(s));
+      const std::string want = first == std::string::npos ? text : text.substr(0, first);
+      matched += first != std::string::npos;
+      for (int trial = 0; trial < 40; ++trial) {
+        StopStrings st(stops);
+        std::string got;
+        for (size_t at = 0; at < text.size();) {
+          const size_t n = trial == 0 ? 1 : 1 + rng() % 3;
+          got += st.push(text.substr(at, n));
+          at += n;
+        }
+        if (!st.matched()) got += st.finish();
+        EXPECT_EQ(got, want) << text << " / " << stops[0];
+        EXPECT_EQ(st.matched(), first != std::string::npos) << text;
+        if (st.matched()) {
+          EXPECT_EQ(st.push("more"), "");  // nothing after a match
+        }
+      }
+    }
+  }
+  EXPECT_GE(matched, 8);
+}
+
+}  // namespace
+}  // namespace qf::rt

@@ -1,0 +1,171 @@
+// qforge serve --model DIR: an OpenAI-compatible HTTP server over the CPU or CUDA engine
+// (rt::Server). SIGINT / SIGTERM stop it.
+#include <pthread.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "commands.h"
+#include "qf/error.h"
+#include "qf/rt/cuda_engine.h"
+#include "qf/rt/generate.h"
+#include "qf/rt/generation_config.h"
+#include "qf/rt/server.h"
+#include "qf/rt/speculative.h"
+#include "qf/rt/tokenizer.h"
+
+namespace qf::tools {
+namespace {
+
+struct ServeArgs {
+  std::string model, device = "cpu", host = "127.0.0.1", name, api_key;
+  int port = 8000, threads = 0;
+  int64_t max_model_len = 0;
+  bool speculative = false;
+};
+
+// SIGINT and SIGTERM go to one thread, blocked everywhere else (threads started later, the
+// engine's and the server's, inherit the mask): while a server runs it is stopped (again until
+// run() returns, should the signal come before it listens); before, the process exits.
+std::mutex serving_mutex;  // held while the pointer is read and used, or changed
+rt::Server* serving = nullptr;
+
+// Publishes the running server to the signal thread for its lifetime.
+struct Serving {
+  explicit Serving(rt::Server* s) { set(s); }
+  ~Serving() { set(nullptr); }
+  static void set(rt::Server* s) {
+    std::lock_guard<std::mutex> lock(serving_mutex);
+    serving = s;
+  }
+};
+
+void handle_signals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::thread([signals] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    std::fprintf(stderr, "[serve] signal %d: stopping\n", sig);
+    for (bool first = true;; first = false) {
+      {
+        std::lock_guard<std::mutex> lock(serving_mutex);
+        if (serving == nullptr && first) std::_Exit(128 + sig);
+        if (serving == nullptr) return;
+        serving->stop();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }).detach();
+}
+
+int run(const ServeArgs& a) {
+  handle_signals();
+  if (a.port < 0 || a.port > 65535) throw Error(Errc::kUsage, "--port must be in 0..65535");
+  if (a.max_model_len < 0) throw Error(Errc::kUsage, "--max-model-len must be > 0");
+  const std::filesystem::path dir(a.model);
+  const std::unique_ptr<rt::Model> model = rt::Model::load(dir);
+  const rt::Tokenizer tok = rt::Tokenizer::load(dir / "tokenizer.json");
+  const rt::GenerationConfig gen = rt::load_generation_config(dir);
+  const ckpt::Qwen35Config& cfg = model->config();
+
+  rt::ServeOptions o;
+  o.host = a.host;
+  o.port = a.port;
+  std::filesystem::path norm = std::filesystem::absolute(dir).lexically_normal();
+  if (norm.filename().empty()) norm = norm.parent_path();  // a trailing slash
+  o.model_name = a.name.empty() ? norm.filename().string() : a.name;
+  o.api_key = a.api_key;
+  o.max_model_len =
+      a.max_model_len > 0 ? a.max_model_len : std::min<int64_t>(cfg.max_position_embeddings, 32768);
+  o.vocab_size = cfg.vocab_size;
+  o.eos_ids = gen.eos_token_ids;
+  o.eos_ids.push_back(static_cast<int32_t>(cfg.eos_token_id));
+  o.defaults = rt::default_sampling(gen);
+
+  // The engine, and how a request runs on it (a fresh sequence each time).
+  std::unique_ptr<rt::CpuEngine> cpu;
+  std::unique_ptr<rt::CudaEngine> cuda;
+  rt::GenerateFn run_request;
+  if (a.device == "cuda") {
+    rt::CudaOptions co;
+    co.max_context = o.max_model_len + 1;
+    co.mtp = a.speculative;
+    cuda = std::make_unique<rt::CudaEngine>(*model, co);
+    const rt::CudaLoadStats& ls = cuda->load_stats();
+    std::fprintf(stderr, "[%s: %.2f GiB on the GPU, loaded in %.2f s]\n", ls.device_name.c_str(),
+                 ls.device_bytes / 1073741824.0, ls.load_seconds);
+    rt::CudaEngine& e = *cuda;
+    run_request = [&e, &cfg, spec = a.speculative](std::span<const int32_t> prompt,
+                                                   const rt::GenerateOptions& go,
+                                                   const std::function<void(int32_t)>& on) {
+      if (spec) return rt::generate_speculative(rt::speculative_engine(e), prompt, go, on, nullptr);
+      e.reset();
+      return rt::generate_with(
+          [&e](int32_t t, float* logits) { return e.step(t, logits); }, cfg.vocab_size, prompt, go,
+          on, [&e](const int32_t* t, int32_t* top, float* logits) { e.verify2(t, top, logits); });
+    };
+  } else {
+    cpu = std::make_unique<rt::CpuEngine>(*model, a.threads);
+    rt::CpuEngine& e = *cpu;
+    run_request = [&e, spec = a.speculative](std::span<const int32_t> prompt,
+                                             const rt::GenerateOptions& go,
+                                             const std::function<void(int32_t)>& on) {
+      if (spec) return rt::generate_speculative(rt::speculative_engine(e), prompt, go, on, nullptr);
+      return rt::generate(e, prompt, go, on);
+    };
+  }
+
+  rt::Server server(tok, std::move(run_request), o);
+  const int port = server.bind();
+  const Serving published(&server);
+  std::fprintf(stderr,
+               "qforge serve: http://%s:%d/v1 (model '%s' on %s, max_model_len %lld%s); "
+               "Ctrl-C stops\n",
+               a.host.c_str(), port, o.model_name.c_str(), a.device.c_str(),
+               static_cast<long long>(o.max_model_len), a.speculative ? ", speculative" : "");
+  server.run();
+  return kExitOk;
+}
+
+}  // namespace
+
+Command add_serve(CLI::App& app) {
+  auto a = std::make_shared<ServeArgs>();
+  CLI::App* sub = app.add_subcommand("serve", "Serve an OpenAI-compatible HTTP API");
+  sub->add_option("--model", a->model, "model directory (any layout qforge reads)")->required();
+  sub->add_option("--device", a->device, "cpu (the reference engine) or cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  sub->add_option("--host", a->host, "address to listen on")->capture_default_str();
+  sub->add_option("--port", a->port, "port (0: any free one, printed)")->capture_default_str();
+  sub->add_option("--served-model-name", a->name,
+                  "the model id clients use (default: the directory's name)");
+  sub->add_option("--api-key", a->api_key, "require Authorization: Bearer KEY on /v1/")
+      ->envname("QFORGE_API_KEY");
+  sub->add_option("--max-model-len", a->max_model_len,
+                  "prompt + completion tokens per request (default: the model's, at most 32768; "
+                  "sizes the CUDA engine's KV cache)");
+  sub->add_flag("--speculative", a->speculative,
+                "speculative decoding with the checkpoint's MTP head (as generate --speculative)");
+  sub->add_option("--threads", a->threads, "CPU engine worker threads (default: all cores)");
+  sub->footer(
+      "Endpoints: POST /v1/chat/completions, POST /v1/completions (stream: server-sent events),\n"
+      "GET /v1/models, GET /health. One request runs at a time; others wait their turn.\n"
+      "Sampling fields a request leaves out take generation_config.json's defaults. Chat\n"
+      "replies carry reasoning_content (the think block) and tool_calls (parsed from the\n"
+      "Qwen3-Coder XML calls) apart from content.\n\n"
+      "Example:\n  qforge serve --model /models/qwen3.5-122b-hybrid --device cuda --port 8000");
+  return {sub, [a] { return run(*a); }};
+}
+
+}  // namespace qf::tools
