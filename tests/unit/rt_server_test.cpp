@@ -1,0 +1,176 @@
+// rt::Server over a scripted engine that replies with a fixed text: tool calls and reasoning
+// read by OpenAI's Python client (openai_client_check.py), whole and streamed; the prompt the
+// engine gets is the chat template's; requests take turns on the engine; an engine failure
+// reaches the client as a 500 or, mid-stream, as an error event.
+#include <gtest/gtest.h>
+
+#include <httplib.h>
+#include <atomic>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "qf/error.h"
+#include "qf/rt/chat.h"
+#include "qf/rt/server.h"
+#include "test_support.h"
+
+namespace qf::rt {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+const std::string kReply =
+    "I should look it up.\n</think>\n\nChecking the weather.\n\n<tool_call>\n"
+    "<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n<parameter=days>\n3\n"
+    "</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=get_weather>\n"
+    "<parameter=city>\nBergen\n</parameter>\n</function>\n</tool_call>";
+
+const Json kTools = Json::parse(R"([{"type": "function", "function": {"name": "get_weather",
+  "description": "Weather for a city.", "parameters": {"type": "object", "properties": {
+  "city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city"]}}}])");
+
+const Json kMessages =
+    Json::parse(R"([{"role": "user", "content": "Weather in Oslo and Bergen?"}])");
+
+// The server on a free port, in a thread, over a scripted engine.
+class ScriptedServer {
+ public:
+  ScriptedServer()
+      : tok_(Tokenizer::load(std::string(QF_SOURCE_DIR) + "/models/tiny/model/tokenizer.json")),
+        reply_(tok_.encode(kReply)) {
+    ServeOptions o;
+    o.host = "127.0.0.1";
+    o.port = 0;
+    o.model_name = "scripted";
+    o.max_model_len = 4096;
+    o.vocab_size = 4096;
+    server_ = std::make_unique<Server>(
+        tok_,
+        [this](std::span<const int32_t> prompt, const GenerateOptions& go,
+               const std::function<void(int32_t)>& on_token) {
+          if (active_.fetch_add(1) != 0) overlapped_ = true;
+          prompt_.assign(prompt.begin(), prompt.end());
+          GenerateResult r;
+          r.prompt_tokens = static_cast<int64_t>(prompt.size());
+          r.finish_reason = "stop";
+          try {
+            for (size_t i = 0; i < reply_.size(); ++i) {
+              if (fail_at_ >= 0 && static_cast<int>(i) == fail_at_) {
+                throw Error(Errc::kIo, "the scripted engine failed");
+              }
+              if (static_cast<int64_t>(i) == go.max_tokens) {
+                r.finish_reason = "length";
+                break;
+              }
+              std::this_thread::sleep_for(std::chrono::microseconds(delay_us_));
+              on_token(reply_[i]);
+              r.ids.push_back(reply_[i]);
+            }
+          } catch (...) {
+            --active_;
+            throw;
+          }
+          --active_;
+          return r;
+        },
+        o);
+    port_ = server_->bind();
+    thread_ = std::thread([this] { server_->run(); });
+  }
+  ~ScriptedServer() {
+    server_->stop();
+    thread_.join();
+  }
+  std::string base() const { return "http://127.0.0.1:" + std::to_string(port_) + "/v1"; }
+  int port() const { return port_; }
+  const Tokenizer& tok() const { return tok_; }
+
+  std::vector<int32_t> prompt_;
+  std::atomic<int> active_{0};
+  std::atomic<bool> overlapped_{false};
+  int fail_at_ = -1;
+  int delay_us_ = 0;
+
+ private:
+  Tokenizer tok_;
+  std::vector<int32_t> reply_;
+  std::unique_ptr<Server> server_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+TEST(Server, OpenAiClientReadsReasoningAndToolCalls) {
+  ScriptedServer s;
+  const Json expect = {
+      {"model", "scripted"},
+      {"request", {{"messages", kMessages}, {"tools", kTools}}},
+      {"message",
+       {{"reasoning_content", "I should look it up."},
+        {"content", "Checking the weather."},
+        {"tool_calls",
+         {{{"name", "get_weather"}, {"arguments", {{"city", "Oslo"}, {"days", 3}}}},
+          {{"name", "get_weather"}, {"arguments", {{"city", "Bergen"}}}}}}}}};
+  const test::TempDir dir;
+  test::write_file(dir / "expect.json", expect.dump());
+  const auto r = test::run_command(std::string(QF_PYTHON) + " " + QF_SOURCE_DIR +
+                                   "/tests/e2e/openai_client_check.py tools " + s.base() + " " +
+                                   (dir / "expect.json").string());
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("ok: "), std::string::npos) << r.out;
+  EXPECT_EQ(s.prompt_, s.tok().encode(render_chat(kMessages, kTools)));
+}
+
+TEST(Server, RequestsTakeTurnsOnTheEngine) {
+  ScriptedServer s;
+  s.delay_us_ = 200;
+  const std::string body =
+      Json{{"messages", kMessages}, {"tools", kTools}, {"max_tokens", 40}}.dump();
+  std::vector<std::thread> clients;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 4; ++i) {
+    clients.emplace_back([&] {
+      httplib::Client c("127.0.0.1", s.port());
+      c.set_read_timeout(60);
+      const auto res = c.Post("/v1/chat/completions", body, "application/json");
+      if (res && res->status == 200) {
+        const Json j = Json::parse(res->body);
+        ok += j["usage"]["completion_tokens"] == 40 && j["choices"][0]["finish_reason"] == "length";
+      }
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  EXPECT_EQ(ok.load(), 4);
+  EXPECT_FALSE(s.overlapped_.load());
+}
+
+TEST(Server, EngineFailuresReachTheClient) {
+  ScriptedServer s;
+  s.fail_at_ = 5;
+  httplib::Client c("127.0.0.1", s.port());
+  const std::string body = Json{{"messages", kMessages}}.dump();
+  auto res = c.Post("/v1/chat/completions", body, "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 500);
+  Json j = Json::parse(res->body);
+  EXPECT_EQ(j["error"]["type"], "server_error");
+  EXPECT_EQ(j["error"]["message"], "the scripted engine failed");
+  // Streamed: the events so far, then an error event.
+  res = c.Post("/v1/chat/completions", Json{{"messages", kMessages}, {"stream", true}}.dump(),
+               "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  const size_t at = res->body.rfind("data: ");
+  ASSERT_NE(at, std::string::npos) << res->body;
+  j = Json::parse(res->body.substr(at + 6));
+  EXPECT_EQ(j["error"]["message"], "the scripted engine failed") << res->body;
+  EXPECT_NE(res->body.find("reasoning_content"), std::string::npos) << res->body;
+  // And the server still serves.
+  s.fail_at_ = -1;
+  res = c.Post("/v1/chat/completions", body, "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << res->body;
+}
+
+}  // namespace
+}  // namespace qf::rt
