@@ -300,6 +300,9 @@ Server::Server(const Tokenizer& tokenizer, GenerateFn generate, ServeOptions opt
   Impl& im = *impl_;
   httplib::Server& h = im.http;
   h.set_payload_max_length(kMaxBodyBytes);
+  // Each streamed event is a small write: without TCP_NODELAY, Nagle's algorithm holds it for
+  // the client's delayed ACK (~40 ms to the first token on Linux).
+  h.set_tcp_nodelay(true);
   // SO_REUSEADDR alone: httplib's default adds SO_REUSEPORT, which lets a second server bind the
   // same port and take half its connections; this way the second one fails to bind.
   h.set_socket_options([](socket_t sock) {

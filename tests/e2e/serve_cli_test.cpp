@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "qf/rt/chat_output.h"
+#include "qf/rt/cuda_engine.h"
 #include "qf/rt/tokenizer.h"
 #include "test_support.h"
 
@@ -83,7 +84,9 @@ Json generate(const std::string& flags) {
   return Json::parse(r.out);
 }
 
-TEST(ServeCli, OpenAiClientGetsWhatGenerateWrites) {
+// The served replies against `qforge generate` with the same engine flags (`engine`: --device,
+// --speculative).
+void expect_generates_replies(const std::string& engine) {
   Json expect = {
       {"model", "served-tiny"}, {"completions", Json::array()}, {"chats", Json::array()}};
   // Greedy, sampled with a seed, and one cut by a stop string the greedy text holds.
@@ -97,7 +100,7 @@ TEST(ServeCli, OpenAiClientGetsWhatGenerateWrites) {
              {"seed", 11},
              {"extra_body", {{"top_k", 30}}}},  // not an OpenAI field: vLLM's extension
             "--max-tokens 20 --temperature 0.8 --top-p 0.9 --top-k 30 --seed 11"}}) {
-    const Json g = generate("--prompt " + quoted + " " + flags);
+    const Json g = generate(engine + " --prompt " + quoted + " " + flags);
     Json req = request;
     req["prompt"] = prompt;
     expect["completions"].push_back({{"request", req},
@@ -128,7 +131,7 @@ TEST(ServeCli, OpenAiClientGetsWhatGenerateWrites) {
   }
   // Chat, thinking on and off: generate's text split as chat_output.h says.
   for (const bool think : {true, false}) {
-    const Json g = generate(std::string("--chat 'Write a function that adds two numbers.' ") +
+    const Json g = generate(engine + " --chat 'Write a function that adds two numbers.' " +
                             "--max-tokens 30 --temperature 0" + (think ? "" : " --no-think"));
     rt::ChatOutputParser p(think, Json());
     rt::ChatDelta a = p.push(g["text"].get<std::string>()), b = p.finish();
@@ -147,13 +150,28 @@ TEST(ServeCli, OpenAiClientGetsWhatGenerateWrites) {
   const fs::path file = dir / "expect.json";
   test::write_file(file, expect.dump(2));
 
-  ServeProcess serve("--served-model-name served-tiny --threads 2");
+  ServeProcess serve(engine + " --served-model-name served-tiny --threads 2");
   ASSERT_GT(serve.port(), 0) << serve.log();
   const auto r = run_command(client() + " engine " + serve.base() + " " + file.string());
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err << "\nserver log:\n" << serve.log();
   EXPECT_NE(r.out.find("ok: "), std::string::npos) << r.out;
   EXPECT_EQ(serve.stop(), 0) << serve.log();
   EXPECT_NE(serve.log().find("stopping"), std::string::npos) << serve.log();
+}
+
+TEST(ServeCli, OpenAiClientGetsWhatGenerateWrites) {
+  expect_generates_replies("--device cpu");
+}
+
+TEST(ServeCli, SpeculativeOnTheCpu) {
+  expect_generates_replies("--device cpu --speculative");
+}
+
+TEST(ServeCli, CudaEngine) {
+  std::string why;
+  if (!rt::CudaEngine::available(&why)) GTEST_SKIP() << "no GPU: " << why;
+  expect_generates_replies("--device cuda");
+  expect_generates_replies("--device cuda --speculative");
 }
 
 TEST(ServeCli, ErrorsKeyAndAClientLeaving) {
