@@ -2,6 +2,7 @@
 // (rt::Server). SIGINT / SIGTERM stop it.
 #include <pthread.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include "qf/rt/cuda_engine.h"
 #include "qf/rt/generate.h"
 #include "qf/rt/generation_config.h"
+#include "qf/rt/prefix_cache.h"
 #include "qf/rt/server.h"
 #include "qf/rt/speculative.h"
 #include "qf/rt/tokenizer.h"
@@ -27,7 +29,7 @@ struct ServeArgs {
   std::string model, device = "cpu", host = "127.0.0.1", name, api_key;
   int port = 8000, threads = 0;
   int64_t max_model_len = 0;
-  bool speculative = false;
+  bool speculative = false, no_prefix_cache = false;
 };
 
 // SIGINT and SIGTERM go to one thread, blocked everywhere else (threads started later, the
@@ -92,38 +94,57 @@ int run(const ServeArgs& a) {
   o.eos_ids.push_back(static_cast<int32_t>(cfg.eos_token_id));
   o.defaults = rt::default_sampling(gen);
 
-  // The engine, and how a request runs on it (a fresh sequence each time).
+  // The engine, and how a request runs on it: from the state kept after the previous prompt's
+  // shared prefix (PrefixCache), or, with --speculative or --no-prefix-cache, afresh.
   std::unique_ptr<rt::CpuEngine> cpu;
   std::unique_ptr<rt::CudaEngine> cuda;
-  rt::GenerateFn run_request;
+  rt::PrefixEngine pe;
+  pe.vocab = cfg.vocab_size;
+  std::function<rt::SpecEngine()> fresh_spec;  // --speculative: the engine, reset
   if (a.device == "cuda") {
     rt::CudaOptions co;
     co.max_context = o.max_model_len + 1;
     co.mtp = a.speculative;
+    co.snapshots = !a.speculative && !a.no_prefix_cache;
     cuda = std::make_unique<rt::CudaEngine>(*model, co);
     const rt::CudaLoadStats& ls = cuda->load_stats();
     std::fprintf(stderr, "[%s: %.2f GiB on the GPU, loaded in %.2f s]\n", ls.device_name.c_str(),
                  ls.device_bytes / 1073741824.0, ls.load_seconds);
     rt::CudaEngine& e = *cuda;
-    run_request = [&e, &cfg, spec = a.speculative](std::span<const int32_t> prompt,
-                                                   const rt::GenerateOptions& go,
-                                                   const std::function<void(int32_t)>& on) {
-      if (spec) return rt::generate_speculative(rt::speculative_engine(e), prompt, go, on, nullptr);
-      e.reset();
-      return rt::generate_with(
-          [&e](int32_t t, float* logits) { return e.step(t, logits); }, cfg.vocab_size, prompt, go,
-          on, [&e](const int32_t* t, int32_t* top, float* logits) { e.verify2(t, top, logits); });
-    };
+    pe.reset = [&e] { e.reset(); };
+    pe.snapshot = [&e] { e.snapshot(); };
+    pe.restore = [&e] { e.restore_snapshot(); };
+    pe.step = [&e](int32_t t, float* logits) { return e.step(t, logits); };
+    pe.pair = [&e](const int32_t* t, int32_t* top, float* logits) { e.verify2(t, top, logits); };
+    fresh_spec = [&e] { return rt::speculative_engine(e); };
   } else {
     cpu = std::make_unique<rt::CpuEngine>(*model, a.threads);
     rt::CpuEngine& e = *cpu;
-    run_request = [&e, spec = a.speculative](std::span<const int32_t> prompt,
-                                             const rt::GenerateOptions& go,
-                                             const std::function<void(int32_t)>& on) {
-      if (spec) return rt::generate_speculative(rt::speculative_engine(e), prompt, go, on, nullptr);
-      return rt::generate(e, prompt, go, on);
+    auto logits = std::make_shared<std::vector<float>>(static_cast<size_t>(cfg.vocab_size));
+    auto kept = std::make_shared<rt::SequenceState>();
+    pe.reset = [&e] { e.reset(); };
+    pe.snapshot = [&e, kept] { *kept = e.state(); };
+    pe.restore = [&e, kept] { e.state() = *kept; };
+    pe.step = [&e, logits](int32_t t, float* out) {
+      e.step(t, logits->data());
+      if (out) std::copy(logits->begin(), logits->end(), out);
+      return static_cast<int32_t>(std::max_element(logits->begin(), logits->end()) -
+                                  logits->begin());
     };
+    fresh_spec = [&e] { return rt::speculative_engine(e); };
   }
+  const std::optional<int32_t> im_start = tok.token_id("<|im_start|>");
+  auto cache = std::make_shared<rt::PrefixCache>(im_start.value_or(-1));
+  const bool reuse = !a.speculative && !a.no_prefix_cache;
+  rt::GenerateFn run_request = [&, cache, reuse](
+                                   std::span<const int32_t> prompt, const rt::GenerateOptions& go,
+                                   const std::function<void(int32_t)>& on, int64_t* cached) {
+    if (reuse) return cache->generate(pe, prompt, go, on, cached);
+    *cached = 0;
+    if (a.speculative) return rt::generate_speculative(fresh_spec(), prompt, go, on, nullptr);
+    pe.reset();
+    return rt::generate_with(pe.step, pe.vocab, prompt, go, on, pe.pair);
+  };
 
   rt::Server server(tok, std::move(run_request), o);
   const int port = server.bind();
@@ -157,6 +178,9 @@ Command add_serve(CLI::App& app) {
                   "sizes the CUDA engine's KV cache)");
   sub->add_flag("--speculative", a->speculative,
                 "speculative decoding with the checkpoint's MTP head (as generate --speculative)");
+  sub->add_flag("--no-prefix-cache", a->no_prefix_cache,
+                "start every request afresh (default: a request that extends the previous one's "
+                "prompt up to its last turn skips that part; not with --speculative)");
   sub->add_option("--threads", a->threads, "CPU engine worker threads (default: all cores)");
   sub->footer(
       "Endpoints: POST /v1/chat/completions, POST /v1/completions (stream: server-sent events),\n"

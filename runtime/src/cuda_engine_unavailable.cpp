@@ -40,6 +40,12 @@ void CudaEngine::reset() {
 int64_t CudaEngine::position() const {
   unavailable();
 }
+void CudaEngine::snapshot() {
+  unavailable();
+}
+void CudaEngine::restore_snapshot() {
+  unavailable();
+}
 int32_t CudaEngine::step(int32_t, float*) {
   unavailable();
 }

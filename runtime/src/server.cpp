@@ -43,7 +43,7 @@ struct ClientGone {};
 
 struct Outcome {
   std::string finish_reason;
-  int64_t completion_tokens = 0;
+  int64_t completion_tokens = 0, cached_tokens = 0;
   double seconds = 0;
 };
 
@@ -91,12 +91,15 @@ struct Server::Impl {
     std::lock_guard<std::mutex> lock(engine_mutex);
     const auto t0 = std::chrono::steady_clock::now();
     try {
-      const GenerateResult g = generate(prompt, o, [&](int32_t id) {
-        ++out.completion_tokens;
-        const std::string text = stops.push(decoder.push(id));
-        place(text, stops.matched());
-        if (stops.matched()) throw StopHit{};
-      });
+      const GenerateResult g = generate(
+          prompt, o,
+          [&](int32_t id) {
+            ++out.completion_tokens;
+            const std::string text = stops.push(decoder.push(id));
+            place(text, stops.matched());
+            if (stops.matched()) throw StopHit{};
+          },
+          &out.cached_tokens);
       out.finish_reason = g.finish_reason;
       std::string text = stops.push(decoder.finish());
       if (stops.matched()) {
@@ -127,13 +130,13 @@ struct Server::Impl {
   }
 
   void log(const char* what, int64_t prompt_tokens, const Outcome& out) {
-    std::fprintf(stderr,
-                 "[serve] %s: %lld prompt + %lld completion tokens in %.2f s (%.1f tok/s), "
-                 "finish: %s\n",
-                 what, static_cast<long long>(prompt_tokens),
-                 static_cast<long long>(out.completion_tokens), out.seconds,
-                 out.seconds > 0 ? out.completion_tokens / out.seconds : 0.0,
-                 out.finish_reason.c_str());
+    std::fprintf(
+        stderr,
+        "[serve] %s: %lld prompt (%lld cached) + %lld completion tokens in %.2f s "
+        "(%.1f tok/s), finish: %s\n",
+        what, static_cast<long long>(prompt_tokens), static_cast<long long>(out.cached_tokens),
+        static_cast<long long>(out.completion_tokens), out.seconds,
+        out.seconds > 0 ? out.completion_tokens / out.seconds : 0.0, out.finish_reason.c_str());
   }
 
   void handle(const httplib::Request& req, httplib::Response& res, bool chat);
@@ -189,7 +192,8 @@ void Server::Impl::handle(const httplib::Request& req, httplib::Response& res, b
   const auto usage = [n_prompt](const Outcome& out) {
     return Json{{"prompt_tokens", n_prompt},
                 {"completion_tokens", out.completion_tokens},
-                {"total_tokens", n_prompt + out.completion_tokens}};
+                {"total_tokens", n_prompt + out.completion_tokens},
+                {"prompt_tokens_details", {{"cached_tokens", out.cached_tokens}}}};
   };
 
   if (!r->stream) {

@@ -69,6 +69,9 @@ def engine(base, expect):
         check(r.choices[0].finish_reason == case["finish_reason"], f"finish {r.choices[0].finish_reason}")
         check(r.usage.completion_tokens == case["completion_tokens"], f"usage {r.usage}")
         check(r.usage.prompt_tokens == case["prompt_tokens"], f"usage {r.usage}")
+        if "cached_tokens" in case:
+            cached = r.usage.prompt_tokens_details.cached_tokens
+            check(cached == case["cached_tokens"], f"cached tokens {cached} != {case['cached_tokens']}")
         text, finish = stream_text(client, **kw)
         check(text == case["text"] and finish == case["finish_reason"], f"streamed {text!r} {finish}")
     for case in expect["chats"]:

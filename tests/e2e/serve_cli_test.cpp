@@ -129,6 +129,35 @@ void expect_generates_replies(const std::string& engine) {
                                      {"prompt_tokens", expect["completions"][0]["prompt_tokens"]},
                                      {"completion_tokens", n}});
   }
+  // A conversation in the chat format, as token ids, each turn's prompt extending the one before
+  // up to its last <|im_start|>: served from the state kept there (prefix reuse, off with
+  // --speculative), which usage.prompt_tokens_details.cached_tokens counts. The sampled request
+  // repeats the greedy one's prompt, so it reuses all of it but its last token.
+  const bool reuse = engine.find("--speculative") == std::string::npos;
+  expect["completions"][1]["cached_tokens"] =
+      reuse ? expect["completions"][1]["prompt_tokens"].get<int64_t>() - 1 : 0;
+  {
+    const rt::Tokenizer tok = rt::Tokenizer::load(kModel + "/tokenizer.json");
+    const int32_t im_start = *tok.token_id("<|im_start|>");
+    std::string history = "<|im_start|>user\nWrite a function.<|im_end|>\n";
+    int64_t cached = 0;  // the stop case's prompt before it has no <|im_start|>
+    for (const char* user : {"Now test it.", "Thanks."}) {
+      const std::vector<int32_t> ids = tok.encode(history + "<|im_start|>assistant\n");
+      std::string list;
+      for (const int32_t id : ids) list += (list.empty() ? "" : ",") + std::to_string(id);
+      const Json g = generate(engine + " --tokens " + list + " --max-tokens 16 --temperature 0");
+      expect["completions"].push_back(
+          {{"request", {{"prompt", ids}, {"max_tokens", 16}, {"temperature", 0}}},
+           {"text", g["text"]},
+           {"finish_reason", g["finish_reason"]},
+           {"prompt_tokens", g["prompt_tokens"]},
+           {"completion_tokens", g["completion_tokens"]},
+           {"cached_tokens", reuse ? cached : 0}});
+      cached = std::find(ids.rbegin(), ids.rend(), im_start).base() - ids.begin() - 1;
+      history += "<|im_start|>assistant\n" + g["text"].get<std::string>() +
+                 "<|im_end|>\n<|im_start|>user\n" + user + "<|im_end|>\n";
+    }
+  }
   // Chat, thinking on and off: generate's text split as chat_output.h says.
   for (const bool think : {true, false}) {
     const Json g = generate(engine + " --chat 'Write a function that adds two numbers.' " +

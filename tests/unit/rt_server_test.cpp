@@ -48,7 +48,8 @@ class ScriptedServer {
     server_ = std::make_unique<Server>(
         tok_,
         [this](std::span<const int32_t> prompt, const GenerateOptions& go,
-               const std::function<void(int32_t)>& on_token) {
+               const std::function<void(int32_t)>& on_token, int64_t* cached) {
+          *cached = 0;
           if (active_.fetch_add(1) != 0) overlapped_ = true;
           prompt_.assign(prompt.begin(), prompt.end());
           GenerateResult r;

@@ -64,6 +64,26 @@ int64_t CudaEngine::position() const {
   return impl_->position;
 }
 
+void CudaEngine::snapshot() {
+  Impl& s = *impl_;
+  if (!s.o.snapshots) throw Error(Errc::kUsage, "snapshot: CudaOptions::snapshots is off");
+  s.copy_gdn_states(s.conv, s.ssm, s.conv_snap, s.ssm_snap);
+  cuda::check(cudaStreamSynchronize(s.stream), "snapshot");
+  s.snap_position = s.position;
+}
+
+void CudaEngine::restore_snapshot() {
+  Impl& s = *impl_;
+  if (s.snap_position < 0) throw Error(Errc::kUsage, "restore_snapshot: no snapshot was taken");
+  s.can_reject = false;
+  s.copy_gdn_states(s.conv_snap, s.ssm_snap, s.conv, s.ssm);
+  s.pinned[9] = static_cast<int>(s.snap_position);
+  cuda::check(cudaMemcpyAsync(s.pos, s.pinned + 9, sizeof(int), cudaMemcpyHostToDevice, s.stream),
+              "copy");
+  cuda::check(cudaStreamSynchronize(s.stream), "restore_snapshot");
+  s.position = s.snap_position;
+}
+
 int32_t CudaEngine::step(int32_t token, float* logits) {
   Impl& s = *impl_;
   s.can_reject = false;

@@ -78,6 +78,11 @@ CudaEngine::Impl::Impl(std::unique_ptr<cuda::DeviceModel> model, const CudaOptio
   argmax_scratch = i(kern::argmax_scratch_ints(static_cast<int>(c.vocab_size)));
   // The verify pass's copies of the DeltaNet states (speculative decoding: with the MTP head).
   for (float* state : ssm) ssm_saved.push_back(state && m->mtp ? f(ssm_floats()) : nullptr);
+  for (size_t l = 0; l < ssm.size() && o.snapshots; ++l) {
+    conv_snap.push_back(ssm[l] ? f(static_cast<int64_t>(kern::gdn_conv_state_floats(gdn)) + 1)
+                               : nullptr);
+    ssm_snap.push_back(ssm[l] ? f(ssm_floats()) : nullptr);
+  }
   if (m->mtp) {
     mtp_k = f(o.max_context * c.kv_rows()), mtp_v = f(o.max_context * c.kv_rows());
     mtp_in = f(h), cat = f(2 * h), mtp_hidden = f(h), mtp_logits = f(c.vocab_size);
@@ -158,6 +163,22 @@ int32_t CudaEngine::Impl::mtp_step(int32_t next_token, const float* src, cudaMem
   if (out) take_logits(out, 1);
   ++mtp_position;
   return pinned[3];
+}
+
+void CudaEngine::Impl::copy_gdn_states(const std::vector<float*>& conv_from,
+                                       const std::vector<float*>& ssm_from,
+                                       const std::vector<float*>& conv_to,
+                                       const std::vector<float*>& ssm_to) {
+  const size_t conv_bytes = (kern::gdn_conv_state_floats(gdn) + 1) * 4;
+  for (size_t l = 0; l < ssm_from.size(); ++l) {
+    if (!ssm_from[l]) continue;
+    cuda::check(
+        cudaMemcpyAsync(conv_to[l], conv_from[l], conv_bytes, cudaMemcpyDeviceToDevice, stream),
+        "copy");
+    cuda::check(cudaMemcpyAsync(ssm_to[l], ssm_from[l], static_cast<size_t>(ssm_floats()) * 4,
+                                cudaMemcpyDeviceToDevice, stream),
+                "copy");
+  }
 }
 
 void CudaEngine::Impl::reset() {

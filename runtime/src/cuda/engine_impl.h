@@ -81,12 +81,19 @@ struct CudaEngine::Impl {
   // layer's state after the first token, for a rejected second one.
   int *vtoken = nullptr, *vpos = nullptr, *vnext = nullptr, *fence_word = nullptr;
   std::vector<float*> ssm_saved;
+  // CudaOptions::snapshots: each DeltaNet layer's conv history and state at snap_position.
+  std::vector<float*> conv_snap, ssm_snap;
+  int64_t snap_position = -1;
   cudaGraphExec_t verify_graph = nullptr;
   bool can_reject = false;  // the last main-model call was verify2
   int64_t position = 0, mtp_position = 0;
   cuda::Marks* marks = nullptr;
 
   explicit Impl(std::unique_ptr<cuda::DeviceModel> model, const CudaOptions& options);
+
+  // Queues copies of every DeltaNet layer's conv history and state (live or snapshot slots).
+  void copy_gdn_states(const std::vector<float*>& conv_from, const std::vector<float*>& ssm_from,
+                       const std::vector<float*>& conv_to, const std::vector<float*>& ssm_to);
 
   ~Impl();
 

@@ -37,6 +37,9 @@ struct CudaOptions {
   // Upload the MTP head too (Model::mtp(), where the checkpoint has one; ~5 GB of BF16 on
   // 122B-A10B), for mtp_step.
   bool mtp = false;
+  // Keep one snapshot slot (snapshot / restore_snapshot: prefix reuse across requests in
+  // qforge serve): another copy of the DeltaNet states and conv histories (~72 MB at 122B-A10B).
+  bool snapshots = false;
   // Timing studies only (qforge bench --skip): launches left out of every step, named as in
   // kSkippableLaunches, so that the step time without them bounds what fusing them away could
   // gain. Their outputs go stale, so the results are wrong; the weights still stream as in a
@@ -86,6 +89,12 @@ class CudaEngine {
   const CudaLoadStats& load_stats() const;
   void reset();
   int64_t position() const;
+  // With CudaOptions::snapshots (else Error(kUsage)): snapshot() keeps the sequence state at
+  // the current position, restore_snapshot() returns to it (Error(kUsage) without one). The
+  // DeltaNet states and conv histories are copied; the KV rows before the position stay valid
+  // as steps only write at and past theirs. The MTP head's state is not kept.
+  void snapshot();
+  void restore_snapshot();
 
   // Consumes `token` at the next position; copies the logits [V] to `logits` when not null;
   // returns the argmax of the logits (lowest id among equal maxima). Throws Error(kUsage) for a

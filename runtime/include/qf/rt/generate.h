@@ -25,6 +25,7 @@ struct GenerateResult {
   std::vector<int32_t> ids;   // generated, stop token excluded
   std::string finish_reason;  // "stop" or "length"
   int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens a kept state spared the engine (PrefixCache)
   double prefill_seconds = 0, decode_seconds = 0;
 };
 

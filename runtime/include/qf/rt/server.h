@@ -1,10 +1,10 @@
 // An OpenAI-compatible HTTP server over one engine (`qforge serve`): POST /v1/chat/completions
 // and /v1/completions (whole replies, or streamed as server-sent events), GET /v1/models and
-// /health. Requests run one at a time, in arrival order, each on a fresh sequence: the engine
-// decodes one sequence (batch 1), which is what decode on one GPU is built for here. Every
-// error goes back as OpenAI's {"error": {message, type, param, code}} with the HTTP status that
-// fits (400 bad request, 401 wrong key, 404 unknown model or path, 413 body too large, 500
-// engine failure); a streamed reply that fails after its first event ends with an error event.
+// /health. Requests run one at a time (the others wait): the engine decodes one sequence (batch
+// 1), which is what decode on one GPU is built for here. Every error goes back as OpenAI's
+// {"error": {message, type, param, code}} with the HTTP status that fits (400 bad request, 401
+// wrong key, 404 unknown model or path, 413 body too large, 500 engine failure); a streamed
+// reply that fails after its first event ends with an error event.
 #pragma once
 
 #include <cstdint>
@@ -30,11 +30,12 @@ struct ServeOptions {
   SamplingOptions defaults;      // the model's sampling defaults (generation_config.json)
 };
 
-// One request's generation on a fresh sequence: on_token(id) for every id, as generate() does;
-// it may throw to stop generation early.
-using GenerateFn =
-    std::function<GenerateResult(std::span<const int32_t> prompt, const GenerateOptions& options,
-                                 const std::function<void(int32_t)>& on_token)>;
+// One request's generation: on_token(id) for every id, as generate() does; it may throw to stop
+// generation early. Before the first token it sets *cached_tokens to the prompt tokens it
+// skipped by reusing a kept state (PrefixCache), reported in usage.prompt_tokens_details.
+using GenerateFn = std::function<GenerateResult(
+    std::span<const int32_t> prompt, const GenerateOptions& options,
+    const std::function<void(int32_t)>& on_token, int64_t* cached_tokens)>;
 
 class Server {
  public:

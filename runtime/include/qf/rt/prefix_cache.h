@@ -1,0 +1,54 @@
+// Prefix reuse across requests (qforge serve): one snapshot of the engine's sequence state,
+// taken inside a prompt, lets a later prompt that starts with the same tokens skip them. The
+// snapshot is taken before the prompt's last `boundary` token (the chat template's
+// `<|im_start|>`, so before the generation prompt: the next turn of the conversation repeats
+// everything up to there; a repeat of the prompt keeps it there), or, in a prompt without one,
+// before its last token (a growing document moves it along). A DeltaNet layer's state is recurrent, so a snapshot serves only prompts that extend its
+// whole prefix. Skipping tokens does not change a single bit of what follows: the engine is where
+// it would be after consuming them (CudaEngine::verify2's logits are two steps' bits).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "qf/rt/generate.h"
+
+namespace qf::rt {
+
+// What the cache needs of an engine. `snapshot` keeps the sequence state at the current position
+// in the engine's one slot; `restore` returns to it; `reset` starts a fresh sequence.
+struct PrefixEngine {
+  std::function<void()> reset, snapshot, restore;
+  StepFn step;
+  PairFn pair;  // may be empty
+  int64_t vocab = 0;
+};
+
+class PrefixCache {
+ public:
+  explicit PrefixCache(int32_t boundary) : boundary_(boundary) {}
+
+  struct Plan {
+    size_t reuse = 0;        // prompt tokens the kept snapshot covers (0: start afresh)
+    size_t snapshot_at = 0;  // take the next snapshot after this many tokens (0: none)
+  };
+  Plan plan(std::span<const int32_t> prompt) const;
+
+  // generate_with over `engine` from the snapshot where it covers a prefix of `prompt` (else
+  // from a fresh state), taking the next snapshot on the way; result.cached_tokens, and
+  // *cached_tokens (when not null) before the first token, say how many prompt tokens were
+  // skipped. An exception before the snapshot is taken leaves the cache
+  // empty; one after it (the token callback's, say) leaves the snapshot in place.
+  GenerateResult generate(const PrefixEngine& engine, std::span<const int32_t> prompt,
+                          const GenerateOptions& options,
+                          const std::function<void(int32_t)>& on_token,
+                          int64_t* cached_tokens = nullptr);
+
+ private:
+  int32_t boundary_;
+  std::vector<int32_t> kept_;  // the tokens the snapshot has consumed (empty: none)
+};
+
+}  // namespace qf::rt

@@ -1,0 +1,62 @@
+#include "qf/rt/prefix_cache.h"
+
+#include <algorithm>
+#include <array>
+
+namespace qf::rt {
+
+PrefixCache::Plan PrefixCache::plan(std::span<const int32_t> prompt) const {
+  Plan p;
+  // A whole-prefix match that leaves at least one token to run (its logits start generation).
+  if (!kept_.empty() && kept_.size() < prompt.size() &&
+      std::equal(kept_.begin(), kept_.end(), prompt.begin())) {
+    p.reuse = kept_.size();
+  }
+  // Before the last boundary where the prompt has one (a chat: the state there serves the next
+  // turn, so a repeat of the prompt keeps it rather than moving past it); else before the last
+  // token (a growing document moves it along).
+  size_t at = prompt.size() - 1;
+  for (size_t i = prompt.size(); i-- > 1;) {
+    if (prompt[i] == boundary_) {
+      at = i;
+      break;
+    }
+  }
+  p.snapshot_at = at > p.reuse ? at : 0;
+  return p;
+}
+
+GenerateResult PrefixCache::generate(const PrefixEngine& e, std::span<const int32_t> prompt,
+                                     const GenerateOptions& options,
+                                     const std::function<void(int32_t)>& on_token,
+                                     int64_t* cached_tokens) {
+  if (prompt.empty()) return generate_with(e.step, e.vocab, prompt, options, on_token, e.pair);
+  const Plan p = plan(prompt);
+  if (cached_tokens) *cached_tokens = static_cast<int64_t>(p.reuse);
+  std::vector<int32_t> kept;
+  kept_.swap(kept);  // empty until the snapshot is known to hold it again
+  size_t done = p.reuse;
+  if (p.reuse > 0) {
+    e.restore();
+  } else {
+    e.reset();
+  }
+  if (p.snapshot_at > 0) {
+    for (; e.pair && done + 2 <= p.snapshot_at; done += 2) {
+      std::array<int32_t, 2> top{};
+      e.pair(prompt.data() + done, top.data(), nullptr);
+    }
+    for (; done < p.snapshot_at; ++done) e.step(prompt[done], nullptr);
+    e.snapshot();
+    kept.assign(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(done));
+  }
+  kept_.swap(kept);
+  // What follows leaves the snapshot as it is, whatever it throws (a stop string, a client gone).
+  GenerateResult r =
+      generate_with(e.step, e.vocab, prompt.subspan(done), options, on_token, e.pair);
+  r.prompt_tokens = static_cast<int64_t>(prompt.size());
+  r.cached_tokens = static_cast<int64_t>(p.reuse);
+  return r;
+}
+
+}  // namespace qf::rt
