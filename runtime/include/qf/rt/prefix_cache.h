@@ -3,9 +3,10 @@
 // snapshot is taken before the prompt's last `boundary` token (the chat template's
 // `<|im_start|>`, so before the generation prompt: the next turn of the conversation repeats
 // everything up to there; a repeat of the prompt keeps it there), or, in a prompt without one,
-// before its last token (a growing document moves it along). A DeltaNet layer's state is recurrent, so a snapshot serves only prompts that extend its
-// whole prefix. Skipping tokens does not change a single bit of what follows: the engine is where
-// it would be after consuming them (CudaEngine::verify2's logits are two steps' bits).
+// before its last token (a growing document moves it along). A DeltaNet layer's state is
+// recurrent, so a snapshot serves only prompts that extend its whole prefix. Skipping tokens
+// does not change a single bit of what follows: the engine is where it would be after consuming
+// them (CudaEngine::verify2's logits are two steps' bits).
 #pragma once
 
 #include <cstdint>
