@@ -6,6 +6,10 @@ microseconds, and time to first token.
 
   bench/serve_bench.py --qforge build/bin/qforge --model models/tiny/model [--device cuda]
                        [--tokens 256] [--rounds 5] [--speculative]
+
+With --turns N it times a conversation instead: N chat turns, each adding the reply and a
+~250-token user message, sent to a server with prefix reuse and one with --no-prefix-cache,
+alternating; per turn the prompt tokens, those reused, and each server's wall time.
 """
 import argparse
 import json
@@ -20,6 +24,53 @@ import openai
 PROMPT = "import os\n\n\ndef read_config(path):\n"
 
 
+def start(cmd):
+    server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    for line in server.stderr:
+        m = re.search(r"http://127\.0\.0\.1:(\d+)/v1", line)
+        if m:
+            return server, openai.OpenAI(base_url=f"http://127.0.0.1:{m.group(1)}/v1", api_key="x")
+    sys.exit("serve did not start")
+
+
+def conversation(a, engine):
+    servers = [start([a.qforge, "serve", "--model", a.model, "--port", "0"] + engine + extra)
+               for extra in ([], ["--no-prefix-cache"])]
+    try:
+        talk(a, servers)
+    finally:
+        for server, _ in servers:
+            server.kill()
+            server.wait()
+
+
+def talk(a, servers):
+    model = servers[0][1].models.list().data[0].id
+    with open(__file__) as f:
+        source = f.read()
+    messages = []
+    print(f"{a.model} on {a.device}: a conversation of {a.turns} turns, 32 tokens a reply")
+    print("turn  prompt tokens  reused  reuse (s)  afresh (s)")
+    for turn in range(a.turns):
+        chunk = source[(turn * 900) % len(source):][:900]
+        messages.append({"role": "user", "content": "Explain this code:\n" + chunk})
+        times, replies, cached, prompt = [], [], 0, 0
+        for i, (_, client) in enumerate(servers):
+            t0 = time.perf_counter()
+            r = client.chat.completions.create(
+                model=model, messages=messages, max_tokens=32, temperature=0,
+                extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+            times.append(time.perf_counter() - t0)
+            replies.append(r.choices[0].message.content or "")
+            if i == 0:
+                cached = r.usage.prompt_tokens_details.cached_tokens
+                prompt = r.usage.prompt_tokens
+        if replies[0] != replies[1]:
+            sys.exit(f"turn {turn}: the replies differ")
+        messages.append({"role": "assistant", "content": replies[0]})
+        print(f"{turn + 1:4d}  {prompt:13d}  {cached:6d}  {times[0]:9.3f}  {times[1]:10.3f}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--qforge", required=True)
@@ -28,8 +79,12 @@ def main():
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--speculative", action="store_true")
+    ap.add_argument("--turns", type=int, default=0)
     a = ap.parse_args()
     engine = ["--device", a.device] + (["--speculative"] if a.speculative else [])
+    if a.turns:
+        conversation(a, engine)
+        return
 
     server = subprocess.Popen([a.qforge, "serve", "--model", a.model, "--port", "0"] + engine,
                               stderr=subprocess.PIPE, text=True)
