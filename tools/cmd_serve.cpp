@@ -73,7 +73,9 @@ void handle_signals() {
 int run(const ServeArgs& a) {
   handle_signals();
   if (a.port < 0 || a.port > 65535) throw Error(Errc::kUsage, "--port must be in 0..65535");
-  if (a.max_model_len < 0) throw Error(Errc::kUsage, "--max-model-len must be > 0");
+  if (a.max_model_len < 0) {
+    throw Error(Errc::kUsage, "--max-model-len must be >= 1 (or 0: the model's, at most 32768)");
+  }
   const std::filesystem::path dir(a.model);
   const std::unique_ptr<rt::Model> model = rt::Model::load(dir);
   const rt::Tokenizer tok = rt::Tokenizer::load(dir / "tokenizer.json");
@@ -99,7 +101,6 @@ int run(const ServeArgs& a) {
   std::unique_ptr<rt::CpuEngine> cpu;
   std::unique_ptr<rt::CudaEngine> cuda;
   rt::PrefixEngine pe;
-  pe.vocab = cfg.vocab_size;
   std::function<rt::SpecEngine()> fresh_spec;  // --speculative: the engine, reset
   if (a.device == "cuda") {
     rt::CudaOptions co;
@@ -110,28 +111,12 @@ int run(const ServeArgs& a) {
     const rt::CudaLoadStats& ls = cuda->load_stats();
     std::fprintf(stderr, "[%s: %.2f GiB on the GPU, loaded in %.2f s]\n", ls.device_name.c_str(),
                  ls.device_bytes / 1073741824.0, ls.load_seconds);
-    rt::CudaEngine& e = *cuda;
-    pe.reset = [&e] { e.reset(); };
-    pe.snapshot = [&e] { e.snapshot(); };
-    pe.restore = [&e] { e.restore_snapshot(); };
-    pe.step = [&e](int32_t t, float* logits) { return e.step(t, logits); };
-    pe.pair = [&e](const int32_t* t, int32_t* top, float* logits) { e.verify2(t, top, logits); };
-    fresh_spec = [&e] { return rt::speculative_engine(e); };
+    pe = rt::prefix_engine(*cuda);
+    fresh_spec = [&e = *cuda] { return rt::speculative_engine(e); };
   } else {
     cpu = std::make_unique<rt::CpuEngine>(*model, a.threads);
-    rt::CpuEngine& e = *cpu;
-    auto logits = std::make_shared<std::vector<float>>(static_cast<size_t>(cfg.vocab_size));
-    auto kept = std::make_shared<rt::SequenceState>();
-    pe.reset = [&e] { e.reset(); };
-    pe.snapshot = [&e, kept] { *kept = e.state(); };
-    pe.restore = [&e, kept] { e.state() = *kept; };
-    pe.step = [&e, logits](int32_t t, float* out) {
-      e.step(t, logits->data());
-      if (out) std::copy(logits->begin(), logits->end(), out);
-      return static_cast<int32_t>(std::max_element(logits->begin(), logits->end()) -
-                                  logits->begin());
-    };
-    fresh_spec = [&e] { return rt::speculative_engine(e); };
+    pe = rt::prefix_engine(*cpu);
+    fresh_spec = [&e = *cpu] { return rt::speculative_engine(e); };
   }
   const std::optional<int32_t> im_start = tok.token_id("<|im_start|>");
   auto cache = std::make_shared<rt::PrefixCache>(im_start.value_or(-1));

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <memory>
 
 #include "qf/error.h"
 
@@ -58,19 +59,20 @@ GenerateResult generate_with(const StepFn& step, int64_t vocab, std::span<const 
   return r;
 }
 
+StepFn cpu_step(CpuEngine& engine) {
+  auto logits =
+      std::make_shared<std::vector<float>>(static_cast<size_t>(engine.model().config().vocab_size));
+  return [&engine, logits](int32_t token, float* out) {
+    engine.step(token, logits->data());
+    if (out) std::copy(logits->begin(), logits->end(), out);
+    return static_cast<int32_t>(std::max_element(logits->begin(), logits->end()) - logits->begin());
+  };
+}
+
 GenerateResult generate(CpuEngine& engine, std::span<const int32_t> prompt,
                         const GenerateOptions& o, const std::function<void(int32_t)>& on_token) {
-  const int64_t vocab = engine.model().config().vocab_size;
-  std::vector<float> logits(static_cast<size_t>(vocab));
   engine.reset();
-  return generate_with(
-      [&](int32_t token, float* out) {
-        engine.step(token, logits.data());
-        if (out) std::copy(logits.begin(), logits.end(), out);
-        return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) -
-                                    logits.begin());
-      },
-      vocab, prompt, o, on_token);
+  return generate_with(cpu_step(engine), engine.model().config().vocab_size, prompt, o, on_token);
 }
 
 }  // namespace qf::rt

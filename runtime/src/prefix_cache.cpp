@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <memory>
 
 namespace qf::rt {
 
@@ -57,6 +58,30 @@ GenerateResult PrefixCache::generate(const PrefixEngine& e, std::span<const int3
   r.prompt_tokens = static_cast<int64_t>(prompt.size());
   r.cached_tokens = static_cast<int64_t>(p.reuse);
   return r;
+}
+
+PrefixEngine prefix_engine(CpuEngine& engine) {
+  auto kept = std::make_shared<SequenceState>();
+  PrefixEngine e;
+  e.vocab = engine.model().config().vocab_size;
+  e.reset = [&engine] { engine.reset(); };
+  e.snapshot = [&engine, kept] { *kept = engine.state(); };
+  e.restore = [&engine, kept] { engine.state() = *kept; };
+  e.step = cpu_step(engine);
+  return e;
+}
+
+PrefixEngine prefix_engine(CudaEngine& engine) {
+  PrefixEngine e;
+  e.vocab = engine.config().vocab_size;
+  e.reset = [&engine] { engine.reset(); };
+  e.snapshot = [&engine] { engine.snapshot(); };
+  e.restore = [&engine] { engine.restore_snapshot(); };
+  e.step = [&engine](int32_t token, float* logits) { return engine.step(token, logits); };
+  e.pair = [&engine](const int32_t* t, int32_t* top, float* logits) {
+    engine.verify2(t, top, logits);
+  };
+  return e;
 }
 
 }  // namespace qf::rt

@@ -58,23 +58,11 @@ class PrefixCacheModel : public ::testing::Test {
     tok_.emplace(Tokenizer::load(dir + "/tokenizer.json"));
     engine_ = std::make_unique<CpuEngine>(*model_, 2);
     fresh_ = std::make_unique<CpuEngine>(*model_, 2);
-    logits_.resize(static_cast<size_t>(model_->config().vocab_size));
-    pe_.vocab = model_->config().vocab_size;
-    pe_.reset = [this] { engine_->reset(); };
-    pe_.snapshot = [this] { kept_ = engine_->state(); };
-    pe_.restore = [this] { engine_->state() = kept_; };
-    pe_.step = [this](int32_t t, float* out) {
-      engine_->step(t, logits_.data());
-      if (out) std::copy(logits_.begin(), logits_.end(), out);
-      return static_cast<int32_t>(std::max_element(logits_.begin(), logits_.end()) -
-                                  logits_.begin());
-    };
+    pe_ = prefix_engine(*engine_);
   }
   std::unique_ptr<Model> model_;
   std::optional<Tokenizer> tok_;
   std::unique_ptr<CpuEngine> engine_, fresh_;
-  std::vector<float> logits_;
-  SequenceState kept_;
   PrefixEngine pe_;
 };
 

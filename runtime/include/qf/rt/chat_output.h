@@ -55,8 +55,8 @@ class ChatOutputParser {
   bool parse_tools_;
   Mode mode_;
   bool at_start_ = true;  // no text yet in this mode: its leading newlines are dropped
-  std::string held_;      // text not yet placed: a possible tag start or trailing whitespace
-  std::string block_;     // an open tool call's text after `<tool_call>`
+  std::string held_;      // text not yet placed: a possible tag start, trailing whitespace, or an
+                          // open tool call's text after `<tool_call>`
 };
 
 // Parses one `<tool_call>` block's inside (`\n<function=...>...</function>\n`) with the value

@@ -51,6 +51,9 @@ GenerateResult generate_with(const StepFn& step, int64_t vocab, std::span<const 
                              const GenerateOptions& options,
                              const std::function<void(int32_t)>& on_token, const PairFn& pair = {});
 
+// The CPU engine's step as a StepFn (its own logits buffer; the argmax on the host).
+StepFn cpu_step(CpuEngine& engine);
+
 // Starts from a fresh sequence state. on_token(id) runs for every generated id; throwing from it
 // stops generation (the exception propagates). Throws Error(kUsage) for an empty prompt or ids
 // outside the vocabulary.

@@ -14,6 +14,7 @@
 #include <span>
 #include <vector>
 
+#include "qf/rt/cuda_engine.h"
 #include "qf/rt/generate.h"
 
 namespace qf::rt {
@@ -51,5 +52,11 @@ class PrefixCache {
   int32_t boundary_;
   std::vector<int32_t> kept_;  // the tokens the snapshot has consumed (empty: none)
 };
+
+// The CPU engine (its snapshot a copy of its SequenceState) and the CUDA engine (its
+// CudaOptions::snapshots must be on; two tokens a pass by verify2) as PrefixEngines. `engine`
+// must outlive the result.
+PrefixEngine prefix_engine(CpuEngine& engine);
+PrefixEngine prefix_engine(CudaEngine& engine);
 
 }  // namespace qf::rt
