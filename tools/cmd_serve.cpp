@@ -97,36 +97,45 @@ int run(const ServeArgs& a) {
   o.defaults = rt::default_sampling(gen);
 
   // The engine, and how a request runs on it: from the state kept after the previous prompt's
-  // shared prefix (PrefixCache), or, with --speculative or --no-prefix-cache, afresh.
+  // shared prefix (PrefixCache), or, with --no-prefix-cache, afresh.
   std::unique_ptr<rt::CpuEngine> cpu;
   std::unique_ptr<rt::CudaEngine> cuda;
   rt::PrefixEngine pe;
-  std::function<rt::SpecEngine()> fresh_spec;  // --speculative: the engine, reset
+  rt::SpecPrefixEngine spe;  // --speculative
   if (a.device == "cuda") {
     rt::CudaOptions co;
     co.max_context = o.max_model_len + 1;
     co.mtp = a.speculative;
-    co.snapshots = !a.speculative && !a.no_prefix_cache;
+    co.snapshots = !a.no_prefix_cache;
     cuda = std::make_unique<rt::CudaEngine>(*model, co);
     const rt::CudaLoadStats& ls = cuda->load_stats();
     std::fprintf(stderr, "[%s: %.2f GiB on the GPU, loaded in %.2f s]\n", ls.device_name.c_str(),
                  ls.device_bytes / 1073741824.0, ls.load_seconds);
-    pe = rt::prefix_engine(*cuda);
-    fresh_spec = [&e = *cuda] { return rt::speculative_engine(e); };
+    if (a.speculative) {
+      spe = rt::speculative_prefix_engine(*cuda);
+    } else {
+      pe = rt::prefix_engine(*cuda);
+    }
   } else {
     cpu = std::make_unique<rt::CpuEngine>(*model, a.threads);
-    pe = rt::prefix_engine(*cpu);
-    fresh_spec = [&e = *cpu] { return rt::speculative_engine(e); };
+    if (a.speculative) {
+      spe = rt::speculative_prefix_engine(*cpu);
+    } else {
+      pe = rt::prefix_engine(*cpu);
+    }
   }
   const std::optional<int32_t> im_start = tok.token_id("<|im_start|>");
   auto cache = std::make_shared<rt::PrefixCache>(im_start.value_or(-1));
-  const bool reuse = !a.speculative && !a.no_prefix_cache;
-  rt::GenerateFn run_request = [&, cache, reuse](
-                                   std::span<const int32_t> prompt, const rt::GenerateOptions& go,
-                                   const std::function<void(int32_t)>& on, int64_t* cached) {
-    if (reuse) return cache->generate(pe, prompt, go, on, cached);
+  rt::GenerateFn run_request = [&, cache](std::span<const int32_t> prompt,
+                                          const rt::GenerateOptions& go,
+                                          const std::function<void(int32_t)>& on, int64_t* cached) {
+    if (!a.no_prefix_cache && a.speculative) return cache->generate(spe, prompt, go, on, cached);
+    if (!a.no_prefix_cache) return cache->generate(pe, prompt, go, on, cached);
     *cached = 0;
-    if (a.speculative) return rt::generate_speculative(fresh_spec(), prompt, go, on, nullptr);
+    if (a.speculative) {
+      spe.spec.reset();
+      return rt::generate_speculative(spe.spec, prompt, go, on, nullptr);
+    }
     pe.reset();
     return rt::generate_with(pe.step, pe.vocab, prompt, go, on, pe.pair);
   };
@@ -165,7 +174,7 @@ Command add_serve(CLI::App& app) {
                 "speculative decoding with the checkpoint's MTP head (as generate --speculative)");
   sub->add_flag("--no-prefix-cache", a->no_prefix_cache,
                 "start every request afresh (default: a request that extends the previous one's "
-                "prompt up to its last turn skips that part; not with --speculative)");
+                "prompt up to its last turn skips that part)");
   sub->add_option("--threads", a->threads, "CPU engine worker threads (default: all cores)");
   sub->footer(
       "Endpoints: POST /v1/chat/completions, POST /v1/completions (stream: server-sent events),\n"

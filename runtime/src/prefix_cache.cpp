@@ -9,9 +9,9 @@ namespace qf::rt {
 PrefixCache::Plan PrefixCache::plan(std::span<const int32_t> prompt) const {
   Plan p;
   // A whole-prefix match that leaves at least one token to run (its logits start generation).
-  if (!kept_.empty() && kept_.size() < prompt.size() &&
+  if (!kept_.empty() && kept_.size() <= prompt.size() && kept_position_ < prompt.size() &&
       std::equal(kept_.begin(), kept_.end(), prompt.begin())) {
-    p.reuse = kept_.size();
+    p.reuse = kept_position_;
   }
   // Before the last boundary where the prompt has one (a chat: the state there serves the next
   // turn, so a repeat of the prompt keeps it rather than moving past it); else before the last
@@ -27,21 +27,34 @@ PrefixCache::Plan PrefixCache::plan(std::span<const int32_t> prompt) const {
   return p;
 }
 
+PrefixCache::Plan PrefixCache::begin(std::span<const int32_t> prompt, int64_t* cached_tokens,
+                                     const std::function<void()>& reset,
+                                     const std::function<void()>& restore) {
+  const Plan p = plan(prompt);
+  if (cached_tokens) *cached_tokens = static_cast<int64_t>(p.reuse);
+  // A fresh start overwrites the KV rows the snapshot relies on (the CUDA engine's are not
+  // copied), and a new snapshot replaces it: forget it until keep() says what it holds.
+  if (p.reuse == 0 || p.snapshot_at > 0) kept_.clear();
+  if (p.reuse > 0) {
+    restore();
+  } else {
+    reset();
+  }
+  return p;
+}
+
+void PrefixCache::keep(std::span<const int32_t> prompt, size_t at, size_t lookahead) {
+  kept_.assign(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(at + lookahead));
+  kept_position_ = at;
+}
+
 GenerateResult PrefixCache::generate(const PrefixEngine& e, std::span<const int32_t> prompt,
                                      const GenerateOptions& options,
                                      const std::function<void(int32_t)>& on_token,
                                      int64_t* cached_tokens) {
   if (prompt.empty()) return generate_with(e.step, e.vocab, prompt, options, on_token, e.pair);
-  const Plan p = plan(prompt);
-  if (cached_tokens) *cached_tokens = static_cast<int64_t>(p.reuse);
-  std::vector<int32_t> kept;
-  kept_.swap(kept);  // empty until the snapshot is known to hold it again
+  const Plan p = begin(prompt, cached_tokens, e.reset, e.restore);
   size_t done = p.reuse;
-  if (p.reuse > 0) {
-    e.restore();
-  } else {
-    e.reset();
-  }
   if (p.snapshot_at > 0) {
     for (; e.pair && done + 2 <= p.snapshot_at; done += 2) {
       std::array<int32_t, 2> top{};
@@ -49,13 +62,30 @@ GenerateResult PrefixCache::generate(const PrefixEngine& e, std::span<const int3
     }
     for (; done < p.snapshot_at; ++done) e.step(prompt[done], nullptr);
     e.snapshot();
-    kept.assign(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(done));
+    keep(prompt, done, 0);
   }
-  kept_.swap(kept);
   // What follows leaves the snapshot as it is, whatever it throws (a stop string, a client gone).
   GenerateResult r =
       generate_with(e.step, e.vocab, prompt.subspan(done), options, on_token, e.pair);
   r.prompt_tokens = static_cast<int64_t>(prompt.size());
+  r.cached_tokens = static_cast<int64_t>(p.reuse);
+  return r;
+}
+
+GenerateResult PrefixCache::generate(const SpecPrefixEngine& e, std::span<const int32_t> prompt,
+                                     const GenerateOptions& options,
+                                     const std::function<void(int32_t)>& on_token,
+                                     int64_t* cached_tokens, SpecStats* stats) {
+  if (prompt.empty()) return generate_speculative(e.spec, prompt, options, on_token, stats);
+  const Plan p = begin(prompt, cached_tokens, e.spec.reset, e.restore);
+  SpecPrefill prefill;
+  prefill.done = p.reuse;
+  prefill.snapshot_at = p.snapshot_at;
+  prefill.snapshot = [&] {
+    e.snapshot();
+    keep(prompt, p.snapshot_at, 1);  // the MTP head's last entry took prompt[snapshot_at]
+  };
+  GenerateResult r = generate_speculative(e.spec, prompt, options, on_token, stats, prefill);
   r.cached_tokens = static_cast<int64_t>(p.reuse);
   return r;
 }
@@ -81,6 +111,23 @@ PrefixEngine prefix_engine(CudaEngine& engine) {
   e.pair = [&engine](const int32_t* t, int32_t* top, float* logits) {
     engine.verify2(t, top, logits);
   };
+  return e;
+}
+
+SpecPrefixEngine speculative_prefix_engine(CpuEngine& engine) {
+  SpecPrefixEngine e;
+  e.spec = speculative_engine(engine);
+  auto kept = std::make_shared<SequenceState>();
+  e.snapshot = [&engine, kept] { *kept = engine.state(); };
+  e.restore = [&engine, kept] { engine.state() = *kept; };
+  return e;
+}
+
+SpecPrefixEngine speculative_prefix_engine(CudaEngine& engine) {
+  SpecPrefixEngine e;
+  e.spec = speculative_engine(engine);
+  e.snapshot = [&engine] { engine.snapshot(); };
+  e.restore = [&engine] { engine.restore_snapshot(); };
   return e;
 }
 

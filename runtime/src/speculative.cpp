@@ -13,9 +13,17 @@ namespace qf::rt {
 
 GenerateResult generate_speculative(const SpecEngine& e, std::span<const int32_t> prompt,
                                     const GenerateOptions& o,
-                                    const std::function<void(int32_t)>& on_token,
-                                    SpecStats* stats) {
+                                    const std::function<void(int32_t)>& on_token, SpecStats* stats,
+                                    const SpecPrefill& prefill) {
   if (prompt.empty()) throw Error(Errc::kUsage, "the prompt has no tokens");
+  if (prefill.done >= prompt.size() ||
+      (prefill.snapshot_at > 0 &&
+       (prefill.snapshot_at <= prefill.done || prefill.snapshot_at >= prompt.size()))) {
+    throw Error(Errc::kUsage, "speculative prefill: " + std::to_string(prefill.done) +
+                                  " tokens done and a snapshot at " +
+                                  std::to_string(prefill.snapshot_at) + " do not fit a prompt of " +
+                                  std::to_string(prompt.size()));
+  }
   using clock = std::chrono::steady_clock;
   const bool greedy = o.sampling.temperature == 0.0f;
   Sampler sampler(o.sampling);
@@ -29,12 +37,13 @@ GenerateResult generate_speculative(const SpecEngine& e, std::span<const int32_t
   GenerateResult r;
   r.prompt_tokens = static_cast<int64_t>(prompt.size());
   const auto t0 = clock::now();
-  // Prefill two tokens a verify (the last alone when the length is odd), then the MTP head's
-  // entries for the positions whose next token is known.
+  // Prefill two tokens a verify (the last alone when the length is odd, or before the
+  // snapshot), then the MTP head's entries for the positions whose next token is known.
   std::array<int32_t, 2> tops{};
   int row = 0;  // of the last prompt token in the last verify
-  for (size_t i = 0; i < prompt.size();) {
-    const size_t take = std::min<size_t>(2, prompt.size() - i);
+  for (size_t i = prefill.done; i < prompt.size();) {
+    const size_t end = i < prefill.snapshot_at ? prefill.snapshot_at : prompt.size();
+    const size_t take = std::min<size_t>(2, end - i);
     const bool last = i + take == prompt.size();
     e.verify(prompt.subspan(i, take), tops.data(), last ? logits.data() : nullptr);
     for (size_t j = 0; j < take && i + j + 1 < prompt.size(); ++j) {
@@ -43,6 +52,7 @@ GenerateResult generate_speculative(const SpecEngine& e, std::span<const int32_t
     }
     row = static_cast<int>(take) - 1;
     i += take;
+    if (i == prefill.snapshot_at) prefill.snapshot();
   }
   const auto t1 = clock::now();
   r.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
@@ -108,6 +118,7 @@ SpecEngine speculative_engine(CpuEngine& engine) {
   engine.reset();
   SpecEngine e;
   e.vocab = model.config().vocab_size;
+  e.reset = [&engine] { engine.reset(); };
   e.verify = [&engine, b](std::span<const int32_t> tokens, int32_t* top, float* logits) {
     for (size_t i = 0; i < tokens.size(); ++i) {
       if (i + 1 == tokens.size() && i > 0) engine.save();
@@ -135,6 +146,7 @@ SpecEngine speculative_engine(CudaEngine& engine) {
   engine.reset();
   SpecEngine e;
   e.vocab = engine.config().vocab_size;
+  e.reset = [&engine] { engine.reset(); };
   e.verify = [&engine](std::span<const int32_t> tokens, int32_t* top, float* logits) {
     engine.advance(tokens, top, logits);
   };

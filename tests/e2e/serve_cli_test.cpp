@@ -130,12 +130,11 @@ void expect_generates_replies(const std::string& engine) {
                                      {"completion_tokens", n}});
   }
   // A conversation in the chat format, as token ids, each turn's prompt extending the one before
-  // up to its last <|im_start|>: served from the state kept there (prefix reuse, off with
-  // --speculative), which usage.prompt_tokens_details.cached_tokens counts. The sampled request
-  // repeats the greedy one's prompt, so it reuses all of it but its last token.
-  const bool reuse = engine.find("--speculative") == std::string::npos;
+  // up to its last <|im_start|>: served from the state kept there (prefix reuse), which
+  // usage.prompt_tokens_details.cached_tokens counts. The sampled request repeats the greedy
+  // one's prompt, so it reuses all of it but its last token.
   expect["completions"][1]["cached_tokens"] =
-      reuse ? expect["completions"][1]["prompt_tokens"].get<int64_t>() - 1 : 0;
+      expect["completions"][1]["prompt_tokens"].get<int64_t>() - 1;
   {
     const rt::Tokenizer tok = rt::Tokenizer::load(kModel + "/tokenizer.json");
     const int32_t im_start = *tok.token_id("<|im_start|>");
@@ -152,7 +151,7 @@ void expect_generates_replies(const std::string& engine) {
            {"finish_reason", g["finish_reason"]},
            {"prompt_tokens", g["prompt_tokens"]},
            {"completion_tokens", g["completion_tokens"]},
-           {"cached_tokens", reuse ? cached : 0}});
+           {"cached_tokens", cached}});
       cached = std::find(ids.rbegin(), ids.rend(), im_start).base() - ids.begin() - 1;
       history += "<|im_start|>assistant\n" + g["text"].get<std::string>() +
                  "<|im_end|>\n<|im_start|>user\n" + user + "<|im_end|>\n";

@@ -70,6 +70,7 @@ void CudaEngine::snapshot() {
   s.copy_gdn_states(s.conv, s.ssm, s.conv_snap, s.ssm_snap);
   cuda::check(cudaStreamSynchronize(s.stream), "snapshot");
   s.snap_position = s.position;
+  s.snap_mtp_position = s.mtp_position;
 }
 
 void CudaEngine::restore_snapshot() {
@@ -80,8 +81,15 @@ void CudaEngine::restore_snapshot() {
   s.pinned[9] = static_cast<int>(s.snap_position);
   cuda::check(cudaMemcpyAsync(s.pos, s.pinned + 9, sizeof(int), cudaMemcpyHostToDevice, s.stream),
               "copy");
+  if (s.mtp_pos) {  // the MTP head's cache rows before its position stay valid as the main's
+    s.pinned[10] = static_cast<int>(s.snap_mtp_position);
+    cuda::check(
+        cudaMemcpyAsync(s.mtp_pos, s.pinned + 10, sizeof(int), cudaMemcpyHostToDevice, s.stream),
+        "copy");
+  }
   cuda::check(cudaStreamSynchronize(s.stream), "restore_snapshot");
   s.position = s.snap_position;
+  s.mtp_position = s.snap_mtp_position;
 }
 
 int32_t CudaEngine::step(int32_t token, float* logits) {

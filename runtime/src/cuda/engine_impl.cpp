@@ -25,7 +25,7 @@ CudaEngine::Impl::Impl(std::unique_ptr<cuda::DeviceModel> model, const CudaOptio
   cuda::check(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), "cudaStreamCreate");
   cuda::check(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming), "cudaEventCreate");
   cuda::check(cudaEventCreateWithFlags(&join, cudaEventDisableTiming), "cudaEventCreate");
-  cuda::check(cudaMallocHost(&pinned, 10 * sizeof(int)), "cudaMallocHost");
+  cuda::check(cudaMallocHost(&pinned, 11 * sizeof(int)), "cudaMallocHost");
   cuda::check(cudaMallocHost(&pinned_logits, static_cast<size_t>(2 * c.vocab_size) * 4),
               "cudaMallocHost");
   gdn = {static_cast<int>(c.linear_num_key_heads),   static_cast<int>(c.linear_num_value_heads),

@@ -71,7 +71,8 @@ struct CudaEngine::Impl {
         *mtp_hidden = nullptr, *mtp_logits = nullptr;
   int *mtp_token = nullptr, *mtp_next = nullptr, *mtp_pos = nullptr;
   int* pinned = nullptr;  // host: the token in, the argmax out; the MTP head's the same; the
-                          // verify's two tokens, two argmaxes and two positions
+                          // verify's two tokens, two argmaxes and two positions; a position
+                          // to set (9) and the MTP head's (10)
   // Host, pinned: logits on their way out (up to two rows), as a copy to pageable memory runs at
   // a fraction of the link's speed (H100: ~340 against ~100 us for 248320 floats, with the
   // memcpy after it).
@@ -81,9 +82,10 @@ struct CudaEngine::Impl {
   // layer's state after the first token, for a rejected second one.
   int *vtoken = nullptr, *vpos = nullptr, *vnext = nullptr, *fence_word = nullptr;
   std::vector<float*> ssm_saved;
-  // CudaOptions::snapshots: each DeltaNet layer's conv history and state at snap_position.
+  // CudaOptions::snapshots: each DeltaNet layer's conv history and state at snap_position (the
+  // MTP head's position then: snap_mtp_position).
   std::vector<float*> conv_snap, ssm_snap;
-  int64_t snap_position = -1;
+  int64_t snap_position = -1, snap_mtp_position = 0;
   cudaGraphExec_t verify_graph = nullptr;
   bool can_reject = false;  // the last main-model call was verify2
   int64_t position = 0, mtp_position = 0;

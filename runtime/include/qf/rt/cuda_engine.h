@@ -92,7 +92,8 @@ class CudaEngine {
   // With CudaOptions::snapshots (else Error(kUsage)): snapshot() keeps the sequence state at
   // the current position, restore_snapshot() returns to it (Error(kUsage) without one). The
   // DeltaNet states and conv histories are copied; the KV rows before the position stay valid
-  // as steps only write at and past theirs. The MTP head's state is not kept.
+  // as steps only write at and past theirs. The MTP head's position is kept too (its cache rows
+  // likewise).
   void snapshot();
   void restore_snapshot();
 

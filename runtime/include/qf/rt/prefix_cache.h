@@ -6,7 +6,9 @@
 // before its last token (a growing document moves it along). A DeltaNet layer's state is
 // recurrent, so a snapshot serves only prompts that extend its whole prefix. Skipping tokens
 // does not change a single bit of what follows: the engine is where it would be after consuming
-// them (CudaEngine::verify2's logits are two steps' bits).
+// them (CudaEngine::verify2's logits are two steps' bits). With speculative decoding the
+// snapshot holds the MTP head's state too, whose last entry was made with the token after the
+// snapshot's position as its next token: that token is part of the prefix a prompt must repeat.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +18,7 @@
 
 #include "qf/rt/cuda_engine.h"
 #include "qf/rt/generate.h"
+#include "qf/rt/speculative.h"
 
 namespace qf::rt {
 
@@ -26,6 +29,13 @@ struct PrefixEngine {
   StepFn step;
   PairFn pair;  // may be empty
   int64_t vocab = 0;
+};
+
+// The same for speculative decoding (spec.reset starts a fresh sequence): the snapshot holds the
+// MTP head's position and cache as well.
+struct SpecPrefixEngine {
+  std::function<void()> snapshot, restore;
+  SpecEngine spec;
 };
 
 class PrefixCache {
@@ -47,16 +57,32 @@ class PrefixCache {
                           const GenerateOptions& options,
                           const std::function<void(int32_t)>& on_token,
                           int64_t* cached_tokens = nullptr);
+  // The same with speculative decoding (generate_speculative); `stats` as there.
+  GenerateResult generate(const SpecPrefixEngine& engine, std::span<const int32_t> prompt,
+                          const GenerateOptions& options,
+                          const std::function<void(int32_t)>& on_token,
+                          int64_t* cached_tokens = nullptr, SpecStats* stats = nullptr);
 
  private:
+  // Computes the plan, restores the snapshot (or resets) through the engine's hooks, and
+  // forgets its tokens where they no longer hold.
+  Plan begin(std::span<const int32_t> prompt, int64_t* cached_tokens,
+             const std::function<void()>& reset, const std::function<void()>& restore);
+  // Records a snapshot just taken after `at` tokens of `prompt` that depends on `lookahead`
+  // more (1 with speculative decoding, above): a prompt must repeat them too to reuse it.
+  void keep(std::span<const int32_t> prompt, size_t at, size_t lookahead);
+
   int32_t boundary_;
-  std::vector<int32_t> kept_;  // the tokens the snapshot has consumed (empty: none)
+  std::vector<int32_t> kept_;  // the tokens the snapshot depends on (empty: none)
+  size_t kept_position_ = 0;   // of them, those it has consumed
 };
 
 // The CPU engine (its snapshot a copy of its SequenceState) and the CUDA engine (its
-// CudaOptions::snapshots must be on; two tokens a pass by verify2) as PrefixEngines. `engine`
-// must outlive the result.
+// CudaOptions::snapshots must be on; two tokens a pass by verify2) as PrefixEngines, and as
+// SpecPrefixEngines (speculative_engine's requirements too). `engine` must outlive the result.
 PrefixEngine prefix_engine(CpuEngine& engine);
 PrefixEngine prefix_engine(CudaEngine& engine);
+SpecPrefixEngine speculative_prefix_engine(CpuEngine& engine);
+SpecPrefixEngine speculative_prefix_engine(CudaEngine& engine);
 
 }  // namespace qf::rt

@@ -25,6 +25,8 @@ namespace qf::rt {
 // t and the token at t + 1, and predicts the token at t + 2).
 struct SpecEngine {
   int64_t vocab = 0;
+  // Starts a fresh sequence (both the main model's and the MTP head's positions at 0).
+  std::function<void()> reset;
   // Consumes tokens (one or two) at the next positions and writes the argmax of each position's
   // logits to top[i], and the logits to logits[i * vocab, (i + 1) * vocab) when `logits` is not
   // null; keeps each position's hidden state for draft().
@@ -44,13 +46,25 @@ struct SpecStats {
   int64_t mtp_steps = 0;
 };
 
-// The loop over a fresh engine state. The prompt goes through verify two tokens at a time (the
-// last alone when its length is odd). Every prompt token but the first also goes through the
-// MTP head (its cache holds every position, as in a plain run of it), and so does every
-// accepted draft. Throws Error(kUsage) for an empty prompt or bad sampling options.
+// Where a run's prompt starts and where it stops for a snapshot (PrefixCache). With done > 0
+// the engine has consumed prompt[0, done) already, the MTP head included: its position is done,
+// its last entry made with prompt[done] as the next token. At snapshot_at (done <
+// snapshot_at < the prompt's length; 0: none) the engine is left in that state for `snapshot`.
+struct SpecPrefill {
+  size_t done = 0;
+  size_t snapshot_at = 0;
+  std::function<void()> snapshot;
+};
+
+// The loop, from a fresh engine state or the one `prefill` describes. The prompt goes through
+// verify two tokens at a time (the last alone when its length is odd, or before the snapshot).
+// Every prompt token but the first also goes through the MTP head (its cache holds every
+// position, as in a plain run of it), and so does every accepted draft. Throws Error(kUsage) for
+// an empty prompt, a prefill past it or bad sampling options.
 GenerateResult generate_speculative(const SpecEngine& engine, std::span<const int32_t> prompt,
                                     const GenerateOptions& options,
-                                    const std::function<void(int32_t)>& on_token, SpecStats* stats);
+                                    const std::function<void(int32_t)>& on_token, SpecStats* stats,
+                                    const SpecPrefill& prefill = {});
 
 // The CPU reference engine as a SpecEngine, reset to a fresh state (its model must have an MTP
 // head: else Error(kUnsupported)). `engine` must outlive the result.
