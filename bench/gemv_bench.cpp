@@ -28,7 +28,15 @@
 // writes: the routed gate | up, which reads its expert ids; the others issue part of their
 // weight loads early).
 //
-// Usage: qforge-bench-gemv [--iters N]   (launches per timing, default 200; 5 timings, median)
+// --gemm: prefill's products instead (gemm.h), T tokens in one gemm against T gemv launches on
+// the same weights, T = 1 .. 512: the DeltaNet in_proj [20608 x 3072]; the routed gate | up with
+// SwiGLU (256 experts [2048 x 3072], 8 distinct random experts per token, the entries grouped by
+// expert) and down [3072 x 1024]. Microseconds per token each way (median of 5 timings of back-
+// to-back launches on a stream, gemm's limb staging included) and gemm's GB/s over the weights
+// its entries touch (each expert counted once).
+//
+// Usage: qforge-bench-gemv [--iters N] [--gemm]   (launches per timing, default 200; 5 timings,
+// median)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -41,6 +49,7 @@
 
 #include "qf/kern/cuda_check.h"
 #include "qf/kern/device_buffer.h"
+#include "qf/kern/gemm.h"
 #include "qf/kern/gemv.h"
 #include "qf/kern/lm_head.h"
 #include "qf/quant/formats.h"
@@ -238,15 +247,181 @@ double copy_gbps(cudaStream_t stream) {
   return gbps[gbps.size() / 2];
 }
 
+// Median of 5 timings of `reps` calls of run(stream), in microseconds per call.
+template <class Run>
+double time_calls(Run run, int reps, cudaStream_t stream) {
+  cudaEvent_t t0, t1;
+  QF_CUDA_CHECK(cudaEventCreate(&t0));
+  QF_CUDA_CHECK(cudaEventCreate(&t1));
+  for (int i = 0; i < 2; ++i) QF_CUDA_CHECK(run(stream));
+  std::vector<double> us;
+  for (int rep = 0; rep < 5; ++rep) {
+    QF_CUDA_CHECK(cudaEventRecord(t0, stream));
+    for (int i = 0; i < reps; ++i) QF_CUDA_CHECK(run(stream));
+    QF_CUDA_CHECK(cudaEventRecord(t1, stream));
+    QF_CUDA_CHECK(cudaEventSynchronize(t1));
+    float ms = 0;
+    QF_CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
+    us.push_back(1e3 * ms / reps);
+  }
+  QF_CUDA_CHECK(cudaEventDestroy(t0));
+  QF_CUDA_CHECK(cudaEventDestroy(t1));
+  std::sort(us.begin(), us.end());
+  return us[2];
+}
+
+// --gemm (file comment).
+void gemm_section(cudaStream_t stream, double copy) {
+  using qf::kern::GemmRows;
+  constexpr int kMaxT = 512, kTopK = 8, kExperts = 256;
+  Stack gdn_in = make_stack(WeightKind::kInt4, 20608, 3072, 1, 128, 7);
+  Stack gate_up = make_stack(WeightKind::kInt4, 2048, 3072, kExperts, 128, 1);
+  Stack down = make_stack(WeightKind::kInt4, 3072, 1024, kExperts, 128, 2);
+  DeviceBuffer<float> x(kMaxT * 3072), h(kMaxT * kTopK * 1024), y(kMaxT * kTopK * 3072);
+  {
+    std::vector<float> v(x.size());
+    Rng rng{7};
+    for (float& f : v) f = static_cast<float>(rng.next() >> 40) * 0x1p-24f - 0.5f;
+    QF_CUDA_CHECK(cudaMemcpy(x.data(), v.data(), x.bytes(), cudaMemcpyHostToDevice));
+    v.resize(h.size());
+    for (float& f : v) f = static_cast<float>(rng.next() >> 40) * 0x1p-24f - 0.5f;
+    QF_CUDA_CHECK(cudaMemcpy(h.data(), v.data(), h.bytes(), cudaMemcpyHostToDevice));
+  }
+  // Routing: token t's 8 distinct experts (ids [t][8]); the entries sorted by expert.
+  std::vector<int> ids;
+  Rng rng{11};
+  for (int t = 0; t < kMaxT; ++t) {
+    std::vector<int> set;
+    while (set.size() < kTopK) {
+      const int e = static_cast<int>(rng.next() % kExperts);
+      if (std::find(set.begin(), set.end(), e) == set.end()) set.push_back(e);
+    }
+    ids.insert(ids.end(), set.begin(), set.end());
+  }
+  DeviceBuffer<int> d_ids(ids.size()), d_off(kExperts + 1), d_rows(ids.size());
+  QF_CUDA_CHECK(cudaMemcpy(d_ids.data(), ids.data(), d_ids.bytes(), cudaMemcpyHostToDevice));
+  DeviceBuffer<uint8_t> scratch(size_t{64} << 20);
+  std::printf("prefill products: T tokens in one gemm against T gemv launches (us per token)\n");
+  std::printf("%-26s %5s | %9s %9s %7s | %8s %6s\n", "product", "T", "gemv", "gemm", "ratio",
+              "GB/s", "%copy");
+  for (const int T : {1, 4, 16, 64, 128, 256, 512}) {
+    std::vector<int> count(kExperts, 0), offsets(kExperts + 1, 0), rows;
+    for (int i = 0; i < T * kTopK; ++i) ++count[ids[i]];
+    for (int e = 0; e < kExperts; ++e) offsets[e + 1] = offsets[e] + count[e];
+    std::vector<int> fill(offsets.begin(), offsets.end() - 1);
+    rows.resize(T * kTopK);
+    for (int i = 0; i < T * kTopK; ++i) rows[fill[ids[i]]++] = i / kTopK;
+    const int touched = static_cast<int>(kExperts - std::count(count.begin(), count.end(), 0));
+    QF_CUDA_CHECK(cudaMemcpy(d_off.data(), offsets.data(), d_off.bytes(), cudaMemcpyHostToDevice));
+    QF_CUDA_CHECK(cudaMemcpy(d_rows.data(), rows.data(), rows.size() * 4, cudaMemcpyHostToDevice));
+    const int reps = std::max(2, 256 / T);
+    struct Row {
+      const char* name;
+      double gemv_us, gemm_us;
+      size_t bytes;
+    };
+    std::vector<Row> out;
+    {  // the DeltaNet in_proj
+      const DeviceLinear& w = gdn_in.lin;
+      GemmRows r;
+      r.entries = r.x_count = T;
+      r.ldx = 3072;
+      r.ldy = 20608;
+      const double gv = time_calls(
+          [&](cudaStream_t s) {
+            for (int t = 0; t < T; ++t) {
+              const cudaError_t e =
+                  qf::kern::gemv(w, x.data() + t * 3072, y.data() + t * 20608, GemvBatch{}, s);
+              if (e != cudaSuccess) return e;
+            }
+            return cudaSuccess;
+          },
+          reps, stream);
+      const double gm = time_calls(
+          [&](cudaStream_t s) {
+            return qf::kern::gemm(w, x.data(), y.data(), r, false, scratch.data(), s);
+          },
+          reps, stream);
+      out.push_back({"int4 gdn in_proj", gv / T, gm / T, qf::kern::weight_bytes(w)});
+    }
+    {  // routed gate | up with SwiGLU, then down
+      DeviceLinear gu = gate_up.lin, dn = down.lin;
+      GemmRows r;
+      r.entries = T * kTopK;
+      r.x_count = T;
+      r.ldx = 3072;
+      r.ldy = 1024;
+      r.n_mats = kExperts;
+      r.offsets = d_off.data();
+      r.x_rows = d_rows.data();
+      const double gv = time_calls(
+          [&](cudaStream_t s) {
+            for (int t = 0; t < T; ++t) {
+              GemvBatch b;
+              b.n_slots = kTopK;
+              b.ids = d_ids.data() + t * kTopK;
+              b.y_stride = 1024;
+              const cudaError_t e =
+                  qf::kern::gemv_swiglu(gu, x.data() + t * 3072, h.data() + t * kTopK * 1024, b, s);
+              if (e != cudaSuccess) return e;
+            }
+            return cudaSuccess;
+          },
+          reps, stream);
+      const double gm = time_calls(
+          [&](cudaStream_t s) {
+            return qf::kern::gemm(gu, x.data(), h.data(), r, true, scratch.data(), s);
+          },
+          reps, stream);
+      out.push_back(
+          {"int4 moe gate+up swiglu", gv / T, gm / T, qf::kern::weight_bytes(gu) * touched});
+      GemmRows rd = r;
+      rd.x_count = T * kTopK;
+      rd.x_rows = nullptr;
+      rd.ldx = 1024;
+      rd.ldy = 3072;
+      const double dv = time_calls(
+          [&](cudaStream_t s) {
+            for (int t = 0; t < T; ++t) {
+              GemvBatch b;
+              b.n_slots = kTopK;
+              b.ids = d_ids.data() + t * kTopK;
+              b.x_stride = 1024;
+              b.y_stride = 3072;
+              const cudaError_t e = qf::kern::gemv(dn, h.data() + t * kTopK * 1024,
+                                                   y.data() + t * kTopK * 3072, b, s);
+              if (e != cudaSuccess) return e;
+            }
+            return cudaSuccess;
+          },
+          reps, stream);
+      const double dm = time_calls(
+          [&](cudaStream_t s) {
+            return qf::kern::gemm(dn, h.data(), y.data(), rd, false, scratch.data(), s);
+          },
+          reps, stream);
+      out.push_back({"int4 moe down", dv / T, dm / T, qf::kern::weight_bytes(dn) * touched});
+    }
+    for (const Row& o : out) {
+      const double gbps = o.bytes / (o.gemm_us * T * 1e3);
+      std::printf("%-26s %5d | %9.2f %9.2f %6.1fx | %8.0f %5.0f%%\n", o.name, T, o.gemv_us,
+                  o.gemm_us, o.gemv_us / o.gemm_us, gbps, 100.0 * gbps / copy);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int iters = 200;
+  bool gemm = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
       iters = std::max(1, std::atoi(argv[++i]));
+    } else if (std::strcmp(argv[i], "--gemm") == 0) {
+      gemm = true;
     } else {
-      std::fprintf(stderr, "usage: qforge-bench-gemv [--iters N]\n");
+      std::fprintf(stderr, "usage: qforge-bench-gemv [--iters N] [--gemm]\n");
       return 1;
     }
   }
@@ -263,6 +438,11 @@ int main(int argc, char** argv) {
   QF_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const double copy = copy_gbps(stream);
   std::printf("device-to-device copy: %.0f GB/s (read + write)\n\n", copy);
+  if (gemm) {
+    gemm_section(stream, copy);
+    QF_CUDA_CHECK(cudaStreamDestroy(stream));
+    return 0;
+  }
 
   // Inputs: x [8 x 3072] (slots' own activations for down), y large enough for any case (the
   // LM head's logits of 4 rows).

@@ -49,16 +49,13 @@
 #include <cstdint>
 
 #include "gemv_common.cuh"
+#include "int4_mma.cuh"
 #include "moe_shared.cuh"
 #include "pdl.cuh"
 
 namespace qf::kern {
 namespace gemv_detail {
 namespace {
-
-constexpr int kSegCols = 128;              // columns of a layout segment (gemv.h)
-constexpr int kSegChunks = kSegCols / 32;  // 16-byte chunks of a row per segment (4)
-constexpr uint32_t kLowNibbles = 0x0F0F0F0Fu;
 
 struct Int4Args {
   int tiles;          // tiles of 16 rows per matrix: ceil(n / 16)
@@ -69,75 +66,6 @@ struct Int4Args {
   uint32_t n_groups;  // scales per row: ceil(K / group)
   bool swiglu;        // paired rows (gemv.h): y = silu(gate) * up, n / 2 per slot
 };
-
-// Shared memory: per 32-column block kb, 16 uint2 (lane g * 4 + t, g < 4): the B fragment of
-// limb column g, .x = columns 32 kb + 4t .. +3, .y = columns 32 kb + 16 + 4t .. +3 (one byte
-// each); then per segment a SegStat, read as two uint2 by lanes t = 0 (H) and t = 1 (L).
-struct SegStat {
-  uint32_t p_hi;  // f32 bits of 2^(e - 18) (NaN: x not finite)
-  int32_t sum_hi;
-  uint32_t p_lo;  // 2^(e - 34)
-  int32_t sum_lo;
-};
-static_assert(sizeof(SegStat) == 16, "two uint2");
-
-// d += a * b over 16 rows x 32 columns x 8 columns (u8 codes, s8 limbs, s32 sums).
-__device__ __forceinline__ void mma_u8s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                         uint32_t a3, const uint2& b) {
-  asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};"
-      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b.x), "r"(b.y));
-}
-
-// Columns 128 s + 4 lane .. + 3 of x.
-__device__ __forceinline__ float4 load_x4(const float* xg, bool aligned, int s, int lane) {
-  const int c0 = s * kSegCols + 4 * lane;
-  if (aligned) return __ldg(reinterpret_cast<const float4*>(xg + c0));
-  return make_float4(__ldg(xg + c0), __ldg(xg + c0 + 1), __ldg(xg + c0 + 2), __ldg(xg + c0 + 3));
-}
-
-// Segment s of x (columns 128 s ..; this lane's four in f) into limbs and its SegStat; one whole
-// warp.
-__device__ __forceinline__ void stage_segment(const float4& f, int s, int lane, uint32_t* xq,
-                                              SegStat* stat) {
-  const float v[4] = {f.x, f.y, f.z, f.w};
-  uint32_t mx = 0;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) mx = max(mx, __float_as_uint(v[i]) & 0x7FFFFFFFu);
-  mx = __reduce_max_sync(0xFFFFFFFFu, mx);
-  const int e = max(static_cast<int>(mx >> 23) - 126, -90);  // max |x| < 2^e
-  const float q = __uint_as_float(static_cast<uint32_t>(30 - e + 127) << 23);
-  uint32_t digits[4];
-  int sum_hi = 0, sum_lo = 0;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int xi = __float2int_rn(v[i] * q);
-    const int t = xi + 0x00808080;
-    digits[i] = static_cast<uint32_t>(t) ^ 0x00808080u;  // bytes: l0, l1, l2, top
-    const int lo = (t & 0xFFFF) - 0x8080;
-    sum_lo += lo;
-    sum_hi += (xi - lo) >> 16;
-  }
-  sum_hi = __reduce_add_sync(0xFFFFFFFFu, sum_hi);
-  sum_lo = __reduce_add_sync(0xFFFFFFFFu, sum_lo);
-  // 4 x 4 byte transpose: limb column g = byte 3 - g of each of the 4 columns.
-  const uint32_t a01 = __byte_perm(digits[0], digits[1], 0x5140);
-  const uint32_t b01 = __byte_perm(digits[0], digits[1], 0x7362);
-  const uint32_t a23 = __byte_perm(digits[2], digits[3], 0x5140);
-  const uint32_t b23 = __byte_perm(digits[2], digits[3], 0x7362);
-  const uint32_t limb[4] = {__byte_perm(b01, b23, 0x7632), __byte_perm(b01, b23, 0x5410),
-                            __byte_perm(a01, a23, 0x7632), __byte_perm(a01, a23, 0x5410)};
-  // Columns 4 lane .. + 3: block 4 s + lane / 8, fragment half (lane / 4) % 2, t = lane % 4.
-  const int kb = 4 * s + lane / 8, frag_half = (lane / 4) & 1, t = lane & 3;
-#pragma unroll
-  for (int g = 0; g < 4; ++g) xq[2 * (kb * 16 + g * 4 + t) + frag_half] = limb[g];
-  if (lane == 0) {
-    const bool finite = mx < 0x7F800000u;
-    stat[s] = {finite ? static_cast<uint32_t>(e - 18 + 127) << 23 : 0x7FC00000u, sum_hi,
-               finite ? static_cast<uint32_t>(e - 34 + 127) << 23 : 0x7FC00000u, sum_lo};
-  }
-}
 
 // 16 bytes global -> shared without a register (Ampere's LDGSTS; sm_90 and sm_121 alike),
 // through L2 only (.cg): the weights are read once, so their lines are marked the first L2
@@ -162,11 +90,6 @@ __device__ __forceinline__ void cp_async_commit() {
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
-}
-
-// Group scale (f16 bits, low half) and zero (bits 16..23) of one row and group.
-__device__ __forceinline__ uint32_t load_scale_zero(const Mat& m, uint32_t i) {
-  return __half_as_ushort(__ldg(m.scales + i)) | static_cast<uint32_t>(__ldg(m.zeros + i)) << 16;
 }
 
 constexpr int kU = 3;          // units in flight per warp (the ring's slots)

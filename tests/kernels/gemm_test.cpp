@@ -1,0 +1,235 @@
+// gemm (gemm.h): many rows of x through one INT4 weight stream, against gemm_ref (gemv_ref per
+// entry) within the gemv tolerance (gemv_check.h), over dense and grouped (expert) products,
+// entry counts around the kernel's pass of 16 and its pairs, partial tiles, group sizes, x rows
+// picked by x_rows; the SwiGLU epilogue bit for bit the plain product's rows through swiglu
+// (ops.h); nothing written outside the entries' rows.
+#include "qf/kern/gemm.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "gemv_check.h"
+#include "gpu_test.h"
+#include "qf/kern/ops.h"
+
+namespace qf::kern {
+namespace {
+
+using test::make_linear;
+using test::Rng;
+using test::TestLinear;
+using test::weight_at;
+
+struct Case {
+  int n, k, group, n_mats;
+  std::vector<int> counts;  // entries per matrix (dense: one count)
+  int extra_entries = 0;    // rows of y past the last matrix's entries (left untouched)
+  bool pick_rows = false;   // x_rows: a random row of x per entry (else entry e reads row e)
+};
+
+std::string name(const Case& c) {
+  std::string s = "n " + std::to_string(c.n) + " k " + std::to_string(c.k) + " group " +
+                  std::to_string(c.group) + " counts";
+  for (const int n : c.counts) s += " " + std::to_string(n);
+  return s + (c.pick_rows ? " picked rows" : "");
+}
+
+// The entries' y from gemm on the device (swiglu or not), NaN-poisoned elsewhere.
+struct Product {
+  std::vector<float> x, y;
+  std::vector<int> offsets, x_rows;
+  GemmRows rows;
+};
+
+Product run(const TestLinear& t, const Case& c, bool swiglu, uint64_t seed) {
+  Rng rng{seed};
+  Product r;
+  const int entries = std::accumulate(c.counts.begin(), c.counts.end(), 0);
+  r.rows.entries = entries + c.extra_entries;
+  r.rows.x_count = c.pick_rows ? std::max(1, entries / 2 + 3) : r.rows.entries;
+  r.rows.ldx = static_cast<size_t>(c.k) + 4;  // padded rows
+  r.rows.ldy = static_cast<size_t>(swiglu ? c.n / 2 : c.n) + 3;
+  r.rows.n_mats = c.n_mats;
+  r.x.resize(r.rows.x_count * r.rows.ldx);
+  for (float& v : r.x) v = rng.uniform(-1.0f, 1.0f);
+  if (c.n_mats > 1 || c.counts.size() > 1) {
+    r.offsets.push_back(0);
+    for (const int n : c.counts) r.offsets.push_back(r.offsets.back() + n);
+  }
+  if (c.pick_rows) {
+    for (int e = 0; e < r.rows.entries; ++e) r.x_rows.push_back(rng.below(r.rows.x_count));
+  }
+  DeviceBuffer<float> d_x(r.x.size()), d_y(r.rows.entries * r.rows.ldy);
+  DeviceBuffer<int> d_off(r.offsets.size()), d_rows(r.x_rows.size());
+  QF_CUDA_CHECK(cudaMemcpy(d_x.data(), r.x.data(), d_x.bytes(), cudaMemcpyHostToDevice));
+  QF_CUDA_CHECK(cudaMemset(d_y.data(), 0xFF, d_y.bytes()));  // NaN poison
+  GemmRows dr = r.rows;
+  if (!r.offsets.empty()) {
+    QF_CUDA_CHECK(
+        cudaMemcpy(d_off.data(), r.offsets.data(), d_off.bytes(), cudaMemcpyHostToDevice));
+    dr.offsets = d_off.data();
+  }
+  if (!r.x_rows.empty()) {
+    QF_CUDA_CHECK(
+        cudaMemcpy(d_rows.data(), r.x_rows.data(), d_rows.bytes(), cudaMemcpyHostToDevice));
+    dr.x_rows = d_rows.data();
+  }
+  DeviceBuffer<uint8_t> scratch(std::max<size_t>(1, gemm_scratch_bytes(t.view(true), dr)));
+  EXPECT_EQ(gemm(t.view(true), d_x.data(), d_y.data(), dr, swiglu, scratch.data(), nullptr),
+            cudaSuccess);
+  QF_CUDA_CHECK(cudaDeviceSynchronize());
+  r.y.resize(d_y.size());
+  QF_CUDA_CHECK(cudaMemcpy(r.y.data(), d_y.data(), d_y.bytes(), cudaMemcpyDeviceToHost));
+  if (!r.offsets.empty()) r.rows.offsets = r.offsets.data();
+  if (!r.x_rows.empty()) r.rows.x_rows = r.x_rows.data();
+  return r;
+}
+
+// Matrix of entry e, -1 past the last matrix's entries.
+int mat_of(const Product& r, int e) {
+  if (r.offsets.empty()) return e < r.rows.entries ? 0 : -1;
+  for (size_t j = 0; j + 1 < r.offsets.size(); ++j) {
+    if (e >= r.offsets[j] && e < r.offsets[j + 1]) return static_cast<int>(j);
+  }
+  return -1;
+}
+
+void check(const Case& c, uint64_t seed) {
+  SCOPED_TRACE(name(c));
+  const auto t = make_linear(WeightKind::kInt4, c.n, c.k, c.n_mats, c.group, 128, seed);
+  ASSERT_TRUE(gemm_ok(t->view(true), false));
+  const Product r = run(*t, c, false, seed + 1);
+  std::vector<float> want(r.y.size(), 0.0f);
+  gemm_ref(t->view(false), r.x.data(), want.data(), r.rows, false);
+  int bad = 0;
+  for (int e = 0; e < r.rows.entries; ++e) {
+    const int j = mat_of(r, e);
+    const float* xe = r.x.data() + (r.x_rows.empty() ? e : r.x_rows[e]) * r.rows.ldx;
+    for (size_t i = 0; i < r.rows.ldy; ++i) {
+      const size_t at = e * r.rows.ldy + i;
+      uint32_t bits;
+      std::memcpy(&bits, &r.y[at], 4);
+      if (j < 0 || i >= static_cast<size_t>(c.n)) {  // not an output: the poison stays
+        if (bits != 0xFFFFFFFFu && ++bad <= 5) ADD_FAILURE() << "entry " << e << " [" << i << "]";
+        continue;
+      }
+      double exact = 0.0, abs_sum = 0.0;
+      for (int col = 0; col < c.k; ++col) {
+        const double p = static_cast<double>(weight_at(*t, j, i, col)) * xe[col];
+        exact += p;
+        abs_sum += std::fabs(p);
+      }
+      const double tol = (std::ceil(c.k / 32.0) + 16) * 0x1p-24 * abs_sum;
+      if ((std::fabs(static_cast<double>(r.y[at]) - want[at]) > tol ||
+           want[at] != static_cast<float>(exact)) &&
+          ++bad <= 5) {
+        ADD_FAILURE() << "entry " << e << " matrix " << j << " row " << i << ": gpu " << r.y[at]
+                      << " ref " << want[at] << " tol " << tol;
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(Gemm, DenseEntryCountsAndPartialTiles) {
+  QF_REQUIRE_GPU();
+  uint64_t seed = 1;
+  for (const int entries : {1, 2, 3, 15, 16, 17, 33}) {
+    check({40, 256, 128, 1, {entries}}, ++seed);
+  }
+  check({16, 128, 128, 1, {5}}, ++seed);
+  check({200, 384, 128, 1, {20}, 0, true}, ++seed);
+}
+
+TEST(Gemm, GroupSizes) {
+  QF_REQUIRE_GPU();
+  check({48, 512, 256, 1, {9}}, 11);
+  check({48, 512, 512, 1, {9}}, 12);  // one group per row
+  check({48, 512, 4096, 1, {9}}, 13);
+}
+
+TEST(Gemm, RealShapes) {
+  QF_REQUIRE_GPU();
+  check({3072, 3072, 128, 1, {37}}, 21);           // a 122B-A10B projection, 37 tokens
+  check({1024, 3072, 128, 1, {64}, 0, true}, 22);  // 64 tokens
+}
+
+TEST(Gemm, GroupedExperts) {
+  QF_REQUIRE_GPU();
+  // Counts across the pass edges, empty experts, entries past the last expert's.
+  check({64, 256, 128, 8, {3, 0, 17, 1, 0, 40, 2, 16}, 5, true}, 31);
+  check({128, 3072, 128, 6, {1, 2, 0, 33, 8, 1}, 0, true}, 32);  // 122B routed gate | up
+  check({3072, 1024, 128, 3, {4, 0, 19}}, 33);                   // 122B routed down
+}
+
+// swiglu: bit for bit the plain product's paired rows through kern::swiglu.
+TEST(Gemm, SwigluIsThePlainRowsThroughSwiglu) {
+  QF_REQUIRE_GPU();
+  for (const Case& c :
+       {Case{64, 256, 128, 1, {19}}, Case{2048, 3072, 128, 4, {5, 0, 21, 2}, 3, true}}) {
+    SCOPED_TRACE(name(c));
+    const auto t = make_linear(WeightKind::kInt4, c.n, c.k, c.n_mats, c.group, 128, 41);
+    ASSERT_TRUE(gemm_ok(t->view(true), true));
+    const Product plain = run(*t, c, false, 42), fused = run(*t, c, true, 42);
+    const int n_h = c.n / 2, entries = plain.rows.entries;
+    std::vector<float> gate(entries * n_h), up(entries * n_h);
+    for (int e = 0; e < entries; ++e) {
+      for (int j = 0; j < n_h; ++j) {
+        gate[e * n_h + j] = plain.y[e * plain.rows.ldy + swiglu_pair_row(j, false)];
+        up[e * n_h + j] = plain.y[e * plain.rows.ldy + swiglu_pair_row(j, true)];
+      }
+    }
+    DeviceBuffer<float> d_g(gate.size()), d_u(up.size()), d_h(gate.size());
+    QF_CUDA_CHECK(cudaMemcpy(d_g.data(), gate.data(), d_g.bytes(), cudaMemcpyHostToDevice));
+    QF_CUDA_CHECK(cudaMemcpy(d_u.data(), up.data(), d_u.bytes(), cudaMemcpyHostToDevice));
+    ASSERT_EQ(swiglu(d_g.data(), d_u.data(), n_h, entries, n_h, d_h.data(), nullptr), cudaSuccess);
+    std::vector<float> h(gate.size());
+    QF_CUDA_CHECK(cudaMemcpy(h.data(), d_h.data(), d_h.bytes(), cudaMemcpyDeviceToHost));
+    int bad = 0;
+    for (int e = 0; e < entries; ++e) {
+      const bool out = mat_of(fused, e) >= 0;
+      for (size_t j = 0; j < fused.rows.ldy; ++j) {
+        const float got = fused.y[e * fused.rows.ldy + j];
+        uint32_t gb, wb;
+        std::memcpy(&gb, &got, 4);
+        const float want = out && j < static_cast<size_t>(n_h) ? h[e * n_h + j] : 0.0f;
+        std::memcpy(&wb, &want, 4);
+        if (!(out && j < static_cast<size_t>(n_h))) wb = 0xFFFFFFFFu;  // untouched
+        if (gb != wb && ++bad <= 5) {
+          ADD_FAILURE() << "entry " << e << " [" << j << "]: " << got << " want " << want;
+        }
+      }
+    }
+    EXPECT_EQ(bad, 0);
+  }
+}
+
+TEST(Gemm, RefusesWhatItCannotTake) {
+  QF_REQUIRE_GPU();
+  const auto t = make_linear(WeightKind::kInt4, 40, 256, 1, 128, 128, 51);
+  const auto odd = make_linear(WeightKind::kInt4, 40, 264, 1, 8, 128, 52);  // K % 128 != 0
+  const auto bf16 = make_linear(WeightKind::kBf16, 40, 256, 1, 128, 128, 53);
+  GemmRows r;
+  r.entries = r.x_count = 1;
+  r.ldx = 256;
+  r.ldy = 40;
+  EXPECT_EQ(gemm(odd->view(true), nullptr, nullptr, r, false, nullptr, nullptr),
+            cudaErrorNotSupported);
+  EXPECT_EQ(gemm(bf16->view(true), nullptr, nullptr, r, false, nullptr, nullptr),
+            cudaErrorNotSupported);
+  EXPECT_FALSE(gemm_ok(t->view(true), true));  // 40 rows cannot pair
+  r.ldx = 100;
+  EXPECT_EQ(gemm(t->view(true), nullptr, nullptr, r, false, nullptr, nullptr),
+            cudaErrorInvalidValue);
+  r.ldx = 256;
+  r.entries = 0;
+  EXPECT_EQ(gemm(t->view(true), nullptr, nullptr, r, false, nullptr, nullptr), cudaSuccess);
+}
+
+}  // namespace
+}  // namespace qf::kern
