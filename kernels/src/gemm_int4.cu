@@ -44,39 +44,10 @@ __global__ void __launch_bounds__(kThreads)
   const int wi = static_cast<int>(blockIdx.x) * kWarps + static_cast<int>(threadIdx.x >> 5);
   const int row = wi / segs, s = wi - row * segs, lane = threadIdx.x & 31;
   if (row >= x_count) return;
-  const float* xr = x + static_cast<size_t>(row) * ldx + s * kSegCols + 4 * lane;
-  const float4 f = (reinterpret_cast<uintptr_t>(xr) & 15) == 0
-                       ? __ldg(reinterpret_cast<const float4*>(xr))
-                       : make_float4(__ldg(xr), __ldg(xr + 1), __ldg(xr + 2), __ldg(xr + 3));
+  const float* xr = x + static_cast<size_t>(row) * ldx;
+  const float4 f = load_x4(xr, (reinterpret_cast<uintptr_t>(xr) & 15) == 0, s, lane);
   stage_segment(f, s, lane, reinterpret_cast<uint32_t*>(xq + static_cast<size_t>(row) * segs * 64),
                 stats + static_cast<size_t>(row) * segs);
-}
-
-// Where quarter t of rows g and g + 8 of a tile's segments are (a tiled tile: one 1 KB block
-// per segment; the last, partial tile: the rows themselves), and their scale indices.
-struct TileSrc {
-  const uint4 *pa, *pb;
-  int step;
-  uint32_t sa, sb;
-};
-__device__ __forceinline__ TileSrc tile_src(const DeviceLinear& w, const Mat& m, int tile,
-                                            uint32_t n_groups, int lane) {
-  const int n = w.n, k = w.k, g = lane >> 2, t = lane & 3;
-  const int ra = min(tile * 16 + g, n - 1), rb = min(tile * 16 + g + 8, n - 1);
-  const uint4* w4 = reinterpret_cast<const uint4*>(m.w);
-  TileSrc s;
-  if (tile * 16 + 16 <= n) {
-    s.pa = w4 + static_cast<size_t>(tile) * (k / 2) + lane;
-    s.pb = s.pa + 32;
-    s.step = 64;
-  } else {
-    s.pa = w4 + static_cast<size_t>(ra) * (k / 32) + t;
-    s.pb = w4 + static_cast<size_t>(rb) * (k / 32) + t;
-    s.step = kSegChunks;
-  }
-  s.sa = static_cast<uint32_t>(ra) * n_groups;
-  s.sb = static_cast<uint32_t>(rb) * n_groups;
-  return s;
 }
 
 // A tile's segment: its two A fragments per 32-column half (low and high nibbles) and the rows'
@@ -114,12 +85,8 @@ __device__ __forceinline__ void unit_pair(const Unit& u, const uint2 (&b)[4], co
   mma_u8s8(dh, u.hi[0][0], u.hi[0][1], u.hi[0][2], u.hi[0][3], b[1]);
   mma_u8s8(dl, u.lo[1][0], u.lo[1][1], u.lo[1][2], u.lo[1][3], b[2]);
   mma_u8s8(dh, u.hi[1][0], u.hi[1][1], u.hi[1][2], u.hi[1][3], b[3]);
-  const float pw = __uint_as_float(ss.x);
-  const int sum = static_cast<int>(ss.y);
-  const int va = (dh[0] + 16 * dl[0]) * 256 + dh[1] + 16 * dl[1] - 16 * u.za * sum;
-  const int vb = (dh[2] + 16 * dl[2]) * 256 + dh[3] + 16 * dl[3] - 16 * u.zb * sum;
-  acc_a = fmaf(static_cast<float>(va) * u.fa, pw, acc_a);
-  acc_b = fmaf(static_cast<float>(vb) * u.fb, pw, acc_b);
+  add_segment(dl, dh, u.fa, u.fb, u.za, u.zb, __uint_as_float(ss.x), static_cast<int>(ss.y), acc_a,
+              acc_b);
 }
 
 // Block (x: kWarps * kTiles tiles, y: matrix, z: a share of its passes); warp: kTiles tiles.
@@ -141,7 +108,7 @@ __global__ void __launch_bounds__(kThreads)
   TileSrc src[kTiles];
 #pragma unroll
   for (int i = 0; i < kTiles; ++i)
-    src[i] = tile_src(w, m, min(tile0 + i, a.tiles - 1), a.n_groups, lane);
+    src[i] = tile_src(m.w, w.n, w.k, min(tile0 + i, a.tiles - 1), a.n_groups, lane);
   const uint2 zero2 = make_uint2(0, 0);
 
   for (int base = lo + static_cast<int>(blockIdx.z) * kPass; base < hi;

@@ -91,4 +91,46 @@ __device__ __forceinline__ uint32_t load_scale_zero(const Mat& m, uint32_t i) {
   return __half_as_ushort(__ldg(m.scales + i)) | static_cast<uint32_t>(__ldg(m.zeros + i)) << 16;
 }
 
+// Where quarter t of rows g and g + 8 (lane (g, t)) of a tile's segments are: a tiled tile's
+// 1 KB block per segment (step 64 uint4), or, in the last, partial tile, the rows themselves
+// (step kSegChunks); segment j of the tile at pa + j * step. sa, sb: the rows' first scale
+// indices (n_groups per row).
+struct TileSrc {
+  const uint4 *pa, *pb;
+  int step;
+  uint32_t sa, sb;
+};
+__device__ __forceinline__ TileSrc tile_src(const void* w, int n, int k, int tile,
+                                            uint32_t n_groups, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  const int ra = min(tile * 16 + g, n - 1), rb = min(tile * 16 + g + 8, n - 1);
+  const uint4* w4 = static_cast<const uint4*>(w);
+  TileSrc s;
+  if (tile * 16 + 16 <= n) {
+    s.pa = w4 + static_cast<size_t>(tile) * (k / 2) + lane;
+    s.pb = s.pa + 32;
+    s.step = 64;
+  } else {
+    s.pa = w4 + static_cast<size_t>(ra) * (k / 32) + t;
+    s.pb = w4 + static_cast<size_t>(rb) * (k / 32) + t;
+    s.step = kSegChunks;
+  }
+  s.sa = static_cast<uint32_t>(ra) * n_groups;
+  s.sb = static_cast<uint32_t>(rb) * n_groups;
+  return s;
+}
+
+// One segment's sums into rows g and g + 8: dl / dh are the low- and high-nibble MMA
+// accumulators (limb columns as the file comment of gemv_int4.cu), fa / fb and za / zb the rows'
+// group scales and zeros, p the segment's power of two (this lane's H or L part) and sum its
+// limb sum (SegStat). Exact integer combination, one conversion, one product, one fma.
+__device__ __forceinline__ void add_segment(const int (&dl)[4], const int (&dh)[4], float fa,
+                                            float fb, int za, int zb, float p, int sum,
+                                            float& acc_a, float& acc_b) {
+  const int va = (dh[0] + 16 * dl[0]) * 256 + dh[1] + 16 * dl[1] - 16 * za * sum;
+  const int vb = (dh[2] + 16 * dl[2]) * 256 + dh[3] + 16 * dl[3] - 16 * zb * sum;
+  acc_a = fmaf(static_cast<float>(va) * fa, p, acc_a);
+  acc_b = fmaf(static_cast<float>(vb) * fb, p, acc_b);
+}
+
 }  // namespace qf::kern::gemv_detail

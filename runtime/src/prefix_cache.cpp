@@ -114,21 +114,16 @@ PrefixEngine prefix_engine(CudaEngine& engine) {
   return e;
 }
 
+// The plain PrefixEngine's snapshot and restore: the CPU engine's SequenceState holds the MTP
+// head's cache and position; the CUDA engine's snapshot keeps its position.
 SpecPrefixEngine speculative_prefix_engine(CpuEngine& engine) {
-  SpecPrefixEngine e;
-  e.spec = speculative_engine(engine);
-  auto kept = std::make_shared<SequenceState>();
-  e.snapshot = [&engine, kept] { *kept = engine.state(); };
-  e.restore = [&engine, kept] { engine.state() = *kept; };
-  return e;
+  const PrefixEngine plain = prefix_engine(engine);
+  return {plain.snapshot, plain.restore, speculative_engine(engine)};
 }
 
 SpecPrefixEngine speculative_prefix_engine(CudaEngine& engine) {
-  SpecPrefixEngine e;
-  e.spec = speculative_engine(engine);
-  e.snapshot = [&engine] { engine.snapshot(); };
-  e.restore = [&engine] { engine.restore_snapshot(); };
-  return e;
+  const PrefixEngine plain = prefix_engine(engine);
+  return {plain.snapshot, plain.restore, speculative_engine(engine)};
 }
 
 }  // namespace qf::rt
