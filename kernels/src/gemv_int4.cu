@@ -124,6 +124,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int g = lane >> 2, t = lane & 3;
   // The warp's units: u_lo .. u_hi - 1, a contiguous share of the block's.
   const int u_lo = warp * n_units / kWarps, n_mine = (warp + 1) * n_units / kWarps - u_lo;
+  const uint4* w4 = reinterpret_cast<const uint4*>(m.w);
   const int n_seg_all = k / kSegCols;
 
   // Where item i's rows are: quarter t of rows g and g + 8 of segment (gseg0 + j) at pa + j *
@@ -136,15 +137,21 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   };
   auto locate = [&](int i) {
     const int part = i / tiles, tile = i - part * tiles;
-    const TileSrc ts = tile_src(m.w, n, k, tile, args.n_groups, lane);
+    const int ra = min(tile * 16 + g, n - 1), rb = min(tile * 16 + g + 8, n - 1);
     Src s;
     s.gseg0 = part * S;
     s.ns = min(S, n_seg_all - s.gseg0);
-    s.pa = ts.pa + s.gseg0 * ts.step;
-    s.pb = ts.pb + s.gseg0 * ts.step;
-    s.step = ts.step;
-    s.sa = ts.sa;
-    s.sb = ts.sb;
+    if (tile * 16 + 16 <= n) {
+      s.pa = w4 + static_cast<size_t>(tile) * (k / 2) + lane + s.gseg0 * 64;
+      s.pb = s.pa + 32;
+      s.step = 64;
+    } else {
+      s.pa = w4 + static_cast<size_t>(ra) * (k / 32) + t + s.gseg0 * kSegChunks;
+      s.pb = w4 + static_cast<size_t>(rb) * (k / 32) + t + s.gseg0 * kSegChunks;
+      s.step = kSegChunks;
+    }
+    s.sa = static_cast<uint32_t>(ra) * args.n_groups;
+    s.sb = static_cast<uint32_t>(rb) * args.n_groups;
     return s;
   };
 
@@ -243,9 +250,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
              b3);
     const uint2 ss = st[2 * seg];
     const float p = t < 2 ? __uint_as_float(ss.x) : 0.0f;
-    add_segment(dl, dh, f16_bits_to_f32(sza[r] & 0xFFFFu), f16_bits_to_f32(szb[r] & 0xFFFFu),
-                static_cast<int>(sza[r] >> 16), static_cast<int>(szb[r] >> 16), p,
-                static_cast<int>(ss.y), acc_a, acc_b);
+    const int sum = static_cast<int>(ss.y);
+    const int za = static_cast<int>(sza[r] >> 16), zb = static_cast<int>(szb[r] >> 16);
+    const int va = (dh[0] + 16 * dl[0]) * 256 + dh[1] + 16 * dl[1] - 16 * za * sum;
+    const int vb = (dh[2] + 16 * dl[2]) * 256 + dh[3] + 16 * dl[3] - 16 * zb * sum;
+    const float fa = __half2float(__ushort_as_half(static_cast<unsigned short>(sza[r])));
+    const float fb = __half2float(__ushort_as_half(static_cast<unsigned short>(szb[r])));
+    acc_a = fmaf(static_cast<float>(va) * fa, p, acc_a);
+    acc_b = fmaf(static_cast<float>(vb) * fb, p, acc_b);
   };
   // The compute cursor: item ci (of the block), segment cj of its part; at the item's last unit
   // (or the warp's) the sums of rows g and g + 8 (H + L: lanes t = 2, 3 hold zeros) go to
