@@ -2,6 +2,7 @@
 // with the bytes each step moves, the achieved bandwidth next to the GPU's measured copy
 // bandwidth, each kernel family's share of a step, and what that efficiency would give on a
 // DGX Spark (GB10, ~232 GB/s measured read bandwidth).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -37,9 +38,32 @@ struct BenchArgs {
   bool unfused_swiglu = false;
   bool shared_in_experts = false;
   bool mtp = false;
+  int prefill = 0;  // prompt tokens to time a batched prefill on (0: none)
+  int prefill_chunk = rt::CudaOptions{}.prefill_chunk;
   int out_parts = rt::CudaOptions{}.out_parts;
   std::vector<std::string> skip;
 };
+
+nlohmann::json shares_json(const std::vector<rt::KernelShare>& shares) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const rt::KernelShare& k : shares) {
+    out.push_back({{"name", k.name}, {"us", k.microseconds}, {"bytes", k.bytes}});
+  }
+  return out;
+}
+
+// " (N us):" and a table of the families' time, share, bytes and GB/s.
+void print_shares(const std::vector<rt::KernelShare>& shares) {
+  double total = 0;
+  for (const rt::KernelShare& k : shares) total += k.microseconds;
+  std::printf(" (%.1f us):\n", total);
+  std::printf("  %-36s %10s %7s %12s %9s\n", "kernel family", "us", "share", "bytes", "GB/s");
+  for (const rt::KernelShare& k : shares) {
+    std::printf("  %-36s %10.1f %6.1f%% %12s %9.0f\n", k.name.c_str(), k.microseconds,
+                100 * k.microseconds / total, human_bytes(k.bytes).c_str(),
+                k.microseconds > 0 ? static_cast<double>(k.bytes) / (k.microseconds * 1e3) : 0.0);
+  }
+}
 
 int run(const BenchArgs& a) {
   if (a.model.empty() == a.synthetic.empty()) {
@@ -49,7 +73,9 @@ int run(const BenchArgs& a) {
   rt::CudaOptions o;
   // --mtp also times speculative decoding's steps and verify passes (two positions each), greedy
   // and sampled.
-  o.max_context = a.context + a.steps + 2 + (a.mtp ? 7 * a.steps + 16 : 0);
+  o.max_context =
+      std::max<int64_t>(a.context + a.steps + 2 + (a.mtp ? 7 * a.steps + 16 : 0), a.prefill + 1);
+  o.prefill_chunk = a.prefill_chunk;
   o.parallel_shared = !a.serial_shared;
   o.shared_in_experts = a.shared_in_experts;
   o.fused_swiglu = !a.unfused_swiglu;
@@ -72,12 +98,8 @@ int run(const BenchArgs& a) {
   while (engine->position() < a.context - 1) engine->step_greedy();
   const std::vector<rt::KernelShare> shares = engine->profile_step();
   const double us = engine->time_steps(a.steps);
-  double profiled_us = 0;
   uint64_t step_bytes = 0;
-  for (const rt::KernelShare& k : shares) {
-    profiled_us += k.microseconds;
-    step_bytes += k.bytes;
-  }
+  for (const rt::KernelShare& k : shares) step_bytes += k.bytes;
   const double gbs = static_cast<double>(step_bytes) / (us * 1e-6) / 1e9;
   const double efficiency = gbs / copy_gbs;
   const double gb10_tps = kGb10Bandwidth * efficiency / static_cast<double>(step_bytes);
@@ -144,6 +166,42 @@ int run(const BenchArgs& a) {
     });
     sampled.sample_us = per_call([&] { sampler.sample(row1); });
   }
+  // A prompt of a.prefill tokens (pseudo-random ids), from a fresh state, host-synced as generate
+  // calls it: batched, then in pairs (verify2), as prefill went before it. The first batched
+  // call captures the pass's graph and is not timed.
+  double prefill_us = 0, pairs_us = 0;
+  std::vector<rt::KernelShare> prefill_shares;  // one pass launched kernel by kernel
+  if (a.prefill > 0) {
+    std::vector<int32_t> prompt(static_cast<size_t>(a.prefill));
+    uint64_t h = a.seed;
+    for (int32_t& t : prompt) {
+      h = h * 6364136223846793005ull + 1442695040888963407ull;
+      t = static_cast<int32_t>((h >> 33) % static_cast<uint64_t>(engine->config().vocab_size));
+    }
+    const auto timed = [&](const std::function<void()>& f) {
+      engine->reset();
+      const auto t0 = std::chrono::steady_clock::now();
+      f();
+      return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+          .count();
+    };
+    const auto batched = [&] { engine->prefill(prompt, nullptr); };
+    const auto pairs = [&] {
+      int32_t top[2];
+      size_t i = 0;
+      for (; i + 2 <= prompt.size(); i += 2) engine->verify2(prompt.data() + i, top);
+      if (i < prompt.size()) engine->step(prompt[i], nullptr);
+    };
+    timed(batched);
+    constexpr int kReps = 3;
+    for (int r = 0; r < kReps; ++r) prefill_us += timed(batched) / kReps;
+    timed(pairs);
+    pairs_us = timed(pairs);
+    engine->reset();
+    prefill_shares = engine->profile_prefill(prompt);
+  }
+  const auto prefill_tps = [&](double t_us) { return t_us > 0 ? a.prefill * 1e6 / t_us : 0.0; };
+
   // Tokens per second when a fraction `kept` of the drafts is kept: a round is one MTP step and
   // a verify pass (plus an MTP step for a kept draft's position, or the rollback) for 1 + kept
   // tokens. Sampled, the draft and the verify bring their logits back, and a kept draft's next
@@ -198,9 +256,16 @@ int run(const BenchArgs& a) {
             {"tokens_per_s_at_kept",
              {{"0.5", sampled_tps(0.5)}, {"0.7", sampled_tps(0.7)}, {"0.9", sampled_tps(0.9)}}}}}};
     }
-    for (const rt::KernelShare& k : shares) {
-      j["kernels"].push_back({{"name", k.name}, {"us", k.microseconds}, {"bytes", k.bytes}});
+    if (a.prefill > 0) {
+      j["prefill"] = {{"tokens", a.prefill},
+                      {"tokens_per_pass", a.prefill_chunk},
+                      {"batched_ms", prefill_us / 1e3},
+                      {"batched_tokens_per_s", prefill_tps(prefill_us)},
+                      {"pairs_ms", pairs_us / 1e3},
+                      {"pairs_tokens_per_s", prefill_tps(pairs_us)},
+                      {"kernels", shares_json(prefill_shares)}};
     }
+    j["kernels"] = shares_json(shares);
     std::printf("%s\n", j.dump(2).c_str());
     return kExitOk;
   }
@@ -236,6 +301,13 @@ int run(const BenchArgs& a) {
         "  tok/s if 50%% / 70%% / 90%% of drafts are kept: %.1f / %.1f / %.1f (plain: %.1f)\n",
         sampled_tps(0.5), sampled_tps(0.7), sampled_tps(0.9), 1e6 / sampled.step_us);
   }
+  if (a.prefill > 0) {
+    std::printf(
+        "prefill of %d tokens (passes of %d): batched %.1f ms = %.1f tok/s; in pairs (verify2) "
+        "%.1f ms = %.1f tok/s; batched %.2fx faster\n",
+        a.prefill, a.prefill_chunk, prefill_us / 1e3, prefill_tps(prefill_us), pairs_us / 1e3,
+        prefill_tps(pairs_us), pairs_us / prefill_us);
+  }
   if (a.shared_in_experts) {
     std::printf("shared expert: %s\n", ls.shared_in_experts
                                            ? "extra slots of the routed experts' launches"
@@ -249,13 +321,12 @@ int run(const BenchArgs& a) {
         "still count their weights)\n",
         left_out.c_str());
   }
-  std::printf("\n");
-  std::printf("one step launched kernel by kernel (%.1f us):\n", profiled_us);
-  std::printf("  %-26s %10s %7s %12s %9s\n", "kernel family", "us", "share", "bytes", "GB/s");
-  for (const rt::KernelShare& k : shares) {
-    std::printf("  %-26s %10.1f %6.1f%% %12s %9.0f\n", k.name.c_str(), k.microseconds,
-                100 * k.microseconds / profiled_us, human_bytes(k.bytes).c_str(),
-                k.microseconds > 0 ? static_cast<double>(k.bytes) / (k.microseconds * 1e3) : 0.0);
+  std::printf("\none step launched kernel by kernel");
+  print_shares(shares);
+  if (!prefill_shares.empty()) {
+    std::printf("\none prefill pass of %d tokens launched kernel by kernel",
+                std::min(a.prefill, a.prefill_chunk));
+    print_shares(prefill_shares);
   }
   return kExitOk;
 }
@@ -280,6 +351,14 @@ Command add_bench(CLI::App& app) {
                 "also time the MTP head's step (a draft token; --synthetic: BF16 with an FP8 "
                 "shared expert, as the 122B hybrid's) and speculative decoding's verify pass and "
                 "rollback, greedy and sampled");
+  sub->add_option("--prefill", a->prefill,
+                  "also time a batched prefill of this many prompt tokens, and the same prompt "
+                  "in two-token passes (0: not timed)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
+  sub->add_option("--prefill-chunk", a->prefill_chunk, "tokens per batched prefill pass")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
   sub->add_flag("--serial-shared", a->serial_shared,
                 "run the shared expert after the routed experts, not beside them (to compare)");
   sub->add_flag("--unfused-swiglu", a->unfused_swiglu,

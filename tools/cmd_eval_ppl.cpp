@@ -119,22 +119,27 @@ void eval_cpu(const rt::Model& model, const std::vector<int32_t>& ids,
   }
 }
 
-// The same on the CUDA engine (its context at least the longest window), reset per window, two
-// positions a pass (CudaEngine::verify2: the same logits as two steps); the MTP head after each
-// pass on both positions in turn, from the hidden states the pass left on the device.
+// The same on the CUDA engine (its context at least the longest window), reset per window. With
+// the MTP head: two positions a pass (CudaEngine::verify2: the same logits as two steps), the
+// head after each pass on both positions in turn, from the hidden states the pass left on the
+// device; without: up to kRows positions a call (CudaEngine::advance: batched prefill, logits
+// equal to steps' up to the order of the sums).
+constexpr int64_t kRows = 128;
 void eval_cuda(rt::CudaEngine& engine, const std::vector<int32_t>& ids,
                const std::vector<std::pair<int64_t, int64_t>>& windows, Score& main, Score* mtp,
                ckpt::Progress& progress) {
   const int64_t vocab = engine.config().vocab_size;
-  std::vector<float> logits(static_cast<size_t>(2 * vocab)), mtp_logits(static_cast<size_t>(vocab));
-  int32_t top[2];
+  const int64_t rows = mtp ? 2 : kRows;
+  std::vector<float> logits(static_cast<size_t>(rows * vocab)),
+      mtp_logits(static_cast<size_t>(vocab));
+  std::vector<int32_t> top(static_cast<size_t>(rows));
   for (const auto& [b, e] : windows) {
     engine.reset();
     const int32_t* w = ids.data() + b;
     const int64_t n = e - b;
     for (int64_t t = 0; t < n;) {
-      const int take = static_cast<int>(std::min<int64_t>(2, n - t));
-      engine.advance({w + t, static_cast<size_t>(take)}, top, logits.data());
+      const int take = static_cast<int>(std::min<int64_t>(rows, n - t));
+      engine.advance({w + t, static_cast<size_t>(take)}, top.data(), logits.data());
       for (int r = 0; r < take; ++r, ++t) {
         if (t + 1 < n) main.add(logits.data() + r * vocab, vocab, w[t + 1]);
         if (mtp && t + 2 < n) {

@@ -103,8 +103,8 @@ int run(const GenerateArgs& a) {
       r = rt::generate_with(
           [&](int32_t token, float* logits) { return engine.step(token, logits); },
           model->config().vocab_size, prompt, o, print,
-          [&](const int32_t* tokens, int32_t* top, float* logits) {
-            engine.verify2(tokens, top, logits);  // prefill, two tokens a pass
+          [&](std::span<const int32_t> tokens, float* logits) {
+            return engine.prefill(tokens, logits);  // batched prefill
           });
     }
   } else {

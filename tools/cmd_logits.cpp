@@ -46,9 +46,10 @@ void cpu_logits(const rt::Model& model, const std::vector<int32_t>& ids, bool mt
   }
 }
 
-// The same on the CUDA engine, two positions a pass; the MTP head takes each position's hidden
-// state on the device, right after the pass (its state is its own, so the order does not
-// change the result).
+// The same on the CUDA engine: with the MTP head two positions a pass (verify2: two steps'
+// logits), the head taking each position's hidden state on the device right after the pass (its
+// state is its own, so the order does not change the result); without it every position in one
+// call (advance: batched prefill, equal to steps up to the order of the sums).
 void cuda_logits(const rt::Model& model, const std::vector<int32_t>& ids, bool mtp_too,
                  std::vector<float>& logits, std::vector<float>& mtp) {
   const int64_t vocab = model.config().vocab_size, t_len = static_cast<int64_t>(ids.size());
@@ -57,10 +58,11 @@ void cuda_logits(const rt::Model& model, const std::vector<int32_t>& ids, bool m
   o.mtp = mtp_too;
   rt::CudaEngine engine(model, o);
   if (mtp_too) mtp.resize(static_cast<size_t>((t_len - 1) * vocab));
-  int32_t top[2];
-  for (int64_t t = 0; t < t_len;) {  // two positions a pass (verify2: two steps' logits)
-    const int take = static_cast<int>(std::min<int64_t>(2, t_len - t));
-    engine.advance({ids.data() + t, static_cast<size_t>(take)}, top, logits.data() + t * vocab);
+  std::vector<int32_t> top(static_cast<size_t>(t_len));
+  for (int64_t t = 0; t < t_len;) {
+    const int take = static_cast<int>(mtp_too ? std::min<int64_t>(2, t_len - t) : t_len - t);
+    engine.advance({ids.data() + t, static_cast<size_t>(take)}, top.data() + t,
+                   logits.data() + t * vocab);
     for (int r = 0; r < take; ++r, ++t) {
       if (mtp_too && t + 1 < t_len) {
         engine.draft(r, ids[static_cast<size_t>(t + 1)], mtp.data() + t * vocab);

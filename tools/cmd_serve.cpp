@@ -137,7 +137,7 @@ int run(const ServeArgs& a) {
       return rt::generate_speculative(spe.spec, prompt, go, on, nullptr);
     }
     pe.reset();
-    return rt::generate_with(pe.step, pe.vocab, prompt, go, on, pe.pair);
+    return rt::generate_with(pe.step, pe.vocab, prompt, go, on, pe.prefill);
   };
 
   rt::Server server(tok, std::move(run_request), o);

@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(kThreads)
         const float yb = acc[i][p][1] + __shfl_xor_sync(0xFFFFFFFFu, acc[i][p][1], 1);
         const int e = base + 2 * p + (t >> 1);
         if ((t & 1) || e >= hi || tile >= a.tiles) continue;
-        float* ye = y + static_cast<size_t>(e) * r.ldy;
+        float* ye = y + static_cast<size_t>(r.y_rows ? __ldg(r.y_rows + e) : e) * r.ldy;
         if constexpr (kSwiglu) {  // paired rows: gate 8T + g (row g), up 8T + g (row g + 8)
           ye[tile * 8 + g] = silu_mul(ya, yb);
         } else {

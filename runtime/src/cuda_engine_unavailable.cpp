@@ -67,6 +67,9 @@ void CudaEngine::verify2(const int32_t[2], int32_t[2], float*) {
 void CudaEngine::advance(std::span<const int32_t>, int32_t*, float*) {
   unavailable();
 }
+int32_t CudaEngine::prefill(std::span<const int32_t>, float*) {
+  unavailable();
+}
 void CudaEngine::reject_last() {
   unavailable();
 }
@@ -74,6 +77,9 @@ int32_t CudaEngine::draft(int, int32_t, float*) {
   unavailable();
 }
 int64_t CudaEngine::mtp_position() const {
+  unavailable();
+}
+std::vector<KernelShare> CudaEngine::profile_prefill(std::span<const int32_t>) {
   unavailable();
 }
 std::vector<KernelShare> CudaEngine::profile_step() {

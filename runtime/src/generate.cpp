@@ -1,7 +1,6 @@
 #include "qf/rt/generate.h"
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <memory>
 
@@ -22,28 +21,24 @@ bool report_token(GenerateResult& r, const GenerateOptions& o,
 
 GenerateResult generate_with(const StepFn& step, int64_t vocab, std::span<const int32_t> prompt,
                              const GenerateOptions& o, const std::function<void(int32_t)>& on_token,
-                             const PairFn& pair) {
+                             const PrefillFn& prefill) {
   if (prompt.empty()) throw Error(Errc::kUsage, "the prompt has no tokens");
   using clock = std::chrono::steady_clock;
   const bool greedy = o.sampling.temperature == 0.0f;
   Sampler sampler(o.sampling);
   const size_t v = static_cast<size_t>(vocab);
-  std::vector<float> logits(greedy ? 0 : (pair ? 2 : 1) * v);  // a pair's two rows
+  std::vector<float> logits(greedy ? 0 : v);
   float* out = greedy ? nullptr : logits.data();
   GenerateResult r;
   r.prompt_tokens = static_cast<int64_t>(prompt.size());
   const auto t0 = clock::now();
   int32_t top = 0;
   const size_t n = prompt.size();
-  size_t i = 0;
-  for (; pair && i + 2 <= n; i += 2) {
-    std::array<int32_t, 2> tops{};
-    const bool last = i + 2 == n;
-    pair(prompt.data() + i, tops.data(), last ? out : nullptr);
-    top = tops[1];
-    if (last && out) std::copy(logits.begin() + v, logits.end(), logits.begin());  // row 1
+  if (prefill) {
+    top = prefill(prompt, out);
+  } else {
+    for (size_t i = 0; i < n; ++i) top = step(prompt[i], i + 1 == n ? out : nullptr);
   }
-  for (; i < n; ++i) top = step(prompt[i], i + 1 == n ? out : nullptr);
   const auto t1 = clock::now();
   r.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
   r.finish_reason = "length";

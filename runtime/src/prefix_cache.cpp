@@ -1,7 +1,6 @@
 #include "qf/rt/prefix_cache.h"
 
 #include <algorithm>
-#include <array>
 #include <memory>
 
 namespace qf::rt {
@@ -52,13 +51,13 @@ GenerateResult PrefixCache::generate(const PrefixEngine& e, std::span<const int3
                                      const GenerateOptions& options,
                                      const std::function<void(int32_t)>& on_token,
                                      int64_t* cached_tokens) {
-  if (prompt.empty()) return generate_with(e.step, e.vocab, prompt, options, on_token, e.pair);
+  if (prompt.empty()) return generate_with(e.step, e.vocab, prompt, options, on_token, e.prefill);
   const Plan p = begin(prompt, cached_tokens, e.reset, e.restore);
   size_t done = p.reuse;
   if (p.snapshot_at > 0) {
-    for (; e.pair && done + 2 <= p.snapshot_at; done += 2) {
-      std::array<int32_t, 2> top{};
-      e.pair(prompt.data() + done, top.data(), nullptr);
+    if (e.prefill && done < p.snapshot_at) {
+      e.prefill(prompt.subspan(done, p.snapshot_at - done), nullptr);
+      done = p.snapshot_at;
     }
     for (; done < p.snapshot_at; ++done) e.step(prompt[done], nullptr);
     e.snapshot();
@@ -66,7 +65,7 @@ GenerateResult PrefixCache::generate(const PrefixEngine& e, std::span<const int3
   }
   // What follows leaves the snapshot as it is, whatever it throws (a stop string, a client gone).
   GenerateResult r =
-      generate_with(e.step, e.vocab, prompt.subspan(done), options, on_token, e.pair);
+      generate_with(e.step, e.vocab, prompt.subspan(done), options, on_token, e.prefill);
   r.prompt_tokens = static_cast<int64_t>(prompt.size());
   r.cached_tokens = static_cast<int64_t>(p.reuse);
   return r;
@@ -108,8 +107,8 @@ PrefixEngine prefix_engine(CudaEngine& engine) {
   e.snapshot = [&engine] { engine.snapshot(); };
   e.restore = [&engine] { engine.restore_snapshot(); };
   e.step = [&engine](int32_t token, float* logits) { return engine.step(token, logits); };
-  e.pair = [&engine](const int32_t* t, int32_t* top, float* logits) {
-    engine.verify2(t, top, logits);
+  e.prefill = [&engine](std::span<const int32_t> t, float* logits) {
+    return engine.prefill(t, logits);
   };
   return e;
 }

@@ -298,6 +298,27 @@ TEST(EngineCli, BenchTimesTheMtpHeadAndSpeculativeDecoding) {
   EXPECT_GT(sp["sampled"]["step_us"].get<double>(), 0);
 }
 
+// Where a GPU is usable: bench --prefill times a batched prefill next to the same prompt in
+// pairs; the rates are the token count over the times it reports.
+TEST(EngineCli, BenchTimesABatchedPrefill) {
+  std::string why;
+  if (!rt::CudaEngine::available(&why)) GTEST_SKIP() << "no GPU: " << why;
+  const CommandResult r = qforge_split(
+      "bench --synthetic tiny --context 8 --steps 4 --prefill 11 --prefill-chunk 4 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json p = nlohmann::json::parse(r.out)["prefill"];
+  ASSERT_TRUE(p.is_object()) << r.out;
+  EXPECT_EQ(p["tokens"], 11);
+  EXPECT_EQ(p["tokens_per_pass"], 4);
+  EXPECT_FALSE(p["kernels"].empty()) << r.out;  // one pass, family by family
+  for (const char* way : {"batched", "pairs"}) {
+    const double ms = p[std::string(way) + "_ms"].get<double>();
+    EXPECT_GT(ms, 0) << way;
+    EXPECT_NEAR(p[std::string(way) + "_tokens_per_s"].get<double>(), 11e3 / ms, 1e-9 * 11e3 / ms);
+  }
+  EXPECT_EQ(qforge_split("bench --synthetic tiny --prefill-chunk 0").exit_code, kExitUsage);
+}
+
 // bench --skip takes only the engine's launch names, checked before anything is loaded.
 TEST(EngineCli, BenchRejectsUnknownSkip) {
   const CommandResult r = qforge("bench --synthetic tiny --skip router,bogus");

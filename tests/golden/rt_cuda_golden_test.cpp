@@ -2,7 +2,8 @@
 // its hybrid + INT8-head build: logits at every prompt position and the MTP head's (argmax
 // identical, max |diff| <= 5e-4 x max |logit|; 1e-4 on the tiny preset), transformers' logits
 // too (1e-3), and 128 greedy tokens identical, also by speculative decoding (two-token verify
-// passes). Skips with a message where no GPU is usable.
+// passes) and after a batched prefill, whose logits at every position are held to the same
+// bounds. Skips with a message where no GPU is usable.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -74,16 +75,75 @@ void expect_pairs_equal_steps(CudaEngine& gpu, const std::vector<int32_t>& promp
       << name << ": verify2's logits differ from two steps'";
   GenerateOptions greedy;
   greedy.max_tokens = static_cast<int64_t>(want.size());
+  const PrefillFn pairs = [&](std::span<const int32_t> t, float*) {
+    int32_t top2[2] = {0, 0};
+    size_t i = 0;
+    for (; i + 2 <= t.size(); i += 2) gpu.verify2(t.data() + i, top2);
+    return i < t.size() ? gpu.step(t[i], nullptr) : top2[1];
+  };
   for (const size_t len : {prompt.size(), prompt.size() - 1}) {  // even and odd lengths
     gpu.reset();
     const GenerateResult got = generate_with(
         [&](int32_t token, float* logits) { return gpu.step(token, logits); },
-        static_cast<int64_t>(v), std::span(prompt.data(), len), greedy, [](int32_t) {},
-        [&](const int32_t* t, int32_t* top2, float* logits) { gpu.verify2(t, top2, logits); });
+        static_cast<int64_t>(v), std::span(prompt.data(), len), greedy, [](int32_t) {}, pairs);
     if (len == prompt.size()) {
       EXPECT_EQ(got.ids, want) << name << ": greedy after a prefill in pairs differs";
     }
     EXPECT_EQ(gpu.position(), static_cast<int64_t>(len + got.ids.size()) - 1) << name;
+  }
+}
+
+// Every position's logits by batched prefill (advance over the whole prompt, from a fresh
+// state), its argmaxes checked against the logits it returned.
+std::vector<float> prefill_logits(CudaEngine& e, const std::vector<int32_t>& prompt,
+                                  int64_t vocab) {
+  e.reset();
+  std::vector<float> out(prompt.size() * vocab);
+  std::vector<int32_t> top(prompt.size());
+  e.advance(prompt, top.data(), out.data());
+  for (size_t r = 0; r < prompt.size(); ++r) {
+    const auto row = out.begin() + static_cast<int64_t>(r * vocab);
+    EXPECT_EQ(top[r], std::max_element(row, row + vocab) - row) << "prefill's argmax, row " << r;
+  }
+  EXPECT_EQ(e.position(), static_cast<int64_t>(prompt.size()));
+  return out;
+}
+
+// Batched prefill against the CPU's logits `c` and greedy ids `want`: in one pass and in passes
+// of 3 (a captured pass replayed; the slot count can change a BF16 or FP8 product's summation
+// order, so not bit for bit the one pass), CudaEngine::prefill's last row (the same bits as
+// advance's on the same engine) and greedy continuation.
+void expect_prefill(const Model& model, CudaEngine& gpu, const std::vector<int32_t>& prompt,
+                    const std::vector<float>& c, const std::vector<int32_t>& want,
+                    const std::string& name) {
+  const int64_t vocab = model.config().vocab_size;
+  expect_same(c, prefill_logits(gpu, prompt, vocab), vocab, 5e-4, name + " prefill cuda vs cpu");
+  CudaOptions o;
+  o.max_context = gpu.position() + static_cast<int64_t>(want.size()) + 1;
+  o.prefill_chunk = 3;
+  CudaEngine chunked(model, o);
+  const std::vector<float> q = prefill_logits(chunked, prompt, vocab);
+  expect_same(c, q, vocab, 5e-4, name + " prefill in passes of 3");
+  std::vector<float> last(static_cast<size_t>(vocab));
+  chunked.reset();
+  const int32_t top = chunked.prefill(prompt, last.data());
+  EXPECT_EQ(std::memcmp(last.data(), q.data() + q.size() - vocab, last.size() * sizeof(float)), 0)
+      << name << ": prefill's last logits";
+  EXPECT_EQ(top, std::max_element(last.begin(), last.end()) - last.begin()) << name;
+  GenerateOptions greedy;
+  greedy.max_tokens = static_cast<int64_t>(want.size());
+  for (CudaEngine* e : {&gpu, &chunked}) {
+    e->reset();
+    const GenerateResult got = generate_with(
+        [&](int32_t token, float* logits) { return e->step(token, logits); }, vocab, prompt, greedy,
+        [](int32_t) {},
+        [&](std::span<const int32_t> t, float* logits) { return e->prefill(t, logits); });
+    EXPECT_EQ(got.ids, want) << name << ": greedy after a batched prefill differs";
+  }
+  chunked.reset();  // step_greedy goes on from the prefill's argmax
+  EXPECT_EQ(chunked.prefill(prompt, nullptr), want[0]) << name;
+  if (want.size() > 1) {
+    EXPECT_EQ(chunked.step_greedy(), want[1]) << name;
   }
 }
 
@@ -139,6 +199,7 @@ void check(const fs::path& model_dir, const fs::path& reference, const std::stri
                     prompt, greedy, [](int32_t) {});
   EXPECT_EQ(got.ids, want.ids) << name << ": greedy continuations differ";
   expect_pairs_equal_steps(gpu, prompt, want.ids, name);
+  expect_prefill(*model, gpu, prompt, c, want.ids, name);
   {  // without the MTP head, verify2 keeps no state copies and nothing can be rejected
     CudaOptions plain_o = o;
     plain_o.mtp = false;
@@ -147,7 +208,7 @@ void check(const fs::path& model_dir, const fs::path& reference, const std::stri
     int32_t top[2];
     plain.verify2(prompt.data(), top);
     EXPECT_THROW(plain.reject_last(), Error) << name;
-    EXPECT_THROW(plain.advance(std::span(prompt.data(), 3), top, nullptr), Error) << name;
+    EXPECT_THROW(plain.advance(std::span(prompt.data(), 0), top, nullptr), Error) << name;
   }
   if (!gpu.has_mtp()) return;
   // Speculative decoding: the fixtures' random MTP heads draft (nearly all rejected: the rollback
@@ -242,6 +303,14 @@ TEST(CudaGoldenTiny, PairedSwigluExpertsEqualUnfusedAndTheCpuReference) {
   EXPECT_EQ(std::memcmp(f.data(), u.data(), f.size() * sizeof(float)), 0)
       << "fused and unfused SwiGLU differ";
   expect_same(c, f, vocab, 1e-4, "tiny int4 paired cuda vs cpu");
+  // Batched prefill: INT4 projections and experts through kern::gemm (grouped by gemm_route).
+  expect_same(c, prefill_logits(fused, prompt, vocab), vocab, 1e-4, "tiny int4 paired prefill");
+  expect_same(c, prefill_logits(unfused, prompt, vocab), vocab, 1e-4, "tiny int4 unfused prefill");
+  o.fused_swiglu = true;
+  o.prefill_chunk = 3;
+  CudaEngine chunked(*model, o);
+  expect_same(c, prefill_logits(chunked, prompt, vocab), vocab, 1e-4,
+              "tiny int4 paired prefill, passes of 3");
 }
 
 // The tiny preset as a hybrid (INT4 experts in the paired order, FP8 shared experts): the shared
@@ -275,6 +344,9 @@ TEST(CudaGoldenTiny, SharedExpertInTheExpertLaunchesEqualsTheCpuReference) {
                            c = prompt_logits(cpu, prompt, vocab);
   expect_same(c, s, vocab, 1e-4, "tiny hybrid shared in experts vs cpu");
   expect_same(c, w, vocab, 1e-4, "tiny hybrid shared launches vs cpu");
+  // Batched prefill: INT4 through kern::gemm, the FP8 shared expert and BF16 router as gemv
+  // slots.
+  expect_same(c, prefill_logits(own, prompt, vocab), vocab, 1e-4, "tiny hybrid prefill vs cpu");
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGolden, ::testing::ValuesIn(test::model_fixtures()),

@@ -30,20 +30,25 @@ struct Case {
   std::vector<int> counts;  // entries per matrix (dense: one count)
   int extra_entries = 0;    // rows of y past the last matrix's entries (left untouched)
   bool pick_rows = false;   // x_rows: a random row of x per entry (else entry e reads row e)
+  bool scatter = false;     // y_rows: a random permutation (else entry e writes row e)
 };
 
 std::string name(const Case& c) {
   std::string s = "n " + std::to_string(c.n) + " k " + std::to_string(c.k) + " group " +
                   std::to_string(c.group) + " counts";
   for (const int n : c.counts) s += " " + std::to_string(n);
-  return s + (c.pick_rows ? " picked rows" : "");
+  return s + (c.pick_rows ? " picked rows" : "") + (c.scatter ? " scattered" : "");
 }
 
 // The entries' y from gemm on the device (swiglu or not), NaN-poisoned elsewhere.
 struct Product {
   std::vector<float> x, y;
-  std::vector<int> offsets, x_rows;
+  std::vector<int> offsets, x_rows, y_rows;
   GemmRows rows;
+  int entry_at(int row) const {  // the entry that writes row `row` of y
+    if (y_rows.empty()) return row;
+    return static_cast<int>(std::find(y_rows.begin(), y_rows.end(), row) - y_rows.begin());
+  }
 };
 
 Product run(const TestLinear& t, const Case& c, bool swiglu, uint64_t seed) {
@@ -64,8 +69,13 @@ Product run(const TestLinear& t, const Case& c, bool swiglu, uint64_t seed) {
   if (c.pick_rows) {
     for (int e = 0; e < r.rows.entries; ++e) r.x_rows.push_back(rng.below(r.rows.x_count));
   }
+  if (c.scatter) {
+    r.y_rows.resize(r.rows.entries);
+    std::iota(r.y_rows.begin(), r.y_rows.end(), 0);
+    for (int e = r.rows.entries - 1; e > 0; --e) std::swap(r.y_rows[e], r.y_rows[rng.below(e + 1)]);
+  }
   DeviceBuffer<float> d_x(r.x.size()), d_y(r.rows.entries * r.rows.ldy);
-  DeviceBuffer<int> d_off(r.offsets.size()), d_rows(r.x_rows.size());
+  DeviceBuffer<int> d_off(r.offsets.size()), d_rows(r.x_rows.size()), d_out(r.y_rows.size());
   QF_CUDA_CHECK(cudaMemcpy(d_x.data(), r.x.data(), d_x.bytes(), cudaMemcpyHostToDevice));
   QF_CUDA_CHECK(cudaMemset(d_y.data(), 0xFF, d_y.bytes()));  // NaN poison
   GemmRows dr = r.rows;
@@ -79,6 +89,10 @@ Product run(const TestLinear& t, const Case& c, bool swiglu, uint64_t seed) {
         cudaMemcpy(d_rows.data(), r.x_rows.data(), d_rows.bytes(), cudaMemcpyHostToDevice));
     dr.x_rows = d_rows.data();
   }
+  if (!r.y_rows.empty()) {
+    QF_CUDA_CHECK(cudaMemcpy(d_out.data(), r.y_rows.data(), d_out.bytes(), cudaMemcpyHostToDevice));
+    dr.y_rows = d_out.data();
+  }
   DeviceBuffer<uint8_t> scratch(std::max<size_t>(1, gemm_scratch_bytes(t.view(true), dr)));
   EXPECT_EQ(gemm(t.view(true), d_x.data(), d_y.data(), dr, swiglu, scratch.data(), nullptr),
             cudaSuccess);
@@ -87,6 +101,7 @@ Product run(const TestLinear& t, const Case& c, bool swiglu, uint64_t seed) {
   QF_CUDA_CHECK(cudaMemcpy(r.y.data(), d_y.data(), d_y.bytes(), cudaMemcpyDeviceToHost));
   if (!r.offsets.empty()) r.rows.offsets = r.offsets.data();
   if (!r.x_rows.empty()) r.rows.x_rows = r.x_rows.data();
+  if (!r.y_rows.empty()) r.rows.y_rows = r.y_rows.data();
   return r;
 }
 
@@ -107,11 +122,11 @@ void check(const Case& c, uint64_t seed) {
   std::vector<float> want(r.y.size(), 0.0f);
   gemm_ref(t->view(false), r.x.data(), want.data(), r.rows, false);
   int bad = 0;
-  for (int e = 0; e < r.rows.entries; ++e) {
-    const int j = mat_of(r, e);
+  for (int row = 0; row < r.rows.entries; ++row) {
+    const int e = r.entry_at(row), j = mat_of(r, e);
     const float* xe = r.x.data() + (r.x_rows.empty() ? e : r.x_rows[e]) * r.rows.ldx;
     for (size_t i = 0; i < r.rows.ldy; ++i) {
-      const size_t at = e * r.rows.ldy + i;
+      const size_t at = row * r.rows.ldy + i;
       uint32_t bits;
       std::memcpy(&bits, &r.y[at], 4);
       if (j < 0 || i >= static_cast<size_t>(c.n)) {  // not an output: the poison stays
@@ -163,8 +178,62 @@ TEST(Gemm, GroupedExperts) {
   QF_REQUIRE_GPU();
   // Counts across the pass edges, empty experts, entries past the last expert's.
   check({64, 256, 128, 8, {3, 0, 17, 1, 0, 40, 2, 16}, 5, true}, 31);
-  check({128, 3072, 128, 6, {1, 2, 0, 33, 8, 1}, 0, true}, 32);  // 122B routed gate | up
-  check({3072, 1024, 128, 3, {4, 0, 19}}, 33);                   // 122B routed down
+  check({128, 3072, 128, 6, {1, 2, 0, 33, 8, 1}, 0, true}, 32);   // 122B routed gate | up
+  check({3072, 1024, 128, 3, {4, 0, 19}}, 33);                    // 122B routed down
+  check({64, 256, 128, 5, {7, 0, 18, 1, 9}, 4, true, true}, 34);  // rows gathered and scattered
+}
+
+// gemm_route against its host twin (a counting sort): sizes around the warp's window of 32,
+// matrix counts up to the limit, ids outside the range (no entry), and a prefill's real shape.
+TEST(Gemm, RouteSortsChoicesByMatrix) {
+  QF_REQUIRE_GPU();
+  Rng rng{61};
+  struct R {
+    int n, per_x, n_mats;
+    bool stray;
+  };
+  for (const R c : {R{0, 1, 4, false}, R{1, 1, 1, false}, R{31, 8, 3, false}, R{32, 8, 64, false},
+                    R{33, 4, 5, true}, R{100, 2, 1024, false}, R{2048, 8, 256, false},
+                    R{2048, 8, 256, true}, R{777, 3, 33, true}}) {
+    SCOPED_TRACE("n " + std::to_string(c.n) + " mats " + std::to_string(c.n_mats));
+    std::vector<int> ids(std::max(c.n, 1));
+    for (int& id : ids) id = rng.below(c.n_mats);
+    if (c.stray) {
+      for (int i = 0; i < c.n; i += 7) ids[i] = i % 2 ? c.n_mats : -1 - i;
+    }
+    std::vector<int> off(c.n_mats + 1, -1), xr(ids.size(), -1), yr(ids.size(), -1);
+    std::vector<int> want_off = off, want_x = xr, want_y = yr;
+    gemm_route_ref(ids.data(), c.n, c.per_x, c.n_mats, want_off.data(), want_x.data(),
+                   want_y.data());
+    DeviceBuffer<int> d_ids(ids.size()), d_off(off.size()), d_x(xr.size()), d_y(yr.size());
+    QF_CUDA_CHECK(cudaMemcpy(d_ids.data(), ids.data(), d_ids.bytes(), cudaMemcpyHostToDevice));
+    QF_CUDA_CHECK(cudaMemset(d_x.data(), 0xFF, d_x.bytes()));
+    QF_CUDA_CHECK(cudaMemset(d_y.data(), 0xFF, d_y.bytes()));
+    ASSERT_EQ(gemm_route(d_ids.data(), c.n, c.per_x, c.n_mats, d_off.data(), d_x.data(), d_y.data(),
+                         nullptr),
+              cudaSuccess);
+    QF_CUDA_CHECK(cudaMemcpy(off.data(), d_off.data(), d_off.bytes(), cudaMemcpyDeviceToHost));
+    QF_CUDA_CHECK(cudaMemcpy(xr.data(), d_x.data(), d_x.bytes(), cudaMemcpyDeviceToHost));
+    QF_CUDA_CHECK(cudaMemcpy(yr.data(), d_y.data(), d_y.bytes(), cudaMemcpyDeviceToHost));
+    EXPECT_EQ(off, want_off);
+    EXPECT_EQ(xr, want_x);
+    EXPECT_EQ(yr, want_y);
+    // The ref is a stable counting sort: entries of a matrix in choice order.
+    for (int m = 0; m < c.n_mats; ++m) {
+      for (int e = want_off[m]; e < want_off[m + 1]; ++e) {
+        EXPECT_EQ(ids[want_y[e]], m);
+        if (e > want_off[m]) {
+          EXPECT_LT(want_y[e - 1], want_y[e]);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(gemm_route(nullptr, 1, 1, 0, nullptr, nullptr, nullptr, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(gemm_route(nullptr, 1, 1, kRouteMaxMats + 1, nullptr, nullptr, nullptr, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(gemm_route(nullptr, 1, 0, 4, nullptr, nullptr, nullptr, nullptr),
+            cudaErrorInvalidValue);
 }
 
 // swiglu: bit for bit the plain product's paired rows through kern::swiglu.

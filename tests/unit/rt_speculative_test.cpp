@@ -285,10 +285,9 @@ TEST(Speculative, TopKOneSamplingIsGreedy) {
   EXPECT_EQ(got.ids, want.ids);
 }
 
-// generate_with with a PairFn: the prompt in pairs (the last token alone for odd lengths) gives
-// the ids single steps give, greedy and sampled with one seed (the pair's second row of logits
-// is what the sampler draws from), and the pair function takes every pair.
-TEST(Prefill, PairsEqualSingleSteps) {
+// generate_with with a PrefillFn: the prompt in one call gives the ids single steps give,
+// greedy and sampled with one seed (the prefill's logits are what the sampler draws from first).
+TEST(Prefill, OneCallEqualsSingleSteps) {
   for (const float temperature : {0.0f, 0.9f}) {
     for (size_t len = 1; len <= 6; ++len) {
       std::vector<int32_t> prompt;
@@ -306,21 +305,22 @@ TEST(Prefill, PairsEqualSingleSteps) {
         seq.push_back(token);
         return logits_of(out);
       };
-      int pairs = 0;
-      const PairFn pair = [&](const int32_t* tokens, int32_t* top, float* out) {
-        ++pairs;
-        for (int r = 0; r < 2; ++r) top[r] = step(tokens[r], out ? out + r * kSmall : nullptr);
+      int calls = 0;
+      const PrefillFn prefill = [&](std::span<const int32_t> tokens, float* out) {
+        ++calls;
+        seq.insert(seq.end(), tokens.begin(), tokens.end());
+        return logits_of(out);
       };
       const GenerateResult want = generate_with(step, kSmall, prompt, o, [](int32_t) {});
       const std::vector<int32_t> want_seq = seq;
       seq.clear();
       const GenerateResult got = generate_with(
-          step, kSmall, prompt, o, [](int32_t) {}, pair);
+          step, kSmall, prompt, o, [](int32_t) {}, prefill);
       const std::string what =
           "T " + std::to_string(temperature) + ", length " + std::to_string(len);
       EXPECT_EQ(got.ids, want.ids) << what;
       EXPECT_EQ(seq, want_seq) << what;
-      EXPECT_EQ(pairs, static_cast<int>(len / 2)) << what;
+      EXPECT_EQ(calls, 1) << what;
     }
   }
 }

@@ -179,13 +179,20 @@ void CudaEngine::verify2(const int32_t tokens[2], int32_t top[2], float* logits)
 }
 
 void CudaEngine::advance(std::span<const int32_t> tokens, int32_t* top, float* logits) {
-  if (tokens.size() == 1) {
-    top[0] = step(tokens[0], logits);
-  } else if (tokens.size() == 2) {
-    verify2(tokens.data(), top, logits);
-  } else {
-    throw Error(Errc::kUsage,
-                "advance takes one or two tokens, not " + std::to_string(tokens.size()));
+  const size_t v = static_cast<size_t>(impl_->m->config.vocab_size);
+  if (tokens.empty()) throw Error(Errc::kUsage, "advance: no tokens");
+  if (tokens.size() >= 3 && impl_->pf.cap > 0) {
+    impl_->prefill_rows(tokens, top, logits);
+    return;
+  }
+  for (size_t i = 0; i < tokens.size();) {  // pairs, then a step for an odd count
+    if (i + 2 <= tokens.size()) {
+      verify2(tokens.data() + i, top + i, logits ? logits + i * v : nullptr);
+      i += 2;
+    } else {
+      top[i] = step(tokens[i], logits ? logits + i * v : nullptr);
+      i += 1;
+    }
   }
 }
 
@@ -216,18 +223,10 @@ int32_t CudaEngine::draft(int row, int32_t next_token, float* logits) {
                     cudaMemcpyDeviceToDevice, logits);
 }
 
-std::vector<KernelShare> CudaEngine::profile_step() {
-  Impl& s = *impl_;
-  s.can_reject = false;
-  s.before_step(s.position);
-  cuda::Marks marks;
-  marks.stream = s.stream;
-  marks.mark("start", 0);
-  s.marks = &marks;
-  s.launch_step();
-  s.marks = nullptr;
-  cuda::check(cudaStreamSynchronize(s.stream), "profiled step");
-  ++s.position;
+namespace {
+
+// Time and bytes per family between the events `marks` recorded (after the stream's sync).
+std::vector<KernelShare> shares_of(cuda::Marks& marks) {
   std::vector<KernelShare> out;
   for (size_t i = 1; i < marks.events.size(); ++i) {
     float ms = 0;
@@ -242,6 +241,42 @@ std::vector<KernelShare> CudaEngine::profile_step() {
   }
   for (cudaEvent_t e : marks.events) cudaEventDestroy(e);
   return out;
+}
+
+}  // namespace
+
+std::vector<KernelShare> CudaEngine::profile_step() {
+  Impl& s = *impl_;
+  s.can_reject = false;
+  s.before_step(s.position);
+  cuda::Marks marks;
+  marks.stream = s.stream;
+  marks.mark("start", 0);
+  s.marks = &marks;
+  s.launch_step();
+  s.marks = nullptr;
+  cuda::check(cudaStreamSynchronize(s.stream), "profiled step");
+  ++s.position;
+  return shares_of(marks);
+}
+
+std::vector<KernelShare> CudaEngine::profile_prefill(std::span<const int32_t> tokens) {
+  Impl& s = *impl_;
+  if (s.pf.cap == 0) throw Error(Errc::kUsage, "profile_prefill: prefill_chunk is 0");
+  const int n = static_cast<int>(std::min<size_t>(tokens.size(), s.pf.cap));
+  if (n == 0) throw Error(Errc::kUsage, "profile_prefill: no tokens");
+  cuda::Marks marks;
+  marks.stream = s.stream;
+  s.marks = &marks;
+  try {
+    s.prefill_pass(tokens.data(), n, nullptr, nullptr);
+  } catch (...) {
+    s.marks = nullptr;
+    throw;
+  }
+  s.marks = nullptr;
+  cuda::check(cudaStreamSynchronize(s.stream), "profiled prefill");
+  return shares_of(marks);
 }
 
 namespace {

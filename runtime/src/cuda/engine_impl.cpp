@@ -88,6 +88,7 @@ CudaEngine::Impl::Impl(std::unique_ptr<cuda::DeviceModel> model, const CudaOptio
     mtp_in = f(h), cat = f(2 * h), mtp_hidden = f(h), mtp_logits = f(c.vocab_size);
     mtp_token = i(1), mtp_next = i(1), mtp_pos = i(1);
   }
+  alloc_prefill();
   stats.device_bytes = m->device_bytes;
   stats.host_bytes = m->host_bytes_read;
   stats.load_seconds = m->load_seconds;
@@ -106,6 +107,8 @@ CudaEngine::Impl::~Impl() {
   if (graph) cudaGraphExecDestroy(graph);
   if (mtp_graph) cudaGraphExecDestroy(mtp_graph);
   if (verify_graph) cudaGraphExecDestroy(verify_graph);
+  if (prefill_graph) cudaGraphExecDestroy(prefill_graph);
+  if (pf.pinned) cudaFreeHost(pf.pinned);
   if (pinned) cudaFreeHost(pinned);
   if (pinned_logits) cudaFreeHost(pinned_logits);
   if (fork) cudaEventDestroy(fork);

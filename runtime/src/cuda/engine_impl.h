@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -87,6 +88,18 @@ struct CudaEngine::Impl {
   std::vector<float*> conv_snap, ssm_snap;
   int64_t snap_position = -1, snap_mtp_position = 0;
   cudaGraphExec_t verify_graph = nullptr;
+  // Batched prefill (prefill.cpp): o.prefill_chunk rows of each per-token buffer (experts: k
+  // rows a token, egu / eh / ey in gemm_route's entry order but ey in token order), the tokens
+  // and positions of a pass (pinned on the host too), the route, the GEMM's limbs; its graph
+  // serves every full pass.
+  struct PrefillRows {
+    int cap = 0;
+    float *x, *u, *mix, *gin, *core, *qkvp, *att, *rl, *rw, *egu, *eh, *ey, *sgu, *sh, *sy, *hidden;
+    int *tokens, *pos, *ids, *offsets, *x_rows, *y_rows;
+    int* pinned = nullptr;  // host: tokens, then positions
+    void* scratch = nullptr;
+  } pf;
+  cudaGraphExec_t prefill_graph = nullptr;
   bool can_reject = false;  // the last main-model call was verify2
   int64_t position = 0, mtp_position = 0;
   cuda::Marks* marks = nullptr;
@@ -186,6 +199,29 @@ struct CudaEngine::Impl {
   void moe2(const cuda::DeviceMoe& w, const float* next_norm, float* next_out);
 
   void launch_verify();
+
+  // ---- Batched prefill (prefill.cpp says how) ----
+
+  void alloc_prefill();
+  // `w` on n rows of input ldx floats apart into rows ldy apart: kern::gemm where it takes w,
+  // else gemv with n slots of the one matrix.
+  void gemm_rows(const kern::DeviceLinear& w, const float* in, size_t ldx, float* out, size_t ldy,
+                 int n);
+  void gemm_rows(const cuda::RowGroup& g, const float* in, size_t ldx, float* out, size_t ldy,
+                 int n);
+  void moe_rows(const cuda::DeviceMoe& w, int n, const float* next_norm, float* next_out);
+  // Every layer over the n tokens at pf.tokens / pf.pos; leaves their final-normed hidden states
+  // in pf.hidden.
+  void launch_prefill(int n);
+  // One pass of n <= pf.cap tokens at the next positions: their hidden states in pf.hidden, the
+  // last one's also in `hidden`, its logits in `logits` and argmax in `next` and `token` (so
+  // step_greedy continues from it). top (not null): every token's argmax, and its logits [V] at
+  // out + r * V where out is not null (the LM head per token, each waited for).
+  void prefill_pass(const int32_t* tokens, int n, int32_t* top, float* out);
+  // CudaEngine::advance for three or more tokens (passes with top and out as above).
+  void prefill_rows(std::span<const int32_t> tokens, int32_t* top, float* out);
+  // The LM head and argmax of row r of pf.hidden into logits / next.
+  void head_row(int r);
 
   // launch_step or launch_mtp, captured into `exec` the first time (o.graph).
   template <class Launch>

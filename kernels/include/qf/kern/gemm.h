@@ -4,10 +4,11 @@
 // numerics), two rows per mma: a row's result differs from gemv's only in the order its
 // 128-column segments are added.
 //
-// Entries: y has `entries` rows; entry e reads row x_rows[e] of x (nullptr: row e) and writes
-// row e of y. Grouped (experts): entries offsets[j] .. offsets[j + 1] - 1 use matrix j of the
-// stack (w_stride apart, gemv.h), for j < n_mats; dense: offsets nullptr, every entry matrix 0.
-// The offsets are read on the device, so a router's counts need no host sync.
+// Entries: entry e reads row x_rows[e] of x (nullptr: row e) and writes row y_rows[e] of y
+// (nullptr: row e). Grouped (experts): entries offsets[j] .. offsets[j + 1] - 1 use matrix j of
+// the stack (w_stride apart, gemv.h), for j < n_mats; dense: offsets nullptr, every entry matrix
+// 0. The offsets are read on the device, so a router's counts need no host sync; gemm_route
+// sorts a router's choices into such entries.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -23,6 +24,7 @@ struct GemmRows {
   int x_count = 0;  // rows of x
   size_t ldx = 0, ldy = 0;       // floats between rows (ldx >= k; ldy >= n, n / 2 with swiglu)
   const int* x_rows = nullptr;   // device [entries] (nullptr: entry e reads row e)
+  const int* y_rows = nullptr;   // device [entries] (nullptr: entry e writes row e)
   int n_mats = 1;                // grouped: matrices of the stack
   const int* offsets = nullptr;  // device [n_mats + 1], nondecreasing from 0 (nullptr: dense)
 };
@@ -39,8 +41,23 @@ size_t gemm_scratch_bytes(const DeviceLinear& w, const GemmRows& rows);
 // !gemm_ok, cudaErrorInvalidValue for bad rows.
 cudaError_t gemm(const DeviceLinear& w, const float* x, float* y, const GemmRows& rows, bool swiglu,
                  void* scratch, cudaStream_t stream);
-// Host twin on host arrays (offsets and x_rows host pointers): gemv_ref / gemv_swiglu_ref of each
-// entry.
+// Host twin on host arrays (offsets, x_rows and y_rows host pointers): gemv_ref /
+// gemv_swiglu_ref of each entry.
 void gemm_ref(const DeviceLinear& w, const float* x, float* y, const GemmRows& rows, bool swiglu);
+
+// A router's choices as grouped entries: ids[i] (i < n, each in [0, n_mats)) is the matrix of
+// choice i, made by row i / per_x of x (per_x choices per token). Writes offsets[0 .. n_mats]
+// (choices per matrix, summed from 0) and, at entry e, the choice's row of x (x_rows[e] =
+// i / per_x) and i itself (y_rows[e] = i), the choices of a matrix in order of i: so gemm with
+// these offsets and x_rows writes matrix ids[i]'s product of row i / per_x at entry e, and a
+// second gemm reading those entries (x_rows nullptr) with y_rows writes it to row i. An id
+// outside [0, n_mats) gets no entry (offsets[n_mats] counts the rest). 1 <= n_mats <=
+// kRouteMaxMats, n >= 0, per_x >= 1, else cudaErrorInvalidValue. One warp, deterministic,
+// stream-ordered, allocates nothing.
+inline constexpr int kRouteMaxMats = 1024;
+cudaError_t gemm_route(const int* ids, int n, int per_x, int n_mats, int* offsets, int* x_rows,
+                       int* y_rows, cudaStream_t stream);
+void gemm_route_ref(const int* ids, int n, int per_x, int n_mats, int* offsets, int* x_rows,
+                    int* y_rows);
 
 }  // namespace qf::kern

@@ -40,6 +40,10 @@ struct CudaOptions {
   // Keep one snapshot slot (snapshot / restore_snapshot: prefix reuse across requests in
   // qforge serve): another copy of the DeltaNet states and conv histories (~72 MB at 122B-A10B).
   bool snapshots = false;
+  // Batched prefill (prefill / advance of three or more tokens): tokens per pass, each
+  // projection's weights read once per pass (kern::gemm where it takes them); 0: no prefill
+  // buffers (~110 MB at 122B-A10B for 256), prompts go in pairs.
+  int prefill_chunk = 256;
   // Timing studies only (qforge bench --skip): launches left out of every step, named as in
   // kSkippableLaunches, so that the step time without them bounds what fusing them away could
   // gain. Their outputs go stale, so the results are wrong; the weights still stream as in a
@@ -127,14 +131,31 @@ class CudaEngine {
   // mtp_step from the hidden state of token `row` of the last verify2 (row 0 is also the last
   // step's); it returns the argmax; Error(kUnsupported) without the MTP head.
   void verify2(const int32_t tokens[2], int32_t top[2], float* logits = nullptr);
-  // One token (step) or two (verify2) at the next positions: each one's argmax to top, their
-  // logits [n][V] to `logits` when not null. Error(kUsage) for another count.
+  // One token (step), two (verify2) or more (batched prefill, below) at the next positions: each
+  // one's argmax to top, their logits [n][V] to `logits` when not null (more than two: the LM
+  // head runs once per token). Error(kUsage) for none.
   void advance(std::span<const int32_t> tokens, int32_t* top, float* logits);
   void reject_last();
   int32_t draft(int row, int32_t next_token, float* logits = nullptr);
 
+  // Batched prefill: consumes `tokens` (one or more) at the next positions in passes of up to
+  // CudaOptions::prefill_chunk tokens. Each pass runs every layer over its tokens: the
+  // projections and experts read their weights once per pass (kern::gemm, the routed experts
+  // grouped by kern::gemm_route; gemv with a slot per token where gemm does not take a format),
+  // the DeltaNet and attention kernels run token by token. Returns the last token's argmax and
+  // copies its logits [V] to `logits` when not null; its hidden state stays on the device (as a
+  // step's), and step_greedy continues from the argmax. Results equal steps' up to the order of
+  // the sums (kern::gemm adds its 128-column segments in another order than the GEMV). The MTP
+  // head is not run. Falls back to pairs (verify2) and steps without prefill buffers
+  // (prefill_chunk 0). Error(kUsage) as step.
+  int32_t prefill(std::span<const int32_t> tokens, float* logits = nullptr);
+
   // One step launched kernel by kernel with events between them: time and bytes per family.
   std::vector<KernelShare> profile_step();
+  // One batched prefill pass over the first min(n, prefill_chunk) tokens at the next positions,
+  // launched kernel by kernel with events between them: time and bytes (weights read once) per
+  // family. Error(kUsage) without prefill buffers.
+  std::vector<KernelShare> profile_prefill(std::span<const int32_t> tokens);
   // Mean microseconds of `steps` graph-launched decode steps (greedy, position advancing).
   double time_steps(int steps);
   // The same for MTP steps from the last step's hidden state (chained: each takes the argmax of

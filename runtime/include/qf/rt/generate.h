@@ -39,17 +39,18 @@ bool report_token(GenerateResult& r, const GenerateOptions& options,
 // null, return their argmax.
 using StepFn = std::function<int32_t(int32_t token, float* logits)>;
 
-// Two tokens in one pass, where an engine has one (CudaEngine::verify2): consume tokens[0] and
-// tokens[1] at the next two positions, write each one's argmax to top, and both rows' logits
-// [2][vocab] to `logits` when it is not null.
-using PairFn = std::function<void(const int32_t* tokens, int32_t* top, float* logits)>;
+// Many prompt tokens in one call, where an engine has a prefill (CudaEngine::prefill): consume
+// `tokens` at the next positions, write the last one's logits [vocab] to `logits` when it is not
+// null, return their argmax.
+using PrefillFn = std::function<int32_t(std::span<const int32_t> tokens, float* logits)>;
 
 // The loop over any engine (the engine's state must be fresh). Greedy sampling passes null
-// logits, so an engine that computes the argmax on its device copies nothing back. With `pair`,
-// the prompt goes through it two tokens a pass (its last token alone when its length is odd).
+// logits, so an engine that computes the argmax on its device copies nothing back. With
+// `prefill`, the prompt goes through it in one call; else step by step.
 GenerateResult generate_with(const StepFn& step, int64_t vocab, std::span<const int32_t> prompt,
                              const GenerateOptions& options,
-                             const std::function<void(int32_t)>& on_token, const PairFn& pair = {});
+                             const std::function<void(int32_t)>& on_token,
+                             const PrefillFn& prefill = {});
 
 // The CPU engine's step as a StepFn (its own logits buffer; the argmax on the host).
 StepFn cpu_step(CpuEngine& engine);

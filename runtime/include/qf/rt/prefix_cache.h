@@ -27,7 +27,7 @@ namespace qf::rt {
 struct PrefixEngine {
   std::function<void()> reset, snapshot, restore;
   StepFn step;
-  PairFn pair;  // may be empty
+  PrefillFn prefill;  // may be empty
   int64_t vocab = 0;
 };
 

@@ -1,0 +1,299 @@
+// Batched prefill (CudaEngine::prefill): a pass of up to CudaOptions::prefill_chunk tokens runs
+// every layer over all of them. Each projection reads its weights once per pass: kern::gemm for
+// INT4 matrices (dense), the routed experts grouped by expert (kern::gemm_route sorts the
+// router's choices; the gate | up product reads each choice's token row, the down product
+// writes each result back to its token's slot, so the combine sees the step's layout); formats
+// gemm does not take (BF16, FP8 shared experts) run as gemv with one slot per token, side by
+// side on the one matrix. The DeltaNet and attention kernels run token by token in order, a
+// memset node between tokens (their early loads read what the token before writes, pdl.cuh).
+// Everything runs on the main stream (the GEMM's limbs are one scratch). A full pass is captured
+// once and replayed (tokens and positions are read on the device); a shorter last pass runs
+// launch by launch.
+#include <algorithm>
+
+#include "engine_impl.h"
+#include "qf/kern/gemm.h"
+
+namespace qf::rt {
+
+void CudaEngine::Impl::alloc_prefill() {
+  const ckpt::Qwen35Config& c = m->config;
+  const int64_t n = o.prefill_chunk, h = c.hidden_size, k = c.num_experts_per_tok,
+                im = c.moe_intermediate_size, is = c.shared_expert_intermediate_size,
+                e = c.num_experts;
+  if (n < 0 || n > 4096) {
+    throw Error(Errc::kUsage, "prefill_chunk must be 0 to 4096, not " + std::to_string(n));
+  }
+  pf.cap = static_cast<int>(n);
+  if (n == 0) return;
+  const auto f = [&](int64_t count) {
+    return static_cast<float*>(m->alloc(static_cast<size_t>(count) * 4));
+  };
+  const auto i = [&](int64_t count) {
+    return static_cast<int*>(m->alloc(static_cast<size_t>(count) * 4));
+  };
+  pf.x = f(n * h), pf.u = f(n * h), pf.mix = f(n * h), pf.gin = f(n * gin_row());
+  pf.core = f(n * c.value_dim()), pf.qkvp = f(n * qkvp_row());
+  pf.att = f(n * c.num_attention_heads * c.head_dim), pf.rl = f(n * (e + 1)), pf.rw = f(n * k);
+  pf.egu = f(n * k * 2 * im), pf.eh = f(n * k * im), pf.ey = f(n * k * h);
+  pf.sgu = f(n * 2 * is), pf.sh = f(n * is), pf.sy = f(n * h), pf.hidden = f(n * h);
+  pf.tokens = i(n), pf.pos = i(n), pf.ids = i(n * k), pf.offsets = i(e + 1);
+  pf.x_rows = i(n * k), pf.y_rows = i(n * k);
+  cuda::check(cudaMallocHost(&pf.pinned, static_cast<size_t>(2 * n) * sizeof(int)),
+              "cudaMallocHost");
+  // The GEMM's limbs: the largest x any product of a pass stages.
+  size_t scratch = 0;
+  const auto need = [&](const kern::DeviceLinear& w, int64_t rows) {
+    kern::GemmRows r;
+    r.x_count = static_cast<int>(rows);
+    if (w.n > 0 && kern::gemm_ok(w, false)) {
+      scratch = std::max(scratch, kern::gemm_scratch_bytes(w, r));
+    }
+  };
+  const auto need_group = [&](const cuda::RowGroup& g, int64_t rows) {
+    if (g.fused.n > 0) need(g.fused, rows);
+    for (const kern::DeviceLinear& p : g.parts) need(p, rows);
+  };
+  for (const cuda::DeviceLayer& l : m->layers) {
+    need_group(l.gdn_in, n), need(l.out, n), need_group(l.qkv, n), need(l.o, n);
+    need_group(l.moe.router, n), need_group(l.moe.shared_gate_up, n), need(l.moe.shared_down, n);
+    need_group(l.moe.gate_up, n), need(l.moe.down, n * k);
+  }
+  pf.scratch = m->alloc(std::max<size_t>(scratch, 16));
+}
+
+void CudaEngine::Impl::gemm_rows(const kern::DeviceLinear& w, const float* in, size_t ldx,
+                                 float* out, size_t ldy, int n) {
+  if (kern::gemm_ok(w, false)) {
+    kern::GemmRows r;
+    r.entries = r.x_count = n;
+    r.ldx = ldx, r.ldy = ldy;
+    cuda::check(kern::gemm(w, in, out, r, false, pf.scratch, stream), "gemm");
+    return;
+  }
+  kern::DeviceLinear one = w;  // every slot reads matrix 0
+  one.w_stride = one.scale_stride = one.zero_stride = one.block_scale_stride = 0;
+  cuda::check(kern::gemv(one, in, out, kern::GemvBatch{n, nullptr, ldx, ldy}, stream), "gemv");
+}
+
+void CudaEngine::Impl::gemm_rows(const cuda::RowGroup& g, const float* in, size_t ldx, float* out,
+                                 size_t ldy, int n) {
+  if (g.fused.n > 0) {
+    gemm_rows(g.fused, in, ldx, out, ldy, n);
+    return;
+  }
+  for (size_t j = 0; j < g.parts.size(); ++j) {
+    gemm_rows(g.parts[j], in, ldx, out + g.offsets[j], ldy, n);
+  }
+}
+
+void CudaEngine::Impl::moe_rows(const cuda::DeviceMoe& w, int n, const float* next_norm,
+                                float* next_out) {
+  const ckpt::Qwen35Config& c = m->config;
+  const int h = static_cast<int>(c.hidden_size), k = static_cast<int>(c.num_experts_per_tok),
+            im = static_cast<int>(c.moe_intermediate_size),
+            is = static_cast<int>(c.shared_expert_intermediate_size),
+            e = static_cast<int>(c.num_experts), entries = n * k;
+  const size_t h_ = static_cast<size_t>(h), im_ = static_cast<size_t>(im);
+  gemm_rows(w.shared_gate_up, pf.u, h_, pf.sgu, 2 * static_cast<size_t>(is), n);
+  cuda::check(kern::swiglu(pf.sgu, pf.sgu + is, is, n, 2 * static_cast<size_t>(is), pf.sh, stream),
+              "swiglu");
+  gemm_rows(w.shared_down, pf.sh, static_cast<size_t>(is), pf.sy, h_, n);
+  mark("shared expert", bytes(w.shared_gate_up) + kern::weight_bytes(w.shared_down));
+  gemm_rows(w.router, pf.u, h_, pf.rl, static_cast<size_t>(e) + 1, n);  // and the shared gate
+  cuda::check(kern::router_topk(pf.rl, e, k, pf.ids, pf.rw, stream, n, static_cast<size_t>(e) + 1),
+              "router_topk");
+  mark("router", bytes(w.router));
+  const bool pairs = w.gate_up.swiglu_pairs;
+  const bool grouped = w.gate_up.fused.n > 0 && kern::gemm_ok(w.gate_up.fused, pairs) &&
+                       kern::gemm_ok(w.down, false) && e <= kern::kRouteMaxMats;
+  if (grouped) {
+    cuda::check(kern::gemm_route(pf.ids, entries, k, e, pf.offsets, pf.x_rows, pf.y_rows, stream),
+                "gemm_route");
+    kern::GemmRows gu;
+    gu.entries = entries, gu.x_count = n, gu.ldx = h_, gu.ldy = pairs ? im_ : 2 * im_;
+    gu.x_rows = pf.x_rows, gu.n_mats = e, gu.offsets = pf.offsets;
+    cuda::check(
+        kern::gemm(w.gate_up.fused, pf.u, pairs ? pf.eh : pf.egu, gu, pairs, pf.scratch, stream),
+        "gemm experts gate | up");
+    if (!pairs) {
+      cuda::check(kern::swiglu(pf.egu, pf.egu + im, im, entries, 2 * im_, pf.eh, stream), "swiglu");
+    }
+    kern::GemmRows dn;
+    dn.entries = dn.x_count = entries, dn.ldx = im_, dn.ldy = h_;
+    dn.y_rows = pf.y_rows, dn.n_mats = e, dn.offsets = pf.offsets;
+    cuda::check(kern::gemm(w.down, pf.eh, pf.ey, dn, false, pf.scratch, stream),
+                "gemm experts down");
+    mark("experts (INT4 MoE)", 0);
+  } else {  // a slot per choice, as the verify's experts (moe2)
+    kern::GemvBatch gu{entries, pf.ids, h_, im_};
+    gu.slots_per_x = k;
+    if (pairs) {
+      cuda::check(kern::gemv_swiglu(w.gate_up.fused, pf.u, pf.eh, gu, stream),
+                  "gemv_swiglu experts");
+    } else {
+      gu.y_stride = 2 * im_;
+      gemv(w.gate_up, pf.u, pf.egu, gu, "experts (INT4 MoE)");
+      cuda::check(kern::swiglu(pf.egu, pf.egu + im, im, entries, 2 * im_, pf.eh, stream), "swiglu");
+    }
+    gemv(w.down, pf.eh, pf.ey, kern::GemvBatch{entries, pf.ids, im_, h_}, "experts (INT4 MoE)");
+  }
+  cuda::check(kern::moe_combine_norm(pf.ey, pf.rw, k, pf.sy, pf.rl + e, h, pf.x, next_norm,
+                                     static_cast<float>(c.rms_norm_eps), next_out, stream, n,
+                                     static_cast<size_t>(e) + 1),
+              "moe_combine_norm");
+  mark("norms and elementwise", 0);
+}
+
+void CudaEngine::Impl::launch_prefill(int n) {
+  const ckpt::Qwen35Config& c = m->config;
+  const int h = static_cast<int>(c.hidden_size);
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const size_t h_ = static_cast<size_t>(h);
+  mark("start", 0);  // profile_prefill: where its first interval begins
+  for (int r = 0; r < n; ++r) {
+    cuda::check(kern::embed(m->embed_kind, m->embed, h, pf.tokens + r, pf.x + r * h_, stream),
+                "embed");
+  }
+  cuda::check(kern::rms_norm_1p(pf.x, m->layers[0].input_norm, h, n, eps, pf.u, stream),
+              "rms_norm");
+  mark("norms and elementwise", 0);
+  const size_t qr = static_cast<size_t>(qkvp_row()), gr = static_cast<size_t>(gin_row());
+  const size_t att_row = static_cast<size_t>(c.num_attention_heads * c.head_dim),
+               vd = static_cast<size_t>(c.value_dim());
+  const int64_t q_rows = c.q_proj_rows(), kv_rows = c.kv_rows(), nv = c.linear_num_value_heads;
+  for (size_t l = 0; l < m->layers.size(); ++l) {
+    const cuda::DeviceLayer& w = m->layers[l];
+    if (w.full_attention) {
+      gemm_rows(w.qkv, pf.u, h_, pf.qkvp, qr, n);
+      mark("attention projections", bytes(w.qkv));
+      for (int r = 0; r < n; ++r) {
+        if (r > 0) fence();
+        const float* q = pf.qkvp + r * qr;
+        cuda::check(kern::attn_decode(attn, q, q + q_rows, q + q_rows + kv_rows, w.q_norm, w.k_norm,
+                                      rope, pf.pos + r, nullptr, k_cache[l], v_cache[l],
+                                      pf.att + r * att_row, attn_scratch, stream),
+                    "attn_decode");
+      }
+      mark("attention (token by token)", 0);
+      gemm_rows(w.o, pf.att, att_row, pf.mix, h_, n);
+      mark("attention projections", kern::weight_bytes(w.o));
+    } else {
+      gemm_rows(w.gdn_in, pf.u, h_, pf.gin, gr, n);
+      mark("DeltaNet projections", bytes(w.gdn_in));
+      for (int r = 0; r < n; ++r) {
+        if (r > 0) fence();
+        const float* g = pf.gin + r * gr;  // qkv | z | b | a
+        const float* zr = g + c.conv_dim();
+        cuda::check(
+            kern::gdn_decode(gdn, {w.conv, w.dt_bias, w.a_log, w.gdn_norm}, g, zr, zr + vd,
+                             zr + vd + nv, pf.pos + r, {conv[l], ssm[l]}, pf.core + r * vd, stream),
+            "gdn_decode");
+      }
+      mark("DeltaNet recurrence (token by token)", 0);
+      gemm_rows(w.out, pf.core, vd, pf.mix, h_, n);
+      mark("DeltaNet projections", kern::weight_bytes(w.out));
+    }
+    cuda::check(
+        kern::add_parts_rms_norm_1p(pf.x, pf.mix, 1, h_, w.post_norm, h, eps, pf.u, stream, n, h_),
+        "add_rms_norm");
+    mark("norms and elementwise", 0);
+    const bool last = l + 1 == m->layers.size();
+    moe_rows(w.moe, n, last ? m->final_norm : m->layers[l + 1].input_norm, last ? pf.hidden : pf.u);
+  }
+}
+
+void CudaEngine::Impl::head_row(int r) {
+  const int64_t h = m->config.hidden_size;
+  gemv(m->lm_head, pf.hidden + r * h, logits, {}, "LM head");
+  cuda::check(
+      kern::argmax(logits, static_cast<int>(m->config.vocab_size), next, argmax_scratch, stream),
+      "argmax");
+  mark("argmax", 0);
+}
+
+void CudaEngine::Impl::prefill_pass(const int32_t* tokens, int n, int32_t* top, float* out) {
+  const int64_t vocab = m->config.vocab_size;
+  for (int r = 0; r < n; ++r) {
+    if (tokens[r] < 0 || tokens[r] >= vocab) {
+      throw Error(Errc::kUsage, "token id " + std::to_string(tokens[r]) +
+                                    " is outside the vocabulary [0, " + std::to_string(vocab) +
+                                    ")");
+    }
+  }
+  before_step(position + n - 1);
+  can_reject = false;
+  // The pinned copies are read by the stream: the previous pass must be done with them.
+  cuda::check(cudaStreamSynchronize(stream), "prefill");
+  std::copy(tokens, tokens + n, pf.pinned);
+  for (int r = 0; r < n; ++r) pf.pinned[pf.cap + r] = static_cast<int>(position + r);
+  cuda::check(cudaMemcpyAsync(pf.tokens, pf.pinned, static_cast<size_t>(n) * sizeof(int),
+                              cudaMemcpyHostToDevice, stream),
+              "copy");
+  cuda::check(cudaMemcpyAsync(pf.pos, pf.pinned + pf.cap, static_cast<size_t>(n) * sizeof(int),
+                              cudaMemcpyHostToDevice, stream),
+              "copy");
+  if (n == pf.cap && !marks) {
+    run(prefill_graph, [&] { launch_prefill(n); });
+  } else {
+    launch_prefill(n);
+  }
+  for (int r = top ? 0 : n - 1; r < n; ++r) {  // the last row's results stay in logits / next
+    head_row(r);
+    if (!top) break;
+    cuda::check(cudaMemcpyAsync(pinned + 1, next, sizeof(int), cudaMemcpyDeviceToHost, stream),
+                "copy");
+    if (out) queue_logits(logits, 1);
+    cuda::check(cudaStreamSynchronize(stream), "prefill");
+    top[r] = pinned[1];
+    if (out) take_logits(out + r * vocab, 1);
+  }
+  const int64_t h = m->config.hidden_size;
+  cuda::check(cudaMemcpyAsync(hidden, pf.hidden + (n - 1) * h, static_cast<size_t>(h) * 4,
+                              cudaMemcpyDeviceToDevice, stream),
+              "copy");
+  // The step's token and position: step_greedy goes on from here.
+  pinned[9] = static_cast<int>(position + n);
+  cuda::check(cudaMemcpyAsync(pos, pinned + 9, sizeof(int), cudaMemcpyHostToDevice, stream),
+              "copy");
+  cuda::check(cudaMemcpyAsync(token, next, sizeof(int), cudaMemcpyDeviceToDevice, stream), "copy");
+  position += n;
+}
+
+int32_t CudaEngine::prefill(std::span<const int32_t> tokens, float* logits) {
+  Impl& s = *impl_;
+  if (tokens.empty()) throw Error(Errc::kUsage, "prefill: no tokens");
+  const size_t v = static_cast<size_t>(s.m->config.vocab_size);
+  if (s.pf.cap == 0) {  // no prefill buffers: pairs, then a step for an odd count
+    std::vector<float> two(logits ? 2 * v : 0);
+    int32_t top[2] = {0, 0};
+    size_t i = 0;
+    for (; i + 2 <= tokens.size(); i += 2) {
+      const bool last = i + 2 == tokens.size();
+      verify2(tokens.data() + i, top, last && logits ? two.data() : nullptr);
+      if (last && logits) std::copy(two.begin() + static_cast<int64_t>(v), two.end(), logits);
+    }
+    return i < tokens.size() ? step(tokens[i], logits) : top[1];
+  }
+  for (size_t i = 0; i < tokens.size(); i += static_cast<size_t>(s.pf.cap)) {
+    const int n = static_cast<int>(std::min<size_t>(tokens.size() - i, s.pf.cap));
+    s.prefill_pass(tokens.data() + i, n, nullptr, nullptr);
+  }
+  cuda::check(cudaMemcpyAsync(s.pinned + 1, s.next, sizeof(int), cudaMemcpyDeviceToHost, s.stream),
+              "copy");
+  if (logits) s.queue_logits(s.logits, 1);
+  cuda::check(cudaStreamSynchronize(s.stream), "prefill");
+  if (logits) s.take_logits(logits, 1);
+  return s.pinned[1];
+}
+
+void CudaEngine::Impl::prefill_rows(std::span<const int32_t> tokens, int32_t* top, float* out) {
+  const size_t v = static_cast<size_t>(m->config.vocab_size);
+  for (size_t i = 0; i < tokens.size(); i += static_cast<size_t>(pf.cap)) {
+    const int n = static_cast<int>(std::min<size_t>(tokens.size() - i, pf.cap));
+    prefill_pass(tokens.data() + i, n, top + i, out ? out + i * v : nullptr);
+  }
+  cuda::check(cudaStreamSynchronize(stream), "prefill");
+}
+
+}  // namespace qf::rt
