@@ -18,6 +18,9 @@
 //     every block of its cluster (distributed shared memory), and after one cluster barrier each
 //     block sums the tiles in index order (deterministic) and normalizes its columns.
 //
+// Products and sums go through __fmul_rn / __fmaf_rn: gdn_prefill.cu repeats this arithmetic
+// token by token and must give its bits, whatever the compiler would contract.
+//
 // Latency (a decode step launches this 36 times, PDL, pdl.cuh): everything the kernel launched
 // just before (the in_proj GEMV) does not write is loaded before pdl::wait() (pdl.cuh, "early
 // loads"): *pos, the recurrent state (up to 256 threads a block), dt_bias, A_log and norm_w.
@@ -43,6 +46,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "gdn_common.cuh"
 #include "mixer_common.cuh"
 #include "pdl.cuh"
 #include "qf/kern/gdn.h"
@@ -50,35 +54,8 @@
 namespace qf::kern {
 namespace {
 
+using namespace gdn_detail;
 using mixer::silu;
-
-constexpr int kRecurThreads = 256;  // preferred recurrence block size
-constexpr int kMaxRows = 16;        // state rows one recurrence thread keeps in registers
-constexpr int kMaxTiles = 8;        // column tiles per head = cluster size (portable maximum)
-constexpr int kMaxKc = 8;           // conv taps a thread keeps in registers
-constexpr int kConvSlots = 2;       // conv channels per thread: 2 dk + tile <= 2 threads
-constexpr int kMaxTileCols = 128;   // dv <= 1024 = kMaxTiles * 128
-// The Qwen3.5 shape (every released size): dk = dv = 128, a 4-tap conv, and its plan (32-column
-// tiles, 8 row groups, 256 threads), for which gdn_decode takes an instance with them fixed.
-constexpr int kFixedDk = 128, kFixedKc = 4, kFixedTile = 32, kFixedGroups = 8;
-
-struct Plan {
-  int tile = 0;     // columns per block: min(32, dv rounded up to a power of two), doubled
-                    // until n_tiles <= kMaxTiles; the last tile may be partly idle
-  int groups = 0;   // row groups per block (block = tile * groups threads)
-  int n_tiles = 0;  // ceil(dv / tile), the cluster size
-};
-
-Plan make_plan(const GdnShape& s) {
-  Plan p;
-  p.tile = 32;
-  while (p.tile > 1 && p.tile / 2 >= s.dv) p.tile /= 2;
-  while ((s.dv + p.tile - 1) / p.tile > kMaxTiles) p.tile *= 2;
-  p.groups = std::min(s.dk, std::max(1, kRecurThreads / p.tile));
-  p.groups = std::max(p.groups, (s.dk + kMaxRows - 1) / kMaxRows);
-  p.n_tiles = (s.dv + p.tile - 1) / p.tile;
-  return p;
-}
 
 // Cluster barrier halves (PTX barrier.cluster): every thread of the cluster arrives, then waits.
 // The release / acquire pair orders distributed-shared-memory stores made before the arrive
@@ -232,94 +209,48 @@ __global__ void __launch_bounds__(kMaxThreads)
         wt[t] = t < n_hist ? staged[t] : 0.0f;
         h[t] = t < n_hist ? staged[kc + t] : 0.0f;
       }
-      acc = staged[n_hist] * x;
+      acc = __fmul_rn(staged[n_hist], x);
     } else {
 #pragma unroll
       for (int t = 0; t < kMaxKc - 1; ++t) {
         wt[t] = t < n_hist ? __ldg(w + t) : 0.0f;
         h[t] = t < n_hist ? __ldcg(h_in + t) : 0.0f;
       }
-      acc = __ldg(w + n_hist) * x;
+      acc = __fmul_rn(__ldg(w + n_hist), x);
     }
 #pragma unroll
     for (int t = 0; t < kMaxKc - 1; ++t) {
-      if (t < n_hist) acc += wt[t] * h[t];
+      if (t < n_hist) acc = __fmaf_rn(wt[t], h[t], acc);
       if (write && t >= 1 && t < n_hist) h_out[t - 1] = h[t];
     }
     if (write && n_hist > 0) h_out[n_hist - 1] = x;
     const float y = silu(acc);
     *dst = y;
     if (c < dk) {
-      sq_q += static_cast<double>(y) * y;
+      sq_q = __fma_rn(static_cast<double>(y), y, sq_q);
     } else if (c < 2 * dk) {
-      sq_k += static_cast<double>(y) * y;
+      sq_k = __fma_rn(static_cast<double>(y), y, sq_k);
     }
   }
   // l2 norms of q and k over their dk channels: warp trees, then the warps in order.
-  sq_q = mixer::warp_sum(sq_q);
-  sq_k = mixer::warp_sum(sq_k);
-  if ((tid & 31) == 0) {
-    warp_sq[0][tid >> 5] = sq_q;
-    warp_sq[1][tid >> 5] = sq_k;
-  }
-  __syncthreads();
-  double tq = 0, tk = 0;
-  for (int w = 0; w < (n_thr >> 5); ++w) {
-    tq += warp_sq[0][w];
-    tk += warp_sq[1][w];
-  }
-  const float inv_q = 1.0f / sqrtf(static_cast<float>(tq) + 1e-6f);
-  const float inv_k = 1.0f / sqrtf(static_cast<float>(tk) + 1e-6f);
-  const float q_scale = 1.0f / sqrtf(static_cast<float>(dk));
+  const QkNorm nq = qk_norm(sq_q, sq_k, warp_sq, n_thr, dk);
 #pragma unroll
   for (int i = 0; i < kConvSlots; ++i) {
     const int c = tid + n_thr * i;  // the thread's own slots: no other thread touches them
     if (c < dk) {
-      qs[c] = qs[c] * inv_q * q_scale;
+      qs[c] = qs[c] * nq.inv_q * nq.q_scale;
     } else if (c < 2 * dk) {
-      ks[c - dk] = ks[c - dk] * inv_k;
+      ks[c - dk] = ks[c - dk] * nq.inv_k;
     }
   }
   if constexpr (!kEarlyState) load_state();
   __syncthreads();  // ks, qs, vs ready
   const float v = vs[col];
 
-  // Decay, then predict with the decayed state: p[e] = sum_d S[d][e] k[d].
-  float acc = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kMaxRows; ++i) {
-    const int d = g + groups * i;
-    if (d < dk) {
-      st[i] *= alpha;
-      acc += st[i] * ks[d];
-    }
-  }
-  red_p[g * tile + col] = acc;
-  __syncthreads();
-  float pred = 0.0f;
-#pragma unroll 8
-  for (int gi = 0; gi < groups; ++gi) pred += red_p[gi * tile + col];
-  const float delta = beta * (v - pred);
-
-  // Rank-1 write, store, and read the output from the updated state.
-  acc = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kMaxRows; ++i) {
-    const int d = g + groups * i;
-    if (d < dk) {
-      st[i] += ks[d] * delta;
-      if (live) S[static_cast<size_t>(d) * dv] = st[i];
-      acc += st[i] * qs[d];
-    }
-  }
-  red_o[g * tile + col] = acc;
-  __syncthreads();
-  float o = 0.0f;
-  if (g == 0) {
-#pragma unroll 8
-    for (int gi = 0; gi < groups; ++gi) o += red_o[gi * tile + col];
-    col_sq[col] = live ? static_cast<double>(o) * o : 0.0;
-  }
+  // Decay, predict with the decayed state, the rank-1 write (stored), the output.
+  const float o = delta_rule<true>(st, g, groups, col, tile, dk, ks, qs, alpha, beta, v, red_p,
+                                   red_o, live, S, static_cast<size_t>(dv));
+  if (g == 0) col_sq[col] = live ? static_cast<double>(o) * o : 0.0;
   if (tile <= 32) {
     __syncwarp();  // the g == 0 threads are warp 0
   } else {
@@ -343,16 +274,6 @@ __global__ void __launch_bounds__(kMaxThreads)
     const float inv = 1.0f / sqrtf(static_cast<float>(total) / static_cast<float>(dv) + s.eps);
     out[head + e] = o * inv * norm_w * gate;
   }
-}
-
-bool supported(const GdnShape& s) {
-  if (s.n_k_heads <= 0 || s.n_v_heads <= 0 || s.dk <= 0 || s.dv <= 0) return false;
-  if (s.kc < 1 || s.kc > kMaxKc || s.dk > 1024 || s.dv > 1024) return false;
-  if (s.n_v_heads % s.n_k_heads != 0) return false;
-  const Plan p = make_plan(s);
-  return p.n_tiles <= kMaxTiles && p.tile <= kMaxTileCols && p.tile * p.groups <= 1024 &&
-         (s.dk + p.groups - 1) / p.groups <= kMaxRows &&
-         2 * s.dk + p.tile <= kConvSlots * p.tile * p.groups;
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 //   outputs: rel 1e-5 * sqrt(dk) of their rms. o = S^T q^ turns a state error into
 //     |dS|_F |q^| while |o| ~ |S|_F |q^| / sqrt(dk) for a q^ unrelated to S, and the gated
 //     RMSNorm divides by |o|; so the relative error of o is at most sqrt(dk) times the state's.
+// gdn_prefill: bit for bit gdn_decode token by token (PrefillIsDecodeTokenByToken).
 // Skips (and says why) where no CUDA device is present.
 #include <gtest/gtest.h>
 
@@ -170,6 +171,82 @@ TEST(GdnKernel, Deterministic) {
       EXPECT_EQ(std::memcmp(ssm.data(), first_ssm.data(), ssm.size() * sizeof(float)), 0) << run;
     }
   }
+}
+
+// gdn_prefill over n tokens against n gdn_decode calls from the same state: the outputs, the
+// recurrent state and the conv history the next step reads, bit for bit; at an odd and an even
+// start position, token counts below and above the history's length, padded input rows.
+void expect_prefill_is_decode(const GdnShape& s, int n, int pos0, uint64_t seed) {
+  SCOPED_TRACE("prefill Nk " + std::to_string(s.n_k_heads) + " Nv " + std::to_string(s.n_v_heads) +
+               " dk " + std::to_string(s.dk) + " dv " + std::to_string(s.dv) + " kc " +
+               std::to_string(s.kc) + " n " + std::to_string(n) + " from " + std::to_string(pos0));
+  ASSERT_TRUE(gdn_prefill_ok(s));
+  std::mt19937_64 g(seed);
+  const HostGdn h = make_layer(s, g);
+  const size_t conv_dim = static_cast<size_t>(s.conv_dim()), nv = s.n_v_heads, vd = nv * s.dv;
+  const size_t ld = conv_dim + vd + 2 * nv + 3, ld_out = vd + 5;  // qkv | z | b | a, padded
+  std::vector<float> rows = randn(n * ld, g, 1.0f, 0.1f);
+  const size_t hist = h.conv.size();
+  std::vector<float> conv(2 * hist + 1, std::nanf(""));  // the other copy NaN
+  std::copy(h.conv.begin(), h.conv.end(), conv.begin() + (pos0 % 2) * hist);
+  auto d_conv_w = upload(h.conv_w), d_dt = upload(h.dt_bias), d_alog = upload(h.a_log),
+       d_norm = upload(h.norm_w), d_rows = upload(rows);
+  const GdnParams dp{d_conv_w.data(), d_dt.data(), d_alog.data(), d_norm.data()};
+  auto d_conv_a = upload(conv), d_conv_b = upload(conv), d_ssm_a = upload(h.ssm),
+       d_ssm_b = upload(h.ssm);
+  DeviceBuffer<float> d_out_a(n * ld_out), d_out_b(n * ld_out),
+      d_scratch(gdn_prefill_scratch_floats(s, n));
+  QF_CUDA_CHECK(cudaMemset(d_out_a.data(), 0, d_out_a.bytes()));
+  QF_CUDA_CHECK(cudaMemset(d_out_b.data(), 0, d_out_b.bytes()));
+  std::vector<int> pos(n);
+  for (int t = 0; t < n; ++t) pos[t] = pos0 + t;
+  auto d_pos = upload(pos);
+  const float* r0 = d_rows.data();
+  ASSERT_EQ(gdn_prefill(s, dp, r0, r0 + conv_dim, r0 + conv_dim + vd, r0 + conv_dim + vd + nv, ld,
+                        n, d_pos.data(), GdnState{d_conv_a.data(), d_ssm_a.data()}, d_out_a.data(),
+                        ld_out, d_scratch.data(), nullptr),
+            cudaSuccess);
+  for (int t = 0; t < n; ++t) {
+    const float* r = r0 + t * ld;
+    ASSERT_EQ(gdn_decode(s, dp, r, r + conv_dim, r + conv_dim + vd, r + conv_dim + vd + nv,
+                         d_pos.data() + t, GdnState{d_conv_b.data(), d_ssm_b.data()},
+                         d_out_b.data() + t * ld_out, nullptr),
+              cudaSuccess);
+    QF_CUDA_CHECK(cudaDeviceSynchronize());  // its early loads read what the call before wrote
+  }
+  QF_CUDA_CHECK(cudaDeviceSynchronize());
+  const auto same = [](const std::vector<float>& x, const std::vector<float>& y) {
+    return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * 4) == 0;
+  };
+  EXPECT_TRUE(same(download(d_out_a), download(d_out_b))) << "outputs";
+  EXPECT_TRUE(same(download(d_ssm_a), download(d_ssm_b))) << "recurrent state";
+  const size_t next = ((pos0 + n) % 2) * hist;  // the copy the next step reads
+  EXPECT_TRUE(same(download(d_conv_a, hist, next), download(d_conv_b, hist, next)))
+      << "conv history";
+}
+
+TEST(GdnKernel, PrefillIsDecodeTokenByToken) {
+  QF_REQUIRE_GPU();
+  const GdnShape q122{.n_k_heads = 16, .n_v_heads = 64, .dk = 128, .dv = 128, .kc = 4};
+  for (const int n : {1, 2, 3, 4, 37}) {
+    expect_prefill_is_decode(q122, n, 5, 20 + n);
+    expect_prefill_is_decode(q122, n, 0, 40 + n);
+  }
+  uint64_t seed = 60;
+  for (const GdnShape& s :
+       {GdnShape{.n_k_heads = 2, .n_v_heads = 4, .dk = 64, .dv = 32, .kc = 4},
+        GdnShape{.n_k_heads = 2, .n_v_heads = 4, .dk = 32, .dv = 16, .kc = 3},
+        GdnShape{.n_k_heads = 3, .n_v_heads = 6, .dk = 48, .dv = 48, .kc = 4},
+        GdnShape{.n_k_heads = 1, .n_v_heads = 2, .dk = 64, .dv = 200, .kc = 1},
+        GdnShape{.n_k_heads = 1, .n_v_heads = 2, .dk = 16, .dv = 32, .kc = 2}}) {
+    for (const int n : {1, 2, 5}) expect_prefill_is_decode(s, n, 3, ++seed);
+  }
+  // 1024-thread blocks are gdn_decode's only.
+  EXPECT_FALSE(gdn_prefill_ok(GdnShape{.n_k_heads = 1, .n_v_heads = 1, .dk = 512, .dv = 256}));
+  EXPECT_EQ(gdn_prefill(GdnShape{.n_k_heads = 1, .n_v_heads = 1, .dk = 512, .dv = 256}, {}, nullptr,
+                        nullptr, nullptr, nullptr, 0, 1, nullptr, GdnState{}, nullptr, 0, nullptr,
+                        nullptr),
+            cudaErrorInvalidValue);
 }
 
 TEST(GdnKernel, RejectsUnsupportedShapes) {

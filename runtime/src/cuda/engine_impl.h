@@ -98,6 +98,7 @@ struct CudaEngine::Impl {
     int *tokens, *pos, *ids, *offsets, *x_rows, *y_rows;
     int* pinned = nullptr;  // host: tokens, then positions
     void* scratch = nullptr;
+    float* gdn_scratch = nullptr;  // kern::gdn_prefill's (nullptr: gdn_decode token by token)
   } pf;
   cudaGraphExec_t prefill_graph = nullptr;
   bool can_reject = false;  // the last main-model call was verify2

@@ -4,8 +4,10 @@
 // router's choices; the gate | up product reads each choice's token row, the down product
 // writes each result back to its token's slot, so the combine sees the step's layout); formats
 // gemm does not take (BF16, FP8 shared experts) run as gemv with one slot per token, side by
-// side on the one matrix. The DeltaNet and attention kernels run token by token in order, a
-// memset node between tokens (their early loads read what the token before writes, pdl.cuh).
+// side on the one matrix. The DeltaNet layers run kern::gdn_prefill (all tokens of a pass in
+// four launches, the state kept on chip through them) where it takes the shape, else
+// gdn_decode token by token; attention runs token by token. Between such per-token launches a
+// memset node (their early loads read what the token before writes, pdl.cuh).
 // Everything runs on the main stream (the GEMM's limbs are one scratch). A full pass is captured
 // once and replayed (tokens and positions are read on the device); a shorter last pass runs
 // launch by launch.
@@ -39,6 +41,9 @@ void CudaEngine::Impl::alloc_prefill() {
   pf.sgu = f(n * 2 * is), pf.sh = f(n * is), pf.sy = f(n * h), pf.hidden = f(n * h);
   pf.tokens = i(n), pf.pos = i(n), pf.ids = i(n * k), pf.offsets = i(e + 1);
   pf.x_rows = i(n * k), pf.y_rows = i(n * k);
+  if (kern::gdn_prefill_ok(gdn) && c.linear_num_value_heads > 0) {
+    pf.gdn_scratch = f(static_cast<int64_t>(kern::gdn_prefill_scratch_floats(gdn, pf.cap)));
+  }
   cuda::check(cudaMallocHost(&pf.pinned, static_cast<size_t>(2 * n) * sizeof(int)),
               "cudaMallocHost");
   // The GEMM's limbs: the largest x any product of a pass stages.
@@ -181,16 +186,22 @@ void CudaEngine::Impl::launch_prefill(int n) {
     } else {
       gemm_rows(w.gdn_in, pf.u, h_, pf.gin, gr, n);
       mark("DeltaNet projections", bytes(w.gdn_in));
-      for (int r = 0; r < n; ++r) {
+      const kern::GdnParams params{w.conv, w.dt_bias, w.a_log, w.gdn_norm};
+      if (pf.gdn_scratch) {  // all tokens in one call, the state kept on chip
+        const float* zr = pf.gin + c.conv_dim();
+        cuda::check(kern::gdn_prefill(gdn, params, pf.gin, zr, zr + vd, zr + vd + nv, gr, n, pf.pos,
+                                      {conv[l], ssm[l]}, pf.core, vd, pf.gdn_scratch, stream),
+                    "gdn_prefill");
+      }
+      for (int r = 0; r < n && !pf.gdn_scratch; ++r) {
         if (r > 0) fence();
         const float* g = pf.gin + r * gr;  // qkv | z | b | a
         const float* zr = g + c.conv_dim();
-        cuda::check(
-            kern::gdn_decode(gdn, {w.conv, w.dt_bias, w.a_log, w.gdn_norm}, g, zr, zr + vd,
-                             zr + vd + nv, pf.pos + r, {conv[l], ssm[l]}, pf.core + r * vd, stream),
-            "gdn_decode");
+        cuda::check(kern::gdn_decode(gdn, params, g, zr, zr + vd, zr + vd + nv, pf.pos + r,
+                                     {conv[l], ssm[l]}, pf.core + r * vd, stream),
+                    "gdn_decode");
       }
-      mark("DeltaNet recurrence (token by token)", 0);
+      mark("DeltaNet recurrence", 0);
       gemm_rows(w.out, pf.core, vd, pf.mix, h_, n);
       mark("DeltaNet projections", kern::weight_bytes(w.out));
     }

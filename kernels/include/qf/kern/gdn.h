@@ -49,6 +49,22 @@ cudaError_t gdn_decode(const GdnShape& shape, const GdnParams& p, const float* q
                        cudaStream_t stream);
 size_t gdn_conv_state_floats(const GdnShape& shape);
 
+// Gated DeltaNet over n consecutive tokens of one layer (batched prefill), at positions *pos to
+// *pos + n - 1: bit for bit n gdn_decode calls (the same arithmetic in the same order per token),
+// in four launches: the conv + SiLU + l2 norms of every token (a block per token and key head),
+// the recurrence (a block per head and column tile as gdn_decode's, its state in registers
+// across the tokens: read and written once), the gated RMSNorm of every token, and the conv
+// history's shift. Token t's qkv, z, b and a are at t * ld of their pointers (the in_proj's
+// rows), its output at t * ld_out. scratch: gdn_prefill_scratch_floats(shape, n) floats. Plain
+// launches (no early loads): each waits for the work before it. Shapes: gdn_decode's with blocks
+// of at most 256 threads (gdn_prefill_ok; every Qwen3.5 shape), else cudaErrorInvalidValue.
+bool gdn_prefill_ok(const GdnShape& shape);
+size_t gdn_prefill_scratch_floats(const GdnShape& shape, int n);
+cudaError_t gdn_prefill(const GdnShape& shape, const GdnParams& p, const float* qkv, const float* z,
+                        const float* b, const float* a, size_t ld, int n, const int* pos,
+                        GdnState state, float* out, size_t ld_out, float* scratch,
+                        cudaStream_t stream);
+
 // Host twin on host pointers (the same arithmetic as the CPU engine), its conv state one copy.
 void gdn_decode_ref(const GdnShape& shape, const GdnParams& p, const float* qkv, const float* z,
                     const float* b, const float* a, GdnState state, float* out);

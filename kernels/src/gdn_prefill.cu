@@ -1,0 +1,270 @@
+// Gated DeltaNet over many tokens (gdn_prefill, qf/kern/gdn.h): gdn_decode's arithmetic, token
+// by token in the same order, split so that the recurrence is the only sequential part:
+//   1. gdn_prefill_conv_kernel, grid (token, key head): the conv + SiLU of every channel, the q
+//      and k channels by the same threads and slots as gdn_decode (so their sums of squares are
+//      added in its order), q and k scaled by their l2 norms; into the scratch [n, conv_dim].
+//   2. gdn_prefill_recur_kernel, grid (column tile, value head) as gdn_decode: the block keeps
+//      its tile of the state in registers across the tokens, each token's q and k in shared
+//      memory (loaded one token ahead, so the loads' latency hides behind the token before),
+//      and writes each token's o (before the norm) to the scratch [n, Nv * dv].
+//   3. gdn_prefill_norm_kernel, grid (token, value head): the gated RMSNorm, the head's sum of
+//      squares added per tile in column order, then the tiles in order, as gdn_decode's cluster.
+//   4. gdn_prefill_hist_kernel: the last kc - 1 inputs of each channel into the history copy
+//      (*pos + n) % 2, after launch 1 has read copy *pos % 2 (they are one copy for even n).
+// The state is read and written once per layer, not once per token: the recurrence's cost is
+// its per-token chain of three block barriers. Both files spell their products and sums with
+// __fmul_rn / __fmaf_rn, so that the compiler cannot contract them differently in the two
+// kernels (gdn_test checks the bits).
+#include <algorithm>
+#include <cstdint>
+
+#include "gdn_common.cuh"
+#include "mixer_common.cuh"
+#include "qf/kern/gdn.h"
+
+namespace qf::kern {
+namespace {
+
+using namespace gdn_detail;
+using mixer::silu;
+
+constexpr int kPrefillThreads = 256;  // blocks of the conv and recurrence kernels, at most
+
+struct Dims {
+  int dk, dv, kc, key_dim, r, conv_dim;
+  size_t nvd, copy;  // floats of a token's output; of one history copy
+};
+
+Dims dims_of(const GdnShape& s) {
+  Dims d;
+  d.dk = s.dk, d.dv = s.dv, d.kc = s.kc, d.key_dim = s.n_k_heads * s.dk;
+  d.r = s.n_v_heads / s.n_k_heads, d.conv_dim = s.conv_dim();
+  d.nvd = static_cast<size_t>(s.n_v_heads) * s.dv;
+  d.copy = static_cast<size_t>(s.conv_dim()) * (s.kc - 1);
+  return d;
+}
+
+// Channel ch of token t through the causal conv and SiLU: inputs before token 0 come from the
+// history (oldest first), summed as gdn_decode sums them (the newest tap first).
+__device__ __forceinline__ float conv_at(const float* __restrict__ qkv, size_t ld,
+                                         const float* __restrict__ hist,
+                                         const float* __restrict__ w, int kc, int ch, int t) {
+  const int n_hist = kc - 1;
+  const float* wc = w + static_cast<size_t>(ch) * kc;
+  float acc = __fmul_rn(__ldg(wc + n_hist), qkv[static_cast<size_t>(t) * ld + ch]);
+  for (int tt = 0; tt < n_hist; ++tt) {
+    const int src = t - n_hist + tt;
+    const float in = src >= 0 ? qkv[static_cast<size_t>(src) * ld + ch]
+                              : hist[static_cast<size_t>(ch) * n_hist + t + tt];
+    acc = __fmaf_rn(__ldg(wc + tt), in, acc);
+  }
+  return silu(acc);
+}
+
+__global__ void __launch_bounds__(kPrefillThreads)
+    gdn_prefill_conv_kernel(Dims d, const float* __restrict__ qkv, size_t ld,
+                            const float* __restrict__ conv_w, const int* __restrict__ pos_p,
+                            const float* __restrict__ conv_state, float* __restrict__ xs) {
+  __shared__ double warp_sq[2][32];
+  const int t = blockIdx.x, kh = blockIdx.y, tid = threadIdx.x, n_thr = blockDim.x;
+  const float* hist = conv_state + (*pos_p & 1) * d.copy;
+  float* row = xs + static_cast<size_t>(t) * d.conv_dim;
+  // q and k: slot c = tid + n_thr i as gdn_decode (c < dk: q channel c, then k channel c - dk).
+  float y[kConvSlots];
+  double sq_q = 0, sq_k = 0;
+#pragma unroll
+  for (int i = 0; i < kConvSlots; ++i) {
+    const int c = tid + n_thr * i;
+    y[i] = 0.0f;
+    if (c >= 2 * d.dk) continue;
+    const int ch = c < d.dk ? kh * d.dk + c : d.key_dim + kh * d.dk + c - d.dk;
+    y[i] = conv_at(qkv, ld, hist, conv_w, d.kc, ch, t);
+    if (c < d.dk) {
+      sq_q = __fma_rn(static_cast<double>(y[i]), y[i], sq_q);
+    } else {
+      sq_k = __fma_rn(static_cast<double>(y[i]), y[i], sq_k);
+    }
+  }
+  // v: the channels of this key head's value heads, in any order (no reduction).
+  const int v0 = 2 * d.key_dim + kh * d.r * d.dv;
+  for (int c = tid; c < d.r * d.dv; c += n_thr) {
+    row[v0 + c] = conv_at(qkv, ld, hist, conv_w, d.kc, v0 + c, t);
+  }
+  const QkNorm nq = qk_norm(sq_q, sq_k, warp_sq, n_thr, d.dk);
+#pragma unroll
+  for (int i = 0; i < kConvSlots; ++i) {
+    const int c = tid + n_thr * i;
+    if (c < d.dk) {
+      row[kh * d.dk + c] = y[i] * nq.inv_q * nq.q_scale;
+    } else if (c < 2 * d.dk) {
+      row[d.key_dim + kh * d.dk + c - d.dk] = y[i] * nq.inv_k;
+    }
+  }
+}
+
+// kDk > 0: the Qwen3.5 plan at compile time (as gdn_decode's fixed instance).
+template <int kDk>
+__global__ void __launch_bounds__(kPrefillThreads)
+    gdn_prefill_recur_kernel(Dims dm, Plan pl, GdnParams p, const float* __restrict__ xs,
+                             const float* __restrict__ b, const float* __restrict__ a, size_t ld,
+                             int n, float* __restrict__ ssm, float* __restrict__ o_raw) {
+  extern __shared__ __align__(16) float smem[];  // k^ [dk] | q^ [dk] | red_p | red_o
+  const int dk = kDk ? kDk : dm.dk, dv = kDk ? kDk : dm.dv;
+  const int tile = kDk ? kFixedTile : pl.tile, groups = kDk ? kFixedGroups : pl.groups;
+  const int n_thr = tile * groups;
+  const int j = blockIdx.y, tid = threadIdx.x, kh = j / dm.r;
+  const int col = tid % tile, g = tid / tile, e = blockIdx.x * tile + col;
+  const bool live = kDk || e < dv;
+  float* ks = smem;
+  float* qs = smem + dk;
+  float* red_p = smem + 2 * dk;
+  float* red_o = red_p + groups * tile;
+  const float neg_a = -expf(__ldg(p.a_log + j)), dt_bias = __ldg(p.dt_bias + j);
+  float* S = ssm + static_cast<size_t>(j) * dk * dv + e;
+  float st[kMaxRows];
+#pragma unroll
+  for (int i = 0; i < kMaxRows; ++i) {
+    const int d = g + groups * i;
+    st[i] = live && d < dk ? S[static_cast<size_t>(d) * dv] : 0.0f;
+  }
+  // Token t's inputs, fetched one token ahead: this thread's q / k elements (slots tid +
+  // n_thr i < 2 dk: q then k), its v column, b and a.
+  float pre[kConvSlots], pre_v = 0, pre_b = 0, pre_a = 0;
+  const auto fetch = [&](int t) {
+    const float* row = xs + static_cast<size_t>(t) * dm.conv_dim;
+#pragma unroll
+    for (int i = 0; i < kConvSlots; ++i) {
+      const int c = tid + n_thr * i;
+      pre[i] = c < dk ? row[kh * dk + c] : c < 2 * dk ? row[dm.key_dim + kh * dk + c - dk] : 0.0f;
+    }
+    pre_v = live ? row[2 * dm.key_dim + j * dv + e] : 0.0f;
+    pre_b = b[static_cast<size_t>(t) * ld + j];
+    pre_a = a[static_cast<size_t>(t) * ld + j];
+  };
+  fetch(0);
+  for (int t = 0; t < n; ++t) {
+#pragma unroll
+    for (int i = 0; i < kConvSlots; ++i) {
+      const int c = tid + n_thr * i;
+      if (c < dk) {
+        qs[c] = pre[i];
+      } else if (c < 2 * dk) {
+        ks[c - dk] = pre[i];
+      }
+    }
+    const float v = pre_v;
+    const float beta = mixer::sigmoid(pre_b);
+    const float alpha = expf(neg_a * mixer::softplus(pre_a + dt_bias));
+    if (t + 1 < n) fetch(t + 1);
+    __syncthreads();  // ks, qs ready
+    const float o = delta_rule<false>(st, g, groups, col, tile, dk, ks, qs, alpha, beta, v, red_p,
+                                      red_o, live, nullptr, 0);
+    if (g == 0 && live) {
+      o_raw[static_cast<size_t>(t) * dm.nvd + static_cast<size_t>(j) * dv + e] = o;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kMaxRows; ++i) {
+    const int d = g + groups * i;
+    if (live && d < dk) S[static_cast<size_t>(d) * dv] = st[i];
+  }
+}
+
+// Block (token, value head), one thread per column of the head's tiles.
+__global__ void gdn_prefill_norm_kernel(Dims dm, Plan pl, float eps,
+                                        const float* __restrict__ norm_w,
+                                        const float* __restrict__ z, size_t ld,
+                                        const float* __restrict__ o_raw, float* __restrict__ out,
+                                        size_t ld_out) {
+  __shared__ double col_sq[kMaxTiles * kMaxTileCols];
+  __shared__ double tile_sq[kMaxTiles];
+  const int t = blockIdx.x, j = blockIdx.y, e = threadIdx.x, dv = dm.dv;
+  const bool live = e < dv;
+  const size_t head = static_cast<size_t>(j) * dv;
+  const float o = live ? o_raw[static_cast<size_t>(t) * dm.nvd + head + e] : 0.0f;
+  col_sq[e] = live ? static_cast<double>(o) * o : 0.0;
+  __syncthreads();
+  if (e < pl.n_tiles) {
+    double sq = 0.0;
+    for (int c = 0; c < pl.tile; ++c) sq += col_sq[e * pl.tile + c];
+    tile_sq[e] = sq;
+  }
+  __syncthreads();
+  if (!live) return;
+  double total = 0.0;
+  for (int tt = 0; tt < pl.n_tiles; ++tt) total += tile_sq[tt];
+  const float inv = 1.0f / sqrtf(static_cast<float>(total) / static_cast<float>(dv) + eps);
+  const float gate = silu(z[static_cast<size_t>(t) * ld + head + e]);
+  out[static_cast<size_t>(t) * ld_out + head + e] = o * inv * __ldg(norm_w + e) * gate;
+}
+
+// Thread per channel: the history after the n tokens (the last kc - 1 of old history + inputs).
+__global__ void gdn_prefill_hist_kernel(Dims d, const float* __restrict__ qkv, size_t ld, int n,
+                                        const int* __restrict__ pos_p, float* conv_state) {
+  const int ch = blockIdx.x * blockDim.x + threadIdx.x, n_hist = d.kc - 1;
+  if (ch >= d.conv_dim) return;
+  const int pos = *pos_p;
+  const float* in = conv_state + (pos & 1) * d.copy + static_cast<size_t>(ch) * n_hist;
+  float* out = conv_state + ((pos + n) & 1) * d.copy + static_cast<size_t>(ch) * n_hist;
+  float h[kMaxKc - 1];
+#pragma unroll
+  for (int i = 0; i < kMaxKc - 1; ++i) {
+    const int u = n + i;  // in the sequence old history [n_hist] | inputs [n]
+    h[i] = i >= n_hist ? 0.0f : u < n_hist ? in[u] : qkv[static_cast<size_t>(u - n_hist) * ld + ch];
+  }
+#pragma unroll
+  for (int i = 0; i < kMaxKc - 1; ++i) {
+    if (i < n_hist) out[i] = h[i];
+  }
+}
+
+}  // namespace
+
+bool gdn_prefill_ok(const GdnShape& shape) {
+  if (!supported(shape)) return false;
+  const Plan p = make_plan(shape);
+  return p.tile * p.groups <= kPrefillThreads && p.n_tiles * p.tile <= 1024;
+}
+
+size_t gdn_prefill_scratch_floats(const GdnShape& shape, int n) {
+  return static_cast<size_t>(n) *
+         (static_cast<size_t>(shape.conv_dim()) + static_cast<size_t>(shape.n_v_heads) * shape.dv);
+}
+
+cudaError_t gdn_prefill(const GdnShape& shape, const GdnParams& p, const float* qkv, const float* z,
+                        const float* b, const float* a, size_t ld, int n, const int* pos,
+                        GdnState state, float* out, size_t ld_out, float* scratch,
+                        cudaStream_t stream) {
+  if (!gdn_prefill_ok(shape) || n < 0) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  const Plan pl = make_plan(shape);
+  const Dims d = dims_of(shape);
+  const int threads = pl.tile * pl.groups;
+  float* xs = scratch;
+  float* o_raw = scratch + static_cast<size_t>(n) * d.conv_dim;
+  gdn_prefill_conv_kernel<<<dim3(static_cast<unsigned>(n), static_cast<unsigned>(shape.n_k_heads)),
+                            threads, 0, stream>>>(d, qkv, ld, p.conv_w, pos, state.conv, xs);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return e;
+  const bool fixed = shape.dk == kFixedDk && shape.dv == kFixedDk && pl.tile == kFixedTile &&
+                     pl.groups == kFixedGroups;
+  const size_t smem = (2 * static_cast<size_t>(shape.dk) + 2 * pl.groups * pl.tile) * sizeof(float);
+  const dim3 grid(static_cast<unsigned>(pl.n_tiles), static_cast<unsigned>(shape.n_v_heads));
+  if (fixed) {
+    gdn_prefill_recur_kernel<kFixedDk>
+        <<<grid, threads, smem, stream>>>(d, pl, p, xs, b, a, ld, n, state.ssm, o_raw);
+  } else {
+    gdn_prefill_recur_kernel<0>
+        <<<grid, threads, smem, stream>>>(d, pl, p, xs, b, a, ld, n, state.ssm, o_raw);
+  }
+  if ((e = cudaGetLastError()) != cudaSuccess) return e;
+  gdn_prefill_norm_kernel<<<dim3(static_cast<unsigned>(n), static_cast<unsigned>(shape.n_v_heads)),
+                            pl.n_tiles * pl.tile, 0, stream>>>(d, pl, shape.eps, p.norm_w, z, ld,
+                                                               o_raw, out, ld_out);
+  if ((e = cudaGetLastError()) != cudaSuccess) return e;
+  gdn_prefill_hist_kernel<<<static_cast<unsigned>((d.conv_dim + 255) / 256), 256, 0, stream>>>(
+      d, qkv, ld, n, pos, state.conv);
+  return cudaGetLastError();
+}
+
+}  // namespace qf::kern
