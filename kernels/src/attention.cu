@@ -21,6 +21,10 @@
 //     for its heads. Each split leaves m, l and the unnormalized output in scratch.
 //   * attn_combine_kernel, one block per query head, rescales the splits to the global max,
 //     divides by the total sum and multiplies by sigmoid(gate), in split order.
+// attn_prefill (many tokens, batched prefill): attn_append_kernel writes every token's k and v
+// rows first (the same normed, rotated rows), then the split kernel's kPrefill instance runs
+// grid.z = token x head block in one split each, every row read from the cache, and the combine
+// runs grid.y = token: no launch per token and no memset between them.
 // The chunk length is derived on the device from *pos with a fixed split count, so graphs replay
 // at any position, every result is the same for the same position (deterministic), and splits
 // past the context exit at once.
@@ -124,6 +128,11 @@ struct AttnArgs {
   const int* pos;
   float *q, *k_cache, *v_cache, *out;
   float *part_o, *part_ml;  // [Nq, n_splits, hd] unnormalized outputs; [Nq, n_splits, 2] (m, l)
+  // Prefill (attn_prefill): n_tokens > 0 tokens, token t at pos[t], its q_proj row q_row floats
+  // after the one before, its output out_row floats, its partials after the token before's; the
+  // caches already hold every row up to pos[t] (attn_append_kernel). 0: decode.
+  int n_tokens;
+  size_t q_row, out_row;
 };
 
 // Writes the zero-centred RMSNorm of src (hd floats; sum of squares in double, as the CPU
@@ -157,7 +166,9 @@ __device__ __forceinline__ void norm_rope_warp(const float* src, const float* w,
 
 // kFixed: the Qwen3.5 attention shape (kFixed* below) with its head count per block, KV heads
 // and rotary width as compile-time constants, so that the head loops and row strides fold.
-template <int kHd, bool kFixed>
+// kPrefill: attn_prefill's tokens (AttnArgs), an instance of its own so that decode's keeps its
+// registers (one instance for both spilled).
+template <int kHd, bool kFixed, bool kPrefill>
 __global__ void __launch_bounds__(kThreads)
     attn_split_kernel(AttnShape s, int n_splits, int hpb_arg, AttnArgs a) {
   static_assert(!kFixed || kHd == kFixedHd, "the fixed shape only");
@@ -185,7 +196,12 @@ __global__ void __launch_bounds__(kThreads)
 
   // Before the wait: *pos (written by the previous step) and this split's first tile of cached
   // rows (written by earlier steps), both through L2 (pdl.cuh, rule (b)); the rotary row.
-  const int pos = __ldcg(a.pos);
+  // Prefill: blockIdx.z = token * head blocks + head block; the token's rows are all cached.
+  constexpr bool cached = kPrefill;
+  const int n_sub = cached ? static_cast<int>(gridDim.z) / a.n_tokens : 1;
+  const int tok = cached ? static_cast<int>(blockIdx.z) / n_sub : 0;
+  const int zb = cached ? static_cast<int>(blockIdx.z) % n_sub : static_cast<int>(blockIdx.z);
+  const int pos = cached ? a.pos[tok] : __ldcg(a.pos);
   const int t_len = context_len(pos, s.max_len);
   const int chunk = split_chunk(t_len, n_splits), t0 = blockIdx.x * chunk;
   const int t1 = min(t_len, t0 + chunk);
@@ -204,7 +220,7 @@ __global__ void __launch_bounds__(kThreads)
   // Rows from *pos on stay zero here (the new row comes from shared memory, see below).
   float kr[kRowsPerWarp][kE], vr[kTile];
   const auto load_tile = [&](int tb) {
-    const int end = min(t1, pos) - tb;  // rows tb .. tb + end - 1 are in the cache
+    const int end = min(t1, cached ? pos + 1 : pos) - tb;  // rows tb .. tb + end - 1 are cached
 #pragma unroll
     for (int rr = 0; rr < kRowsPerWarp; ++rr) {
       const int r = warp + kWarps * rr;
@@ -229,14 +245,15 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();                                      // the rotary row
 
   const int group = s.n_q_heads / n_kv;
-  const int h_lo = kvh * group + blockIdx.z * hpb;
+  const int h_lo = kvh * group + zb * hpb;
   // (the fixed shape's groups are whole multiples of kFixedHpb)
-  const int nh = kFixed ? kFixedHpb : min(hpb, group - static_cast<int>(blockIdx.z) * hpb);
-  const bool has_new = pos < t1;  // this split ends with the new row
+  const int nh = kFixed ? kFixedHpb : min(hpb, group - zb * hpb);
+  const bool has_new = !cached && pos < t1;  // this split ends with the new row
+  const float* q_proj = a.q_proj + static_cast<size_t>(tok) * a.q_row;
   // Warp per item: query heads 0 .. nh - 1, then the new k row.
   for (int it = warp; it < nh + (has_new ? 1 : 0); it += kWarps) {
     if (it < nh) {
-      norm_rope_warp<kHd>(a.q_proj + static_cast<size_t>(h_lo + it) * 2 * kHd, a.q_norm_w, s.eps,
+      norm_rope_warp<kHd>(q_proj + static_cast<size_t>(h_lo + it) * 2 * kHd, a.q_norm_w, s.eps,
                           half, cos_s, sin_s, qs + it * kHd);
     } else {
       norm_rope_warp<kHd>(a.k_proj + static_cast<size_t>(kvh) * kHd, a.k_norm_w, s.eps, half, cos_s,
@@ -251,7 +268,7 @@ __global__ void __launch_bounds__(kThreads)
     l_s[i] = 0.0f;
   }
   __syncthreads();
-  if (has_new && blockIdx.z == 0) {
+  if (has_new && zb == 0) {
     const size_t row = static_cast<size_t>(pos) * row_stride + static_cast<size_t>(kvh) * kHd;
     for (int i = tid; i < kHd; i += kThreads) {
       a.k_cache[row + i] = kn_s[i];
@@ -269,7 +286,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int tb = t0; tb < t1; tb += kTile) {
     const int nt = min(kTile, t1 - tb);
     if (tb != t0) load_tile(tb);
-    if (pos < tb + kTile) {  // the new row is in this tile: take it from shared memory
+    if (has_new && pos < tb + kTile) {  // the new row is in this tile: from shared memory
       const int r_new = pos - tb;
 #pragma unroll
       for (int rr = 0; rr < kRowsPerWarp; ++rr) {
@@ -349,27 +366,40 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();  // ps and corr_s are rewritten by the next tile
   }
-  const size_t split = blockIdx.x;
+  const size_t split = blockIdx.x, parts = static_cast<size_t>(s.n_q_heads) * n_splits;
+  float* part_o = a.part_o + tok * parts * kHd;
 #pragma unroll
   for (int u = 0; u < kMaxAcc; ++u) {
     const int h = slice + kSlices * u;
-    if (h < nh) a.part_o[(static_cast<size_t>(h_lo + h) * n_splits + split) * kHd + dim] = acc[u];
+    if (h < nh) part_o[(static_cast<size_t>(h_lo + h) * n_splits + split) * kHd + dim] = acc[u];
   }
   for (int i = tid; i < nh; i += kThreads) {
-    float* ml = a.part_ml + (static_cast<size_t>(h_lo + i) * n_splits + split) * 2;
+    float* ml =
+        a.part_ml + tok * parts * 2 + (static_cast<size_t>(h_lo + i) * n_splits + split) * 2;
     ml[0] = m_s[i];
     ml[1] = l_s[i];
   }
 }
 
-// One block per query head. Thread sp < n_active takes split sp for the global max and the
-// total sum (fixed shuffle trees); thread (dim, grp) then sums splits grp, grp + n_grp, ... of
-// output dim `dim` (many loads in flight), and group 0 adds the groups in index order.
+// One block per query head (and token: blockIdx.y, prefill). Thread sp < n_active takes split
+// sp for the global max and the total sum (fixed shuffle trees); thread (dim, grp) then sums
+// splits grp, grp + n_grp, ... of output dim `dim` (many loads in flight), and group 0 adds the
+// groups in index order. kPrefill: an instance of its own, as the split kernel's.
+template <bool kPrefill>
 __global__ void __launch_bounds__(kCombineThreads)
     attn_combine_kernel(AttnShape s, int n_splits, const float* __restrict__ q_proj,
                         const int* __restrict__ pos_p, const float* __restrict__ part_o,
-                        const float* __restrict__ part_ml, float* __restrict__ out) {
+                        const float* __restrict__ part_ml, float* __restrict__ out, size_t q_row,
+                        size_t out_row) {
   pdl::wait();
+  if constexpr (kPrefill) {
+    const size_t tok = blockIdx.y, parts = static_cast<size_t>(s.n_q_heads) * n_splits;
+    pos_p += tok;
+    q_proj += tok * q_row;
+    out += tok * out_row;
+    part_o += tok * parts * s.head_dim;
+    part_ml += tok * parts * 2;
+  }
   __shared__ float weight[kMaxSplits];
   __shared__ float red[kCombineThreads];
   __shared__ float warp_stat[kCombineThreads / 32];
@@ -447,11 +477,66 @@ cudaError_t launch_decode(const AttnShape& s, AttnArgs a, float* scratch, cudaSt
             (s.n_q_heads / s.n_kv_heads) % kFixedHpb == 0;
   }
   const auto kernel =
-      fixed ? attn_split_kernel<kHd, kHd == kFixedHd> : attn_split_kernel<kHd, false>;
+      fixed ? attn_split_kernel<kHd, kHd == kFixedHd, false> : attn_split_kernel<kHd, false, false>;
   const cudaError_t err = pdl::launch(kernel, grid, kThreads, smem, stream, s, n_splits, hpb, a);
   if (err != cudaSuccess) return err;
-  return pdl::launch(attn_combine_kernel, s.n_q_heads, kCombineThreads, 0, stream, s, n_splits,
-                     a.q_proj, a.pos, a.part_o, a.part_ml, a.out);
+  return pdl::launch(attn_combine_kernel<false>, s.n_q_heads, kCombineThreads, 0, stream, s,
+                     n_splits, a.q_proj, a.pos, a.part_o, a.part_ml, a.out, size_t{0}, size_t{0});
+}
+
+// Prefill: token t's k and v rows into the caches at pos[t] (one warp per token and KV head, the
+// normed, rotated k exactly as attn_split_kernel makes it).
+template <int kHd>
+__global__ void __launch_bounds__(32) attn_append_kernel(AttnShape s, AttnArgs a, size_t ld) {
+  __shared__ float kn[kHd], cos_s[kHd / 2], sin_s[kHd / 2];
+  const int t = blockIdx.x, kvh = blockIdx.y, lane = threadIdx.x, half = s.rot_dim / 2;
+  const int pos = a.pos[t];
+  if (pos < 0 || pos >= s.max_len) return;  // contract: 0 <= pos < max_len
+  const float* rope = a.rope + static_cast<size_t>(pos) * s.rot_dim;
+  for (int i = lane; i < half; i += 32) {
+    cos_s[i] = rope[2 * i];
+    sin_s[i] = rope[2 * i + 1];
+  }
+  __syncwarp();
+  const size_t src = static_cast<size_t>(t) * ld + static_cast<size_t>(kvh) * kHd;
+  norm_rope_warp<kHd>(a.k_proj + src, a.k_norm_w, s.eps, half, cos_s, sin_s, kn);
+  const size_t row = (static_cast<size_t>(pos) * s.n_kv_heads + kvh) * kHd;
+  for (int i = lane; i < kHd; i += 32) {
+    a.k_cache[row + i] = kn[i];
+    a.v_cache[row + i] = a.v_proj[src + i];
+  }
+}
+
+// Prefill: the append, then the split kernel in one split per token (grid.z: token x head
+// block) and the combine (grid.y: token), plain launches.
+template <int kHd>
+cudaError_t launch_prefill(const AttnShape& s, AttnArgs a, size_t ld, float* scratch,
+                           cudaStream_t stream) {
+  const int n = a.n_tokens, hpb = heads_per_block(s), n_sub = head_blocks(s);
+  attn_append_kernel<kHd>
+      <<<dim3(static_cast<unsigned>(n), static_cast<unsigned>(s.n_kv_heads)), 32, 0, stream>>>(s, a,
+                                                                                               ld);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
+  a.part_o = scratch;
+  a.part_ml = scratch + static_cast<size_t>(n) * s.n_q_heads * kHd;
+  const dim3 grid(1, static_cast<unsigned>(s.n_kv_heads), static_cast<unsigned>(n * n_sub));
+  const size_t smem = (static_cast<size_t>(hpb) * (kHd + kTile + 3) + 3 * kHd) * sizeof(float);
+  bool fixed = false;
+  if constexpr (kHd == kFixedHd) {
+    fixed = s.n_kv_heads == kFixedKv && s.rot_dim == kFixedRot && hpb == kFixedHpb &&
+            (s.n_q_heads / s.n_kv_heads) % kFixedHpb == 0;
+  }
+  if (fixed) {
+    attn_split_kernel<kHd, kHd == kFixedHd, true><<<grid, kThreads, smem, stream>>>(s, 1, hpb, a);
+  } else {
+    attn_split_kernel<kHd, false, true><<<grid, kThreads, smem, stream>>>(s, 1, hpb, a);
+  }
+  if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  attn_combine_kernel<true>
+      <<<dim3(static_cast<unsigned>(s.n_q_heads), static_cast<unsigned>(n)), kCombineThreads, 0,
+         stream>>>(s, 1, a.q_proj, a.pos, a.part_o, a.part_ml, a.out, a.q_row, a.out_row);
+  return cudaGetLastError();
 }
 
 bool shape_ok(const AttnShape& s) {
@@ -485,8 +570,8 @@ cudaError_t attn_decode(const AttnShape& shape, const float* q_proj, const float
                         const float* rope, const int* pos, float* q, float* k_cache, float* v_cache,
                         float* out, float* scratch, cudaStream_t stream) {
   if (!shape_ok(shape)) return cudaErrorInvalidValue;
-  const AttnArgs a{q_proj, k_proj,  v_proj,  q_norm_w, k_norm_w, rope,   pos,
-                   q,      k_cache, v_cache, out,      nullptr,  nullptr};
+  const AttnArgs a{q_proj,  k_proj,  v_proj, q_norm_w, k_norm_w, rope, pos, q,
+                   k_cache, v_cache, out,    nullptr,  nullptr,  0,    0,   0};
   switch (shape.head_dim) {
     case 64:
       return launch_decode<64>(shape, a, scratch, stream);
@@ -494,6 +579,34 @@ cudaError_t attn_decode(const AttnShape& shape, const float* q_proj, const float
       return launch_decode<128>(shape, a, scratch, stream);
     default:
       return launch_decode<256>(shape, a, scratch, stream);
+  }
+}
+
+bool attn_prefill_ok(const AttnShape& shape, int n) {
+  return shape_ok(shape) && n >= 0 && static_cast<long>(n) * head_blocks(shape) < 65536;
+}
+
+size_t attn_prefill_scratch_floats(const AttnShape& shape, int n) {
+  if (!shape_ok(shape) || n < 0) return 0;
+  return static_cast<size_t>(n) * shape.n_q_heads * (shape.head_dim + 2);
+}
+
+cudaError_t attn_prefill(const AttnShape& shape, const float* q_proj, const float* k_proj,
+                         const float* v_proj, size_t ld, int n, const float* q_norm_w,
+                         const float* k_norm_w, const float* rope, const int* pos, float* k_cache,
+                         float* v_cache, float* out, size_t ld_out, float* scratch,
+                         cudaStream_t stream) {
+  if (!attn_prefill_ok(shape, n)) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  const AttnArgs a{q_proj,  k_proj,  v_proj, q_norm_w, k_norm_w, rope, pos, nullptr,
+                   k_cache, v_cache, out,    nullptr,  nullptr,  n,    ld,  ld_out};
+  switch (shape.head_dim) {
+    case 64:
+      return launch_prefill<64>(shape, a, ld, scratch, stream);
+    case 128:
+      return launch_prefill<128>(shape, a, ld, scratch, stream);
+    default:
+      return launch_prefill<256>(shape, a, ld, scratch, stream);
   }
 }
 

@@ -104,7 +104,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
 
 // kDk > 0: the Qwen3.5 plan at compile time (as gdn_decode's fixed instance).
 template <int kDk>
-__global__ void __launch_bounds__(kPrefillThreads)
+__global__ void __launch_bounds__(kPrefillThreads, 1)
     gdn_prefill_recur_kernel(Dims dm, Plan pl, GdnParams p, const float* __restrict__ xs,
                              const float* __restrict__ b, const float* __restrict__ a, size_t ld,
                              int n, float* __restrict__ ssm, float* __restrict__ o_raw) {

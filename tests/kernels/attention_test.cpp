@@ -12,6 +12,8 @@
 //     rows (times a sigmoid <= 1), so the rounding of the scores, exponentials and the
 //     context-long sums is relative to |v|, not to |o| (which shrinks like 1/sqrt(context)
 //     through cancellation); u * sqrt(4096) ~ 4e-6 bounds the typical error of the sums.
+// attn_prefill: the appended rows bit for bit attn_decode's, the outputs within the same bound
+// (PrefillIsDecodeWithinRounding).
 // Skips (and says why) where no CUDA device is present.
 #include <gtest/gtest.h>
 
@@ -171,6 +173,72 @@ TEST(AttentionKernel, RotaryTableIsTheRoundedDoubleValue) {
     }
   }
   EXPECT_EQ(wrong, 0u) << "of " << got.size();
+}
+
+// attn_prefill over n tokens from position p0 against n attn_decode calls from the same cache:
+// the appended k and v rows bit for bit, the outputs within the bound above (one split of the
+// context against attn_decode's several). The first p0 rows come from random cache contents.
+void expect_prefill_is_decode(const AttnShape& s, int p0, int n, uint64_t seed) {
+  SCOPED_TRACE("prefill Nq " + std::to_string(s.n_q_heads) + " hd " + std::to_string(s.head_dim) +
+               " from " + std::to_string(p0) + " n " + std::to_string(n));
+  std::mt19937_64 g(seed);
+  const size_t nq = s.n_q_heads, hd = s.head_dim, kv_row = s.n_kv_heads * hd;
+  const size_t ld = nq * 2 * hd + 2 * kv_row + 3, ld_out = nq * hd + 1;  // q | k | v, padded
+  const size_t cache = static_cast<size_t>(s.max_len) * kv_row;
+  const std::vector<float> q_norm_w = randn(hd, g, 0.1f), k_norm_w = randn(hd, g, 0.1f);
+  std::vector<float> rows = randn(n * ld, g, 1.0f, 0.1f), kc = randn(cache, g, 0.5f),
+                     vc = randn(cache, g);
+  auto d_qn = upload(q_norm_w), d_kn = upload(k_norm_w), d_rows = upload(rows);
+  auto d_kc_a = upload(kc), d_vc_a = upload(vc), d_kc_b = upload(kc), d_vc_b = upload(vc);
+  std::vector<int> pos(n);
+  for (int t = 0; t < n; ++t) pos[t] = p0 + t;
+  auto d_pos = upload(pos);
+  DeviceBuffer<float> d_out_a(n * ld_out), d_out_b(n * ld_out), d_rope(attn_rope_floats(s) + 1),
+      d_scratch_a(attn_prefill_scratch_floats(s, n)), d_scratch_b(attn_scratch_floats(s));
+  QF_CUDA_CHECK(cudaMemset(d_out_a.data(), 0, d_out_a.bytes()));
+  QF_CUDA_CHECK(cudaMemset(d_out_b.data(), 0, d_out_b.bytes()));
+  ASSERT_EQ(attn_rope_table(s, d_rope.data(), nullptr), cudaSuccess);
+  const float* r0 = d_rows.data();
+  const size_t k_at = nq * 2 * hd, v_at = k_at + kv_row;
+  ASSERT_EQ(attn_prefill(s, r0, r0 + k_at, r0 + v_at, ld, n, d_qn.data(), d_kn.data(),
+                         d_rope.data(), d_pos.data(), d_kc_a.data(), d_vc_a.data(), d_out_a.data(),
+                         ld_out, d_scratch_a.data(), nullptr),
+            cudaSuccess);
+  for (int t = 0; t < n; ++t) {
+    const float* r = r0 + t * ld;
+    ASSERT_EQ(attn_decode(s, r, r + k_at, r + v_at, d_qn.data(), d_kn.data(), d_rope.data(),
+                          d_pos.data() + t, nullptr, d_kc_b.data(), d_vc_b.data(),
+                          d_out_b.data() + t * ld_out, d_scratch_b.data(), nullptr),
+              cudaSuccess);
+    QF_CUDA_CHECK(cudaDeviceSynchronize());  // its early loads read the row the call before wrote
+  }
+  QF_CUDA_CHECK(cudaDeviceSynchronize());
+  const auto same = [](const std::vector<float>& x, const std::vector<float>& y) {
+    return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * 4) == 0;
+  };
+  EXPECT_TRUE(same(download(d_kc_a), download(d_kc_b))) << "k cache";
+  EXPECT_TRUE(same(download(d_vc_a), download(d_vc_b))) << "v cache";
+  const std::vector<float> used_v(vc.begin(), vc.begin() + (p0 + n) * kv_row);
+  expect_close(download(d_out_a), download(d_out_b), rms(used_v), 1e-5, "outputs");
+}
+
+TEST(AttentionKernel, PrefillIsDecodeWithinRounding) {
+  QF_REQUIRE_GPU();
+  AttnShape q122{.n_q_heads = 32, .n_kv_heads = 2, .head_dim = 256, .rot_dim = 64};
+  q122.max_len = 700;
+  expect_prefill_is_decode(q122, 0, 1, 1);
+  expect_prefill_is_decode(q122, 0, 37, 2);
+  expect_prefill_is_decode(q122, 300, 256, 3);
+  expect_prefill_is_decode(q122, 31, 33, 4);  // across tile edges
+  AttnShape odd{.n_q_heads = 6, .n_kv_heads = 2, .head_dim = 64, .rot_dim = 64, .theta = 1e4f};
+  odd.max_len = 100;
+  expect_prefill_is_decode(odd, 5, 40, 5);
+  AttnShape big_group{.n_q_heads = 40, .n_kv_heads = 2, .head_dim = 128, .rot_dim = 32};
+  big_group.max_len = 80;  // 20 heads a KV head: head blocks of 16 and 4
+  expect_prefill_is_decode(big_group, 10, 17, 6);
+  EXPECT_EQ(attn_prefill(q122, nullptr, nullptr, nullptr, 0, 65535, nullptr, nullptr, nullptr,
+                         nullptr, nullptr, nullptr, nullptr, 0, nullptr, nullptr),
+            cudaErrorInvalidValue);
 }
 
 TEST(AttentionKernel, RejectsUnsupportedShapes) {

@@ -98,7 +98,8 @@ struct CudaEngine::Impl {
     int *tokens, *pos, *ids, *offsets, *x_rows, *y_rows;
     int* pinned = nullptr;  // host: tokens, then positions
     void* scratch = nullptr;
-    float* gdn_scratch = nullptr;  // kern::gdn_prefill's (nullptr: gdn_decode token by token)
+    float* gdn_scratch = nullptr;   // kern::gdn_prefill's (nullptr: gdn_decode token by token)
+    float* attn_scratch = nullptr;  // kern::attn_prefill's (nullptr: attn_decode token by token)
   } pf;
   cudaGraphExec_t prefill_graph = nullptr;
   bool can_reject = false;  // the last main-model call was verify2

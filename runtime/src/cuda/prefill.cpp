@@ -6,8 +6,9 @@
 // gemm does not take (BF16, FP8 shared experts) run as gemv with one slot per token, side by
 // side on the one matrix. The DeltaNet layers run kern::gdn_prefill (all tokens of a pass in
 // four launches, the state kept on chip through them) where it takes the shape, else
-// gdn_decode token by token; attention runs token by token. Between such per-token launches a
-// memset node (their early loads read what the token before writes, pdl.cuh).
+// gdn_decode token by token; attention runs kern::attn_prefill (every token's k and v rows
+// appended, then each token's attention in one launch). Between per-token launches a memset
+// node (their early loads read what the token before writes, pdl.cuh).
 // Everything runs on the main stream (the GEMM's limbs are one scratch). A full pass is captured
 // once and replayed (tokens and positions are read on the device); a shorter last pass runs
 // launch by launch.
@@ -41,6 +42,10 @@ void CudaEngine::Impl::alloc_prefill() {
   pf.sgu = f(n * 2 * is), pf.sh = f(n * is), pf.sy = f(n * h), pf.hidden = f(n * h);
   pf.tokens = i(n), pf.pos = i(n), pf.ids = i(n * k), pf.offsets = i(e + 1);
   pf.x_rows = i(n * k), pf.y_rows = i(n * k);
+  if (std::find(c.full_attention.begin(), c.full_attention.end(), true) != c.full_attention.end() &&
+      kern::attn_prefill_ok(attn, pf.cap)) {
+    pf.attn_scratch = f(static_cast<int64_t>(kern::attn_prefill_scratch_floats(attn, pf.cap)));
+  }
   if (kern::gdn_prefill_ok(gdn) && c.linear_num_value_heads > 0) {
     pf.gdn_scratch = f(static_cast<int64_t>(kern::gdn_prefill_scratch_floats(gdn, pf.cap)));
   }
@@ -172,7 +177,14 @@ void CudaEngine::Impl::launch_prefill(int n) {
     if (w.full_attention) {
       gemm_rows(w.qkv, pf.u, h_, pf.qkvp, qr, n);
       mark("attention projections", bytes(w.qkv));
-      for (int r = 0; r < n; ++r) {
+      if (pf.attn_scratch) {  // all tokens: their rows appended, then one split each
+        const float* q = pf.qkvp;
+        cuda::check(kern::attn_prefill(attn, q, q + q_rows, q + q_rows + kv_rows, qr, n, w.q_norm,
+                                       w.k_norm, rope, pf.pos, k_cache[l], v_cache[l], pf.att,
+                                       att_row, pf.attn_scratch, stream),
+                    "attn_prefill");
+      }
+      for (int r = 0; r < n && !pf.attn_scratch; ++r) {
         if (r > 0) fence();
         const float* q = pf.qkvp + r * qr;
         cuda::check(kern::attn_decode(attn, q, q + q_rows, q + q_rows + kv_rows, w.q_norm, w.k_norm,
@@ -180,7 +192,7 @@ void CudaEngine::Impl::launch_prefill(int n) {
                                       pf.att + r * att_row, attn_scratch, stream),
                     "attn_decode");
       }
-      mark("attention (token by token)", 0);
+      mark("attention", 0);
       gemm_rows(w.o, pf.att, att_row, pf.mix, h_, n);
       mark("attention projections", kern::weight_bytes(w.o));
     } else {
