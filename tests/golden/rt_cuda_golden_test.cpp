@@ -112,10 +112,11 @@ std::vector<float> prefill_logits(CudaEngine& e, const std::vector<int32_t>& pro
 // Batched prefill against the CPU's logits `c` and greedy ids `want`: in one pass and in passes
 // of 3 (a captured pass replayed; the slot count can change a BF16 or FP8 product's summation
 // order, so not bit for bit the one pass), CudaEngine::prefill's last row (the same bits as
-// advance's on the same engine) and greedy continuation.
+// advance's on the same engine) and greedy continuation; without prefill buffers (pairs), the
+// last row of the steps' logits `steps` bit for bit.
 void expect_prefill(const Model& model, CudaEngine& gpu, const std::vector<int32_t>& prompt,
-                    const std::vector<float>& c, const std::vector<int32_t>& want,
-                    const std::string& name) {
+                    const std::vector<float>& c, const std::vector<float>& steps,
+                    const std::vector<int32_t>& want, const std::string& name) {
   const int64_t vocab = model.config().vocab_size;
   expect_same(c, prefill_logits(gpu, prompt, vocab), vocab, 5e-4, name + " prefill cuda vs cpu");
   CudaOptions o;
@@ -130,6 +131,18 @@ void expect_prefill(const Model& model, CudaEngine& gpu, const std::vector<int32
   EXPECT_EQ(std::memcmp(last.data(), q.data() + q.size() - vocab, last.size() * sizeof(float)), 0)
       << name << ": prefill's last logits";
   EXPECT_EQ(top, std::max_element(last.begin(), last.end()) - last.begin()) << name;
+  // Without prefill buffers: pairs (verify2), so the last logits are the steps' bits, for even
+  // and odd lengths.
+  o.prefill_chunk = 0;
+  CudaEngine paired(model, o);
+  for (const size_t len : {prompt.size(), prompt.size() - 1}) {
+    paired.reset();
+    const int32_t t = paired.prefill(std::span(prompt.data(), len), last.data());
+    EXPECT_EQ(std::memcmp(last.data(), steps.data() + (len - 1) * vocab, last.size() * 4), 0)
+        << name << ": prefill in pairs, length " << len;
+    EXPECT_EQ(t, std::max_element(last.begin(), last.end()) - last.begin()) << name;
+    EXPECT_EQ(paired.position(), static_cast<int64_t>(len)) << name;
+  }
   GenerateOptions greedy;
   greedy.max_tokens = static_cast<int64_t>(want.size());
   for (CudaEngine* e : {&gpu, &chunked}) {
@@ -199,7 +212,7 @@ void check(const fs::path& model_dir, const fs::path& reference, const std::stri
                     prompt, greedy, [](int32_t) {});
   EXPECT_EQ(got.ids, want.ids) << name << ": greedy continuations differ";
   expect_pairs_equal_steps(gpu, prompt, want.ids, name);
-  expect_prefill(*model, gpu, prompt, c, want.ids, name);
+  expect_prefill(*model, gpu, prompt, c, g, want.ids, name);
   {  // without the MTP head, verify2 keeps no state copies and nothing can be rejected
     CudaOptions plain_o = o;
     plain_o.mtp = false;

@@ -89,7 +89,8 @@ struct CudaEngine::Impl {
   int64_t snap_position = -1, snap_mtp_position = 0;
   cudaGraphExec_t verify_graph = nullptr;
   // Batched prefill (prefill.cpp): o.prefill_chunk rows of each per-token buffer (experts: k
-  // rows a token, egu / eh / ey in gemm_route's entry order but ey in token order), the tokens
+  // rows a token, egu (nullptr where every layer's experts are paired) and eh in gemm_route's
+  // entry order, ey in token order), the mixers' kernels' scratch, the tokens
   // and positions of a pass (pinned on the host too), the route, the GEMM's limbs; its graph
   // serves every full pass.
   struct PrefillRows {
@@ -98,8 +99,8 @@ struct CudaEngine::Impl {
     int *tokens, *pos, *ids, *offsets, *x_rows, *y_rows;
     int* pinned = nullptr;  // host: tokens, then positions
     void* scratch = nullptr;
-    float* gdn_scratch = nullptr;   // kern::gdn_prefill's (nullptr: gdn_decode token by token)
-    float* attn_scratch = nullptr;  // kern::attn_prefill's (nullptr: attn_decode token by token)
+    float* gdn_scratch = nullptr;   // kern::gdn_prefill's (nullptr: no DeltaNet layer)
+    float* attn_scratch = nullptr;  // kern::attn_prefill's (nullptr: no attention layer)
   } pf;
   cudaGraphExec_t prefill_graph = nullptr;
   bool can_reject = false;  // the last main-model call was verify2
@@ -122,6 +123,22 @@ struct CudaEngine::Impl {
   int64_t ssm_floats() const {
     const ckpt::Qwen35Config& c = m->config;
     return c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim;
+  }
+
+  // f(part, out + its offset) for each launch of a group: the fused matrix, else each part.
+  template <class F>
+  static void each_part(const cuda::RowGroup& g, float* out, F f) {
+    if (g.fused.n > 0) {
+      f(g.fused, out);
+      return;
+    }
+    for (size_t j = 0; j < g.parts.size(); ++j) f(g.parts[j], out + g.offsets[j]);
+  }
+  // `w` with its stack strides zeroed: every slot of a batch reads matrix 0.
+  static kern::DeviceLinear one_matrix(const kern::DeviceLinear& w) {
+    kern::DeviceLinear one = w;
+    one.w_stride = one.scale_stride = one.zero_stride = one.block_scale_stride = 0;
+    return one;
   }
 
   static uint64_t bytes(const cuda::RowGroup& g) {
@@ -199,6 +216,12 @@ struct CudaEngine::Impl {
                           const float* norm);
 
   void moe2(const cuda::DeviceMoe& w, const float* next_norm, float* next_out);
+
+  // The routed experts of `rows` tokens as GEMV slots, k a token (ids_in [rows, k]) on row r of
+  // `in` (hidden_size apart): gate | up into gu_out (unpaired layouts) and SwiGLU into h_out,
+  // down into y_out [rows * k, hidden]. ids_early: GemvBatch's, for the down product.
+  void experts_by_slot(const cuda::DeviceMoe& w, const float* in, int rows, const int* ids_in,
+                       float* gu_out, float* h_out, float* y_out, bool ids_early);
 
   void launch_verify();
 

@@ -5,10 +5,9 @@
 // writes each result back to its token's slot, so the combine sees the step's layout); formats
 // gemm does not take (BF16, FP8 shared experts) run as gemv with one slot per token, side by
 // side on the one matrix. The DeltaNet layers run kern::gdn_prefill (all tokens of a pass in
-// four launches, the state kept on chip through them) where it takes the shape, else
-// gdn_decode token by token; attention runs kern::attn_prefill (every token's k and v rows
-// appended, then each token's attention in one launch). Between per-token launches a memset
-// node (their early loads read what the token before writes, pdl.cuh).
+// four launches, the state kept on chip through them), attention kern::attn_prefill (every
+// token's k and v rows appended, then each token's attention in one launch); where they do not
+// take the model's shapes the engine has no prefill buffers and prompts go in pairs.
 // Everything runs on the main stream (the GEMM's limbs are one scratch). A full pass is captured
 // once and replayed (tokens and positions are read on the device); a shorter last pass runs
 // launch by launch.
@@ -21,11 +20,20 @@ namespace qf::rt {
 
 void CudaEngine::Impl::alloc_prefill() {
   const ckpt::Qwen35Config& c = m->config;
-  const int64_t n = o.prefill_chunk, h = c.hidden_size, k = c.num_experts_per_tok,
-                im = c.moe_intermediate_size, is = c.shared_expert_intermediate_size,
-                e = c.num_experts;
+  int64_t n = o.prefill_chunk;
+  const int64_t h = c.hidden_size, k = c.num_experts_per_tok, im = c.moe_intermediate_size,
+                is = c.shared_expert_intermediate_size, e = c.num_experts;
   if (n < 0 || n > 4096) {
     throw Error(Errc::kUsage, "prefill_chunk must be 0 to 4096, not " + std::to_string(n));
+  }
+  // Without kernels for the mixers' shapes (none of Qwen3.5's), prompts go in pairs instead.
+  const bool has_attn =
+      std::find(c.full_attention.begin(), c.full_attention.end(), true) != c.full_attention.end();
+  const bool has_gdn =
+      std::find(c.full_attention.begin(), c.full_attention.end(), false) != c.full_attention.end();
+  if ((has_attn && !kern::attn_prefill_ok(attn, static_cast<int>(n))) ||
+      (has_gdn && !kern::gdn_prefill_ok(gdn))) {
+    n = 0;
   }
   pf.cap = static_cast<int>(n);
   if (n == 0) return;
@@ -38,17 +46,18 @@ void CudaEngine::Impl::alloc_prefill() {
   pf.x = f(n * h), pf.u = f(n * h), pf.mix = f(n * h), pf.gin = f(n * gin_row());
   pf.core = f(n * c.value_dim()), pf.qkvp = f(n * qkvp_row());
   pf.att = f(n * c.num_attention_heads * c.head_dim), pf.rl = f(n * (e + 1)), pf.rw = f(n * k);
-  pf.egu = f(n * k * 2 * im), pf.eh = f(n * k * im), pf.ey = f(n * k * h);
+  // egu: the gate | up rows before SwiGLU, where a layer's experts are not paired.
+  const bool unpaired =
+      std::any_of(m->layers.begin(), m->layers.end(),
+                  [](const cuda::DeviceLayer& l) { return !l.moe.gate_up.swiglu_pairs; });
+  pf.egu = unpaired ? f(n * k * 2 * im) : nullptr, pf.eh = f(n * k * im), pf.ey = f(n * k * h);
   pf.sgu = f(n * 2 * is), pf.sh = f(n * is), pf.sy = f(n * h), pf.hidden = f(n * h);
   pf.tokens = i(n), pf.pos = i(n), pf.ids = i(n * k), pf.offsets = i(e + 1);
   pf.x_rows = i(n * k), pf.y_rows = i(n * k);
-  if (std::find(c.full_attention.begin(), c.full_attention.end(), true) != c.full_attention.end() &&
-      kern::attn_prefill_ok(attn, pf.cap)) {
+  if (has_attn)
     pf.attn_scratch = f(static_cast<int64_t>(kern::attn_prefill_scratch_floats(attn, pf.cap)));
-  }
-  if (kern::gdn_prefill_ok(gdn) && c.linear_num_value_heads > 0) {
+  if (has_gdn)
     pf.gdn_scratch = f(static_cast<int64_t>(kern::gdn_prefill_scratch_floats(gdn, pf.cap)));
-  }
   cuda::check(cudaMallocHost(&pf.pinned, static_cast<size_t>(2 * n) * sizeof(int)),
               "cudaMallocHost");
   // The GEMM's limbs: the largest x any product of a pass stages.
@@ -81,20 +90,14 @@ void CudaEngine::Impl::gemm_rows(const kern::DeviceLinear& w, const float* in, s
     cuda::check(kern::gemm(w, in, out, r, false, pf.scratch, stream), "gemm");
     return;
   }
-  kern::DeviceLinear one = w;  // every slot reads matrix 0
-  one.w_stride = one.scale_stride = one.zero_stride = one.block_scale_stride = 0;
-  cuda::check(kern::gemv(one, in, out, kern::GemvBatch{n, nullptr, ldx, ldy}, stream), "gemv");
+  cuda::check(kern::gemv(one_matrix(w), in, out, kern::GemvBatch{n, nullptr, ldx, ldy}, stream),
+              "gemv");
 }
 
 void CudaEngine::Impl::gemm_rows(const cuda::RowGroup& g, const float* in, size_t ldx, float* out,
                                  size_t ldy, int n) {
-  if (g.fused.n > 0) {
-    gemm_rows(g.fused, in, ldx, out, ldy, n);
-    return;
-  }
-  for (size_t j = 0; j < g.parts.size(); ++j) {
-    gemm_rows(g.parts[j], in, ldx, out + g.offsets[j], ldy, n);
-  }
+  each_part(g, out,
+            [&](const kern::DeviceLinear& w, float* dst) { gemm_rows(w, in, ldx, dst, ldy, n); });
 }
 
 void CudaEngine::Impl::moe_rows(const cuda::DeviceMoe& w, int n, const float* next_norm,
@@ -135,18 +138,8 @@ void CudaEngine::Impl::moe_rows(const cuda::DeviceMoe& w, int n, const float* ne
     cuda::check(kern::gemm(w.down, pf.eh, pf.ey, dn, false, pf.scratch, stream),
                 "gemm experts down");
     mark("experts (INT4 MoE)", 0);
-  } else {  // a slot per choice, as the verify's experts (moe2)
-    kern::GemvBatch gu{entries, pf.ids, h_, im_};
-    gu.slots_per_x = k;
-    if (pairs) {
-      cuda::check(kern::gemv_swiglu(w.gate_up.fused, pf.u, pf.eh, gu, stream),
-                  "gemv_swiglu experts");
-    } else {
-      gu.y_stride = 2 * im_;
-      gemv(w.gate_up, pf.u, pf.egu, gu, "experts (INT4 MoE)");
-      cuda::check(kern::swiglu(pf.egu, pf.egu + im, im, entries, 2 * im_, pf.eh, stream), "swiglu");
-    }
-    gemv(w.down, pf.eh, pf.ey, kern::GemvBatch{entries, pf.ids, im_, h_}, "experts (INT4 MoE)");
+  } else {
+    experts_by_slot(w, pf.u, n, pf.ids, pf.egu, pf.eh, pf.ey, false);
   }
   cuda::check(kern::moe_combine_norm(pf.ey, pf.rw, k, pf.sy, pf.rl + e, h, pf.x, next_norm,
                                      static_cast<float>(c.rms_norm_eps), next_out, stream, n,
@@ -177,42 +170,22 @@ void CudaEngine::Impl::launch_prefill(int n) {
     if (w.full_attention) {
       gemm_rows(w.qkv, pf.u, h_, pf.qkvp, qr, n);
       mark("attention projections", bytes(w.qkv));
-      if (pf.attn_scratch) {  // all tokens: their rows appended, then one split each
-        const float* q = pf.qkvp;
-        cuda::check(kern::attn_prefill(attn, q, q + q_rows, q + q_rows + kv_rows, qr, n, w.q_norm,
-                                       w.k_norm, rope, pf.pos, k_cache[l], v_cache[l], pf.att,
-                                       att_row, pf.attn_scratch, stream),
-                    "attn_prefill");
-      }
-      for (int r = 0; r < n && !pf.attn_scratch; ++r) {
-        if (r > 0) fence();
-        const float* q = pf.qkvp + r * qr;
-        cuda::check(kern::attn_decode(attn, q, q + q_rows, q + q_rows + kv_rows, w.q_norm, w.k_norm,
-                                      rope, pf.pos + r, nullptr, k_cache[l], v_cache[l],
-                                      pf.att + r * att_row, attn_scratch, stream),
-                    "attn_decode");
-      }
+      const float* q = pf.qkvp;  // every token's rows appended, then one split each
+      cuda::check(kern::attn_prefill(attn, q, q + q_rows, q + q_rows + kv_rows, qr, n, w.q_norm,
+                                     w.k_norm, rope, pf.pos, k_cache[l], v_cache[l], pf.att,
+                                     att_row, pf.attn_scratch, stream),
+                  "attn_prefill");
       mark("attention", 0);
       gemm_rows(w.o, pf.att, att_row, pf.mix, h_, n);
       mark("attention projections", kern::weight_bytes(w.o));
     } else {
       gemm_rows(w.gdn_in, pf.u, h_, pf.gin, gr, n);
       mark("DeltaNet projections", bytes(w.gdn_in));
-      const kern::GdnParams params{w.conv, w.dt_bias, w.a_log, w.gdn_norm};
-      if (pf.gdn_scratch) {  // all tokens in one call, the state kept on chip
-        const float* zr = pf.gin + c.conv_dim();
-        cuda::check(kern::gdn_prefill(gdn, params, pf.gin, zr, zr + vd, zr + vd + nv, gr, n, pf.pos,
-                                      {conv[l], ssm[l]}, pf.core, vd, pf.gdn_scratch, stream),
-                    "gdn_prefill");
-      }
-      for (int r = 0; r < n && !pf.gdn_scratch; ++r) {
-        if (r > 0) fence();
-        const float* g = pf.gin + r * gr;  // qkv | z | b | a
-        const float* zr = g + c.conv_dim();
-        cuda::check(kern::gdn_decode(gdn, params, g, zr, zr + vd, zr + vd + nv, pf.pos + r,
-                                     {conv[l], ssm[l]}, pf.core + r * vd, stream),
-                    "gdn_decode");
-      }
+      const float* zr = pf.gin + c.conv_dim();  // qkv | z | b | a; the state kept on chip
+      cuda::check(kern::gdn_prefill(gdn, {w.conv, w.dt_bias, w.a_log, w.gdn_norm}, pf.gin, zr,
+                                    zr + vd, zr + vd + nv, gr, n, pf.pos, {conv[l], ssm[l]},
+                                    pf.core, vd, pf.gdn_scratch, stream),
+                  "gdn_prefill");
       mark("DeltaNet recurrence", 0);
       gemm_rows(w.out, pf.core, vd, pf.mix, h_, n);
       mark("DeltaNet projections", kern::weight_bytes(w.out));
@@ -287,16 +260,17 @@ int32_t CudaEngine::prefill(std::span<const int32_t> tokens, float* logits) {
   Impl& s = *impl_;
   if (tokens.empty()) throw Error(Errc::kUsage, "prefill: no tokens");
   const size_t v = static_cast<size_t>(s.m->config.vocab_size);
-  if (s.pf.cap == 0) {  // no prefill buffers: pairs, then a step for an odd count
+  if (s.pf.cap == 0) {  // no prefill buffers: advance's pairs (the last row's logits kept)
     std::vector<float> two(logits ? 2 * v : 0);
     int32_t top[2] = {0, 0};
-    size_t i = 0;
-    for (; i + 2 <= tokens.size(); i += 2) {
-      const bool last = i + 2 == tokens.size();
-      verify2(tokens.data() + i, top, last && logits ? two.data() : nullptr);
-      if (last && logits) std::copy(two.begin() + static_cast<int64_t>(v), two.end(), logits);
+    size_t take = 0;
+    for (size_t i = 0; i < tokens.size(); i += take) {
+      take = std::min<size_t>(2, tokens.size() - i);
+      const bool last = i + take == tokens.size();
+      advance(tokens.subspan(i, take), top, last && logits ? two.data() : nullptr);
     }
-    return i < tokens.size() ? step(tokens[i], logits) : top[1];
+    if (logits) std::copy_n(two.begin() + static_cast<int64_t>((take - 1) * v), v, logits);
+    return top[take - 1];
   }
   for (size_t i = 0; i < tokens.size(); i += static_cast<size_t>(s.pf.cap)) {
     const int n = static_cast<int>(std::min<size_t>(tokens.size() - i, s.pf.cap));

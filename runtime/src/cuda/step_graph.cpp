@@ -36,13 +36,8 @@ void CudaEngine::Impl::gemv(const kern::DeviceLinear& w, const float* in, float*
 
 void CudaEngine::Impl::gemv(const cuda::RowGroup& g, const float* in, float* out,
                             const kern::GemvBatch& batch, const char* family, cudaStream_t on) {
-  if (g.fused.n > 0) {
-    gemv(g.fused, in, out, batch, family, on);
-    return;
-  }
-  for (size_t j = 0; j < g.parts.size(); ++j) {
-    gemv(g.parts[j], in, out + g.offsets[j], batch, family, on);
-  }
+  each_part(g, out,
+            [&](const kern::DeviceLinear& w, float* dst) { gemv(w, in, dst, batch, family, on); });
 }
 
 std::pair<kern::SharedProduct, kern::SharedProduct> CudaEngine::Impl::shared_slots(

@@ -16,8 +16,7 @@ namespace qf::rt {
 void CudaEngine::Impl::gemv2(const kern::DeviceLinear& w, const float* in, size_t in_stride,
                              float* out, size_t out_stride, const char* family, cudaStream_t on,
                              int k_splits) {
-  kern::DeviceLinear one = w;  // both slots read matrix 0
-  one.w_stride = one.scale_stride = one.zero_stride = one.block_scale_stride = 0;
+  const kern::DeviceLinear one = one_matrix(w);  // both slots read matrix 0
   kern::GemvBatch batch{2, nullptr, in_stride, out_stride};
   batch.k_splits = k_splits;
   batch.split_stride = k_splits > 1 ? static_cast<size_t>(m->config.hidden_size) : 0;
@@ -26,13 +25,9 @@ void CudaEngine::Impl::gemv2(const kern::DeviceLinear& w, const float* in, size_
 
 void CudaEngine::Impl::gemv2(const cuda::RowGroup& g, const float* in, size_t in_stride, float* out,
                              size_t out_stride, const char* family, cudaStream_t on) {
-  if (g.fused.n > 0) {
-    gemv2(g.fused, in, in_stride, out, out_stride, family, on);
-    return;
-  }
-  for (size_t j = 0; j < g.parts.size(); ++j) {
-    gemv2(g.parts[j], in, in_stride, out + g.offsets[j], out_stride, family, on);
-  }
+  each_part(g, out, [&](const kern::DeviceLinear& w, float* dst) {
+    gemv2(w, in, in_stride, dst, out_stride, family, on);
+  });
 }
 
 void CudaEngine::Impl::out_proj_add_norm2(const kern::DeviceLinear& w, const float* in,
@@ -49,10 +44,30 @@ void CudaEngine::Impl::out_proj_add_norm2(const kern::DeviceLinear& w, const flo
               "add_rms_norm");
 }
 
+void CudaEngine::Impl::experts_by_slot(const cuda::DeviceMoe& w, const float* in, int rows,
+                                       const int* ids_in, float* gu_out, float* h_out, float* y_out,
+                                       bool ids_early) {
+  const ckpt::Qwen35Config& c = m->config;
+  const int k = static_cast<int>(c.num_experts_per_tok), slots = rows * k,
+            im = static_cast<int>(c.moe_intermediate_size);
+  const size_t h = static_cast<size_t>(c.hidden_size), im_ = static_cast<size_t>(im);
+  kern::GemvBatch gu{slots, ids_in, h, im_};
+  gu.slots_per_x = k;  // slots r k .. r k + k - 1 on row r's input
+  if (w.gate_up.swiglu_pairs) {
+    cuda::check(kern::gemv_swiglu(w.gate_up.fused, in, h_out, gu, stream), "gemv_swiglu experts");
+  } else {
+    gu.y_stride = 2 * im_;
+    gemv(w.gate_up, in, gu_out, gu, "experts (INT4 MoE)");
+    cuda::check(kern::swiglu(gu_out, gu_out + im, im, slots, 2 * im_, h_out, stream), "swiglu");
+  }
+  kern::GemvBatch down{slots, ids_in, im_, h};
+  down.ids_early = ids_early;
+  gemv(w.down, h_out, y_out, down, "experts (INT4 MoE)");
+}
+
 void CudaEngine::Impl::moe2(const cuda::DeviceMoe& w, const float* next_norm, float* next_out) {
   const ckpt::Qwen35Config& c = m->config;
   const int h = static_cast<int>(c.hidden_size), k = static_cast<int>(c.num_experts_per_tok),
-            im = static_cast<int>(c.moe_intermediate_size),
             is = static_cast<int>(c.shared_expert_intermediate_size),
             e = static_cast<int>(c.num_experts);
   const bool branch = o.parallel_shared;
@@ -69,21 +84,9 @@ void CudaEngine::Impl::moe2(const cuda::DeviceMoe& w, const float* next_norm, fl
   gemv2(w.router, u, h, rl, e + 1, "router");  // and the shared expert's gate logit
   cuda::check(kern::router_topk(rl, e, k, ids, rweights, stream, 2, static_cast<size_t>(e) + 1),
               "router_topk");
-  // Both rows' experts in one launch: slots 0 .. k - 1 on row 0's u, k .. 2k - 1 on row 1's
-  // (H100, 122B: a verify pass 5327-5329 -> 4914-4936 us against a launch per row).
-  kern::GemvBatch both{2 * k, ids, static_cast<size_t>(h), static_cast<size_t>(im)};
-  both.slots_per_x = k;
-  if (w.gate_up.swiglu_pairs) {
-    cuda::check(kern::gemv_swiglu(w.gate_up.fused, u, eh, both, stream), "gemv_swiglu experts");
-  } else {
-    both.y_stride = 2 * static_cast<size_t>(im);
-    gemv(w.gate_up, u, egu, both, "experts (INT4 MoE)");
-    cuda::check(kern::swiglu(egu, egu + im, im, 2 * k, 2 * static_cast<size_t>(im), eh, stream),
-                "swiglu");
-  }
-  kern::GemvBatch down{2 * k, ids, static_cast<size_t>(im), static_cast<size_t>(h)};
-  down.ids_early = true;  // written two launches back
-  gemv(w.down, eh, ey, down, "experts (INT4 MoE)");
+  // Both rows' experts in one launch each (H100, 122B: a verify pass 5327-5329 -> 4914-4936 us
+  // against a launch per row); the down product's ids were written two launches back.
+  experts_by_slot(w, u, 2, ids, egu, eh, ey, true);
   if (branch) cuda::check(cudaStreamWaitEvent(stream, join), "cudaStreamWaitEvent");
   cuda::check(kern::moe_combine_norm(ey, rweights, k, sy, rl + e, h, x, next_norm,
                                      static_cast<float>(c.rms_norm_eps), next_out, stream, 2,

@@ -41,8 +41,9 @@ struct CudaOptions {
   // qforge serve): another copy of the DeltaNet states and conv histories (~72 MB at 122B-A10B).
   bool snapshots = false;
   // Batched prefill (prefill / advance of three or more tokens): tokens per pass, each
-  // projection's weights read once per pass (kern::gemm where it takes them); 0: no prefill
-  // buffers (~110 MB at 122B-A10B for 256), prompts go in pairs.
+  // projection's weights read once per pass (kern::gemm where it takes them); 0, or mixer
+  // shapes the prefill kernels do not take (none of Qwen3.5's): no prefill buffers (~110 MB at
+  // 122B-A10B for 256), prompts go in pairs.
   int prefill_chunk = 256;
   // Timing studies only (qforge bench --skip): launches left out of every step, named as in
   // kSkippableLaunches, so that the step time without them bounds what fusing them away could
@@ -142,12 +143,13 @@ class CudaEngine {
   // CudaOptions::prefill_chunk tokens. Each pass runs every layer over its tokens: the
   // projections and experts read their weights once per pass (kern::gemm, the routed experts
   // grouped by kern::gemm_route; gemv with a slot per token where gemm does not take a format),
-  // the DeltaNet and attention kernels run token by token. Returns the last token's argmax and
-  // copies its logits [V] to `logits` when not null; its hidden state stays on the device (as a
-  // step's), and step_greedy continues from the argmax. Results equal steps' up to the order of
-  // the sums (kern::gemm adds its 128-column segments in another order than the GEMV). The MTP
-  // head is not run. Falls back to pairs (verify2) and steps without prefill buffers
-  // (prefill_chunk 0). Error(kUsage) as step.
+  // the DeltaNet layers run kern::gdn_prefill and attention kern::attn_prefill over all the
+  // pass's tokens. Returns the last token's argmax and copies its logits [V] to `logits` when
+  // not null; its hidden state stays on the device (as a step's), and step_greedy continues from
+  // the argmax. Results equal steps' up to the order of the sums (kern::gemm adds its 128-column
+  // segments in another order than the GEMV; attention sums its context in one split). The MTP
+  // head is not run. Without prefill buffers (CudaOptions::prefill_chunk) it goes through
+  // advance's pairs. Error(kUsage) as step.
   int32_t prefill(std::span<const int32_t> tokens, float* logits = nullptr);
 
   // One step launched kernel by kernel with events between them: time and bytes per family.
