@@ -35,8 +35,8 @@
 // to-back launches on a stream, gemm's limb staging included) and gemm's GB/s over the weights
 // its entries touch (each expert counted once).
 //
-// Usage: qforge-bench-gemv [--iters N] [--gemm]   (launches per timing, default 200; 5 timings,
-// median)
+// Usage: qforge-bench-gemv [--iters N] [--gemm [T]]   (launches per timing, default 200; 5
+// timings, median; --gemm T: that token count only)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -271,7 +271,7 @@ double time_calls(Run run, int reps, cudaStream_t stream) {
 }
 
 // --gemm (file comment).
-void gemm_section(cudaStream_t stream, double copy) {
+void gemm_section(cudaStream_t stream, double copy, int only_t) {
   using qf::kern::GemmRows;
   constexpr int kMaxT = 512, kTopK = 8, kExperts = 256;
   Stack gdn_in = make_stack(WeightKind::kInt4, 20608, 3072, 1, 128, 7);
@@ -305,6 +305,7 @@ void gemm_section(cudaStream_t stream, double copy) {
   std::printf("%-26s %5s | %9s %9s %7s | %8s %6s\n", "product", "T", "gemv", "gemm", "ratio",
               "GB/s", "%copy");
   for (const int T : {1, 4, 16, 64, 128, 256, 512}) {
+    if (only_t > 0 && T != only_t) continue;
     std::vector<int> count(kExperts, 0), offsets(kExperts + 1, 0), rows;
     for (int i = 0; i < T * kTopK; ++i) ++count[ids[i]];
     for (int e = 0; e < kExperts; ++e) offsets[e + 1] = offsets[e] + count[e];
@@ -410,18 +411,74 @@ void gemm_section(cudaStream_t stream, double copy) {
   }
 }
 
+// The MoE block's two products as the engine can launch them: the routed experts alone
+// (gemv_swiglu; down with its ids early), and the same launches with the FP8 shared expert as a
+// ninth expert (gemv_moe: its gate | up [2048 x 3072] unpaired with SwiGLU, its down [3072 x
+// 1024] with the sigmoid gate folded in), as the "INT4 MoE GEMV" is specified. Bytes are
+// every matrix the launch reads (8 routed + the shared one); the shared copies rotate as the ids
+// do, so L2 serves none of them.
+template <class Ceiling>
+void moe_ninth_expert_rows(const DeviceLinear& gate_up, const DeviceLinear& down, const int* ids,
+                           const float* x, float* y, int iters, double copy, Ceiling& ceiling,
+                           cudaStream_t stream) {
+  Stack sh_gu = make_stack(WeightKind::kFp8, 2048, 3072, kSets, 128, 9);
+  Stack sh_dn = make_stack(WeightKind::kFp8, 3072, 1024, kSets, 128, 10);
+  DeviceBuffer<float> gate(1), sx(1024);
+  fill_value<float>(gate, 0.25f);
+  fill_value<float>(sx, 0.125f);
+  const DeviceLinear none{};
+  auto rotated = [](const DeviceLinear& w, int i) {
+    DeviceLinear r = w;
+    r.w = static_cast<const uint8_t*>(w.w) + (i % kSets) * w.w_stride;
+    r.block_scale = w.block_scale + (i % kSets) * w.block_scale_stride;
+    return r;
+  };
+  struct Row {
+    const char* name;
+    const DeviceLinear& experts;
+    const DeviceLinear& shared;
+    bool swiglu;
+  };
+  std::printf("\nthe MoE products with the FP8 shared expert as a ninth expert (gemv_moe)\n");
+  for (const Row& r : {Row{"moe gate|up swiglu, 8 routed  ", gate_up, none, true},
+                       Row{"  + fp8 shared [2048x3072]    ", gate_up, sh_gu.lin, true},
+                       Row{"moe down (ids early), 8 routed", down, none, false},
+                       Row{"  + fp8 shared [3072x1024] gate", down, sh_dn.lin, false}}) {
+    const size_t bytes =
+        qf::kern::weight_bytes(r.experts) * 8 + (r.shared.n ? qf::kern::weight_bytes(r.shared) : 0);
+    auto launch = [&](int i, cudaStream_t s) {
+      GemvBatch b{8, ids + (i % kSets) * 8, r.swiglu ? 0u : 1024u, r.swiglu ? 1024u : 3072u};
+      b.ids_early = !r.swiglu;
+      if (r.shared.n == 0) {
+        return r.swiglu ? qf::kern::gemv_swiglu(r.experts, x, y, b, s)
+                        : qf::kern::gemv(r.experts, x, y, b, s);
+      }
+      const qf::kern::SharedProduct sh{rotated(r.shared, i), r.swiglu ? x : sx.data(),
+                                       y + 8 * b.y_stride, r.swiglu ? nullptr : gate.data()};
+      return qf::kern::gemv_moe(r.experts, x, y, b, r.swiglu, sh, s);
+    };
+    const Timing t = time_launches(launch, iters, stream);
+    const double gbps = bytes / (t.stream_us * 1e3), graph_gbps = bytes / (t.graph_us * 1e3);
+    std::printf("%-31s %7.1f | %7.2f %8.0f %5.0f%% | %7.2f %8.0f %5.0f%% | %5.0f%% %5.0f%%\n",
+                r.name, bytes / 1e6, t.stream_us, gbps, 100.0 * gbps / copy, t.graph_us, graph_gbps,
+                100.0 * graph_gbps / copy, ceiling(bytes, false), ceiling(bytes, true));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int iters = 200;
   bool gemm = false;
+  int only_t = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
       iters = std::max(1, std::atoi(argv[++i]));
     } else if (std::strcmp(argv[i], "--gemm") == 0) {
       gemm = true;
+      if (i + 1 < argc && argv[i + 1][0] != '-') only_t = std::atoi(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: qforge-bench-gemv [--iters N] [--gemm]\n");
+      std::fprintf(stderr, "usage: qforge-bench-gemv [--iters N] [--gemm [T]]\n");
       return 1;
     }
   }
@@ -439,7 +496,7 @@ int main(int argc, char** argv) {
   const double copy = copy_gbps(stream);
   std::printf("device-to-device copy: %.0f GB/s (read + write)\n\n", copy);
   if (gemm) {
-    gemm_section(stream, copy);
+    gemm_section(stream, copy, only_t);
     QF_CUDA_CHECK(cudaStreamDestroy(stream));
     return 0;
   }
@@ -584,6 +641,8 @@ int main(int argc, char** argv) {
       }
     }
   }
+  moe_ninth_expert_rows(gate_up.lin, down.lin, moe_ids.data(), x.data(), y.data(), iters, copy,
+                        read_ceiling, stream);
   QF_CUDA_CHECK(cudaStreamDestroy(stream));
   return 0;
 }

@@ -1,16 +1,30 @@
 // INT4 products of many rows of x (gemm.h) on the integer tensor cores, in two launches:
 //   1. every row of x into 8-bit limbs and SegStats in the scratch (one warp per 128-column
 //      segment: int4_mma.cuh's stage_segment, so the limbs are the INT4 gemv's);
-//   2. one warp per kTiles tiles of 16 weight rows of a matrix: for each pass of up to kPass
-//      entries it walks the tiles' segments, loads each 1 KB unit once and runs it against every
-//      pair of entries, one mma.sync.m16n8k32 per 32 columns, pair and tile: B columns 0..3 hold
-//      the limbs of the pair's first entry, 4..7 those of its second (the gemv leaves 4..7
-//      empty), so lanes t = 0, 1 of the accumulator hold the first entry's H and L sums and
-//      t = 2, 3 the second's; each limb load serves all kTiles tiles.
+//   2. a block of 8 warps per 256 weight rows (kBlockTiles tiles of 16) of a matrix and pass of up
+//      to kPass entries: it streams the segments through a ring of kStages shared-memory stages
+//      by cp.async, kStages - 1 segments ahead (the tiles' 1 KB units and the pass's limbs and
+//      SegStats), and each warp runs its kTiles tiles' units against every pair of entries, one
+//      mma.sync.m16n8k32 per 32 columns, pair and tile: B columns 0..3 hold the limbs of the
+//      pair's first entry, 4..7 those of its second (the gemv leaves 4..7 empty), so lanes t = 0,
+//      1 of the accumulator hold the first entry's H and L sums and t = 2, 3 the second's; each
+//      limb load serves all kTiles tiles.
 // Per segment and entry the exact integer sum is scaled as the gemv does (one rounding to f32,
 // one product with the group scale, one fma with the segment's power of two); the segments are
 // then added in column order. The weights are read once per pass. Numerics and limits otherwise
 // as gemv_int4.cu.
+//
+// Before the ring (each warp loading its units and the limbs with __ldg as it went, 184
+// registers, one block per SM), Nsight Compute on the 122B shapes at 256 tokens (H100) had the
+// SMs issuing in 24% of cycles, most stalls on those loads; qforge-bench-gemv --gemm, µs per token
+// at 256 tokens: DeltaNet in_proj 3.59 -> 1.10, routed gate | up 3.56 -> 1.34 (31% -> 82% of the
+// copy bandwidth over the experts touched), down 2.09 -> 0.74; the 122B prefill 1389 -> 2757
+// tok/s. Measured and not kept (same runs): the high nibbles shifted down so that the four MMAs
+// share accumulators (a shorter epilogue: the same speed with two chains, slower with one); the
+// scales loaded a segment ahead (kStages-deep registers: slower than from L1 in the segment); 6
+// pairs a pass (no spill, in_proj 1.09 -> 1.24 us a token); one block per SM (160 registers:
+// every product 20-35% slower). So ptxas spills 4 bytes on sm_90 at 128 registers (none on
+// sm_121), measured harmless.
 #include <algorithm>
 #include <cstdint>
 
@@ -23,16 +37,22 @@ namespace qf::kern {
 namespace gemv_detail {
 namespace {
 
-constexpr int kPairs = 8;           // pairs of entries per pass
-constexpr int kPass = 2 * kPairs;   // entries per pass
-constexpr int kTiles = 2;           // tiles of 16 rows per warp: each limb load serves both
-constexpr int kMaxPassBlocks = 64;  // dense: blocks along a matrix's passes (grid.z)
+constexpr int kPairs = 8;                     // pairs of entries per pass
+constexpr int kPass = 2 * kPairs;             // entries per pass (16 threads stage each)
+constexpr int kTiles = 2;                     // tiles of 16 rows per warp: a limb load serves both
+constexpr int kBlockTiles = kWarps * kTiles;  // tiles per block
+constexpr int kStages = 3;                    // segments in shared memory (2 in flight)
+constexpr int kGemmBlocks = 2;                // resident blocks per SM the registers allow
+constexpr int kMaxPassBlocks = 64;            // dense: blocks along a tile range's passes
+constexpr int kMaxGroupedPassBlocks = 4;      // grouped: the same per matrix
+static_assert(kPass * 16 <= kThreads, "16 threads stage an entry's limbs");
 
 struct GemmArgs {
   int tiles;          // of 16 rows per matrix
   int segs;           // k / 128
   int seg_shift;      // segment s lies in group s >> seg_shift
   uint32_t n_groups;  // scales per row
+  int pass_blocks;    // blocks sharing a tile range's passes (adjacent in blockIdx.x)
 };
 
 // Warp (row, segment) of x into limbs: 64 uint2 per segment at xq + row * segs * 64, SegStats at
@@ -57,10 +77,9 @@ struct Unit {
   float fa, fb;
   int za, zb;
 };
-__device__ __forceinline__ Unit load_unit(const TileSrc& src, const Mat& m, int s, int seg_shift) {
-  const uint4 wa = __ldg(src.pa + s * src.step), wc = __ldg(src.pb + s * src.step);
-  const uint32_t grp = static_cast<uint32_t>(s) >> seg_shift;
-  const uint32_t sza = load_scale_zero(m, src.sa + grp), szb = load_scale_zero(m, src.sb + grp);
+// From quarter t of rows g and g + 8 (wa, wc: the layout's 1 KB block) and their scale | zero.
+__device__ __forceinline__ Unit make_unit(const uint4& wa, const uint4& wc, uint32_t sza,
+                                          uint32_t szb) {
   Unit u;
   const uint32_t r0[4] = {wa.x, wc.x, wa.y, wc.y}, r1[4] = {wa.z, wc.z, wa.w, wc.w};
 #pragma unroll
@@ -89,65 +108,139 @@ __device__ __forceinline__ void unit_pair(const Unit& u, const uint2 (&b)[4], co
               acc_b);
 }
 
-// Block (x: kWarps * kTiles tiles, y: matrix, z: a share of its passes); warp: kTiles tiles.
+// 16 bytes global -> shared by cp.async (sm_80 and later), through L2 only; src_bytes 0 writes
+// zeros (an entry past the matrix's).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes = 16) {
+  const auto d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+}
+
+// One segment of the block's work in shared memory: its tiles' 1 KB units and the pass's entries'
+// limbs and SegStats. kStages of them form the pipeline.
+struct Stage {
+  uint4 w[kBlockTiles][64];
+  uint2 limbs[kPass][64];
+  uint4 stat[kPass];
+};
+
+// Block (x: kBlockTiles tiles and a share of their passes, y: matrix); warp: kTiles tiles. Per pass
+// the segments stream through kStages stages of shared memory (cp.async, kStages - 1 ahead): each
+// warp copies its own tiles' units, each thread 32 bytes of one entry's limbs (16 threads an
+// entry); the rows' scales and zeros are loaded into registers one segment ahead.
 template <bool kSwiglu>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kGemmBlocks)
     gemm_int4_kernel(const DeviceLinear w, const uint2* __restrict__ xq,
                      const uint2* __restrict__ stats, float* __restrict__ y, const GemmRows r,
                      const GemmArgs a) {
+  extern __shared__ uint4 smem[];
+  Stage* stage = reinterpret_cast<Stage*>(smem);
   const int mat = blockIdx.y;
   const int lo = r.offsets ? __ldg(r.offsets + mat) : 0;
   const int hi = r.offsets ? min(__ldg(r.offsets + mat + 1), r.entries) : r.entries;
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int tile0 =
-      (static_cast<int>(blockIdx.x) * kWarps + static_cast<int>(threadIdx.x >> 5)) * kTiles;
-  if (lo >= hi || tile0 >= a.tiles) return;
+  const int pz = static_cast<int>(blockIdx.x) % a.pass_blocks;
+  if (lo + pz * kPass >= hi) return;  // the whole block
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+  const int tile0 = static_cast<int>(blockIdx.x) / a.pass_blocks * kBlockTiles + warp * kTiles;
   GemvBatch one;
   const Mat m = expert(w, one, mat);
   const int n = w.n, S = a.segs;
-  TileSrc src[kTiles];
+  // The tiles' units (TileSrc) as 32-bit offsets in uint4 from the matrix: fewer registers.
+  const uint4* w4 = reinterpret_cast<const uint4*>(m.w);
+  uint32_t oa[kTiles], ob[kTiles], sa[kTiles], sb[kTiles];
+  int step[kTiles];
 #pragma unroll
-  for (int i = 0; i < kTiles; ++i)
-    src[i] = tile_src(m.w, w.n, w.k, min(tile0 + i, a.tiles - 1), a.n_groups, lane);
-  const uint2 zero2 = make_uint2(0, 0);
+  for (int i = 0; i < kTiles; ++i) {
+    const TileSrc ts = tile_src(m.w, w.n, w.k, min(tile0 + i, a.tiles - 1), a.n_groups, lane);
+    oa[i] = static_cast<uint32_t>(ts.pa - w4);
+    ob[i] = static_cast<uint32_t>(ts.pb - w4);
+    step[i] = ts.step;
+    sa[i] = ts.sa;
+    sb[i] = ts.sb;
+  }
+  const int se = tid >> 4, sc = tid & 15;  // the entry and 32-byte chunk this thread stages
 
-  for (int base = lo + static_cast<int>(blockIdx.z) * kPass; base < hi;
-       base += static_cast<int>(gridDim.z) * kPass) {
-    // Pair p: entries base + 2p (B columns 0..3: lanes < 16; accumulator lanes t < 2) and
-    // base + 2p + 1 (lanes >= 16; t >= 2). Their rows of x (-1: past the matrix's entries).
-    int xb[kPairs], xc[kPairs];
+  for (int base = lo + pz * kPass; base < hi; base += a.pass_blocks * kPass) {
+    const int e = base + se;
+    const int xrow = e < hi ? (r.x_rows ? __ldg(r.x_rows + e) : e) : -1;  // -1: zeros
+    // The entry's limbs and SegStats in uint4 from xq (stats follow the limbs in the scratch).
+    const uint32_t lofs = static_cast<uint32_t>(max(xrow, 0)) * S * 32 + 2 * sc;
+    const uint32_t sofs = static_cast<uint32_t>(stats - xq) / 2 + lofs / 32;
+    const auto fill = [&](int s, int buf) {
+      if (s < S) {
+        Stage& st = stage[buf];
 #pragma unroll
-    for (int p = 0; p < kPairs; ++p) {
-      const int eb = base + 2 * p + (lane >= 16), ec = base + 2 * p + (t >= 2);
-      xb[p] = eb < hi ? (r.x_rows ? __ldg(r.x_rows + eb) : eb) : -1;
-      xc[p] = ec < hi ? (r.x_rows ? __ldg(r.x_rows + ec) : ec) : -1;
-    }
+        for (int i = 0; i < kTiles; ++i) {
+          cp_async16(&st.w[warp * kTiles + i][lane], w4 + oa[i] + s * step[i]);
+          cp_async16(&st.w[warp * kTiles + i][lane + 32], w4 + ob[i] + s * step[i]);
+        }
+        const int have = xrow >= 0 ? 16 : 0;
+        const uint4* x4 = reinterpret_cast<const uint4*>(xq);
+        if (se < kPass) {
+          cp_async16(&st.limbs[se][4 * sc], x4 + lofs + s * 32, have);
+          cp_async16(&st.limbs[se][4 * sc + 2], x4 + lofs + s * 32 + 1, have);
+          if (sc == 0) cp_async16(&st.stat[se], x4 + sofs + s, have);
+        }
+      }
+      cp_async_commit();
+    };
+    // Scale | zero of rows g, g + 8 per tile (from L1 after the pass's first segment).
+    uint32_t cur[kTiles][2];
+    const auto load_sz = [&](int s, uint32_t(&sz)[kTiles][2]) {
+      const uint32_t grp = static_cast<uint32_t>(s) >> a.seg_shift;
+#pragma unroll
+      for (int i = 0; i < kTiles; ++i) {
+        sz[i][0] = load_scale_zero(m, sa[i] + grp);
+        sz[i][1] = load_scale_zero(m, sb[i] + grp);
+      }
+    };
     float acc[kTiles][kPairs][2];
 #pragma unroll
     for (int i = 0; i < kTiles; ++i) {
 #pragma unroll
       for (int p = 0; p < kPairs; ++p) acc[i][p][0] = acc[i][p][1] = 0.0f;
     }
-#pragma unroll 1
-    for (int s = 0; s < S; ++s) {
+    const auto compute = [&](int buf, const uint32_t(&sz)[kTiles][2]) {
+      const Stage& st = stage[buf];
       Unit u[kTiles];
 #pragma unroll
-      for (int i = 0; i < kTiles; ++i) u[i] = load_unit(src[i], m, s, a.seg_shift);
+      for (int i = 0; i < kTiles; ++i) {
+        u[i] = make_unit(st.w[warp * kTiles + i][lane], st.w[warp * kTiles + i][lane + 32],
+                         sz[i][0], sz[i][1]);
+      }
 #pragma unroll
       for (int p = 0; p < kPairs; ++p) {
         if (base + 2 * p >= hi) break;  // the same for the whole warp
-        const uint2* xs = xq + (static_cast<size_t>(max(xb[p], 0)) * S + s) * 64 + (lane & 15);
-        const bool have_b = xb[p] >= 0;
+        // Lanes < 16: B columns 0..3, the pair's first entry; lanes >= 16 its second.
+        const uint2* xs = &st.limbs[2 * p + (lane >> 4)][lane & 15];
         uint2 b[4];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) b[j] = have_b ? __ldg(xs + 16 * j) : zero2;
-        // This lane's entry: its H (t even) or L (t odd) part, from its SegStat.
-        const uint2 ss =
-            xc[p] >= 0 ? __ldg(stats + (static_cast<size_t>(xc[p]) * S + s) * 2 + (t & 1)) : zero2;
+        for (int j = 0; j < 4; ++j) b[j] = xs[16 * j];
+        // This lane's entry (t < 2: the first): its H (t even) or L (t odd) SegStat half.
+        const uint2 ss = reinterpret_cast<const uint2*>(&st.stat[2 * p + (t >> 1)])[t & 1];
 #pragma unroll
         for (int i = 0; i < kTiles; ++i) unit_pair(u[i], b, ss, acc[i][p][0], acc[i][p][1]);
       }
+    };
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) fill(s, s);
+#pragma unroll 1
+    for (int s = 0; s < S; ++s) {
+      cp_async_wait<kStages - 2>();
+      __syncthreads();  // segment s landed; every warp is done with the buffer refilled next
+      fill(s + kStages - 1, (s + kStages - 1) % kStages);
+      load_sz(s, cur);
+      compute(s % kStages, cur);
     }
+    cp_async_wait<0>();
+    __syncthreads();  // the next pass refills every buffer
     // H + L of each entry (lanes t, t ^ 1), written by lanes t = 0 (first entry) and t = 2.
 #pragma unroll
     for (int i = 0; i < kTiles; ++i) {
@@ -157,9 +250,9 @@ __global__ void __launch_bounds__(kThreads)
         if (base + 2 * p >= hi) break;
         const float ya = acc[i][p][0] + __shfl_xor_sync(0xFFFFFFFFu, acc[i][p][0], 1);
         const float yb = acc[i][p][1] + __shfl_xor_sync(0xFFFFFFFFu, acc[i][p][1], 1);
-        const int e = base + 2 * p + (t >> 1);
-        if ((t & 1) || e >= hi || tile >= a.tiles) continue;
-        float* ye = y + static_cast<size_t>(r.y_rows ? __ldg(r.y_rows + e) : e) * r.ldy;
+        const int ye_i = base + 2 * p + (t >> 1);
+        if ((t & 1) || ye_i >= hi || tile >= a.tiles) continue;
+        float* ye = y + static_cast<size_t>(r.y_rows ? __ldg(r.y_rows + ye_i) : ye_i) * r.ldy;
         if constexpr (kSwiglu) {  // paired rows: gate 8T + g (row g), up 8T + g (row g + 8)
           ye[tile * 8 + g] = silu_mul(ya, yb);
         } else {
@@ -212,17 +305,21 @@ cudaError_t gemm(const DeviceLinear& w, const float* x, float* y, const GemmRows
                       stream>>>(x, r.ldx, w.k, r.x_count, xq, stats);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
-  // Dense: the passes spread over grid.z (each block re-reads its tiles' weights, from L2 where
-  // they fit); grouped: a block walks its matrix's passes, the matrices giving the parallelism.
-  const int passes = r.offsets ? 1 : std::min((r.entries + kPass - 1) / kPass, kMaxPassBlocks);
-  const dim3 grid(static_cast<unsigned>((a.tiles + kWarps * kTiles - 1) / (kWarps * kTiles)),
-                  static_cast<unsigned>(r.n_mats), static_cast<unsigned>(passes));
+  // The passes of a tile range spread over pass_blocks blocks, adjacent in blockIdx.x so that
+  // they run together and read the tiles' weights from DRAM about once. Dense: up to
+  // kMaxPassBlocks; grouped: a matrix has at most x_count entries where every row of x picks
+  // distinct matrices (gemm_route), and up to kMaxGroupedPassBlocks (the rest exit at once).
+  const int most = r.offsets ? std::min(r.entries, r.x_count) : r.entries;
+  a.pass_blocks =
+      std::clamp((most + kPass - 1) / kPass, 1, r.offsets ? kMaxGroupedPassBlocks : kMaxPassBlocks);
+  const dim3 grid(static_cast<unsigned>((a.tiles + kBlockTiles - 1) / kBlockTiles * a.pass_blocks),
+                  static_cast<unsigned>(r.n_mats));
   const auto* st = reinterpret_cast<const uint2*>(stats);
-  if (swiglu) {
-    gemm_int4_kernel<true><<<grid, kThreads, 0, stream>>>(w, xq, st, y, r, a);
-  } else {
-    gemm_int4_kernel<false><<<grid, kThreads, 0, stream>>>(w, xq, st, y, r, a);
-  }
+  const auto kernel = swiglu ? gemm_int4_kernel<true> : gemm_int4_kernel<false>;
+  constexpr int smem = kStages * sizeof(Stage);
+  e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (e != cudaSuccess) return e;
+  kernel<<<grid, kThreads, smem, stream>>>(w, xq, st, y, r, a);
   return cudaGetLastError();
 }
 

@@ -181,6 +181,38 @@ TEST(Gemm, GroupedExperts) {
   check({128, 3072, 128, 6, {1, 2, 0, 33, 8, 1}, 0, true}, 32);   // 122B routed gate | up
   check({3072, 1024, 128, 3, {4, 0, 19}}, 33);                    // 122B routed down
   check({64, 256, 128, 5, {7, 0, 18, 1, 9}, 4, true, true}, 34);  // rows gathered and scattered
+  check({64, 256, 128, 2, {70, 5}}, 35);  // 5 passes of matrix 0 over its 4 blocks
+  check({48, 256, 128, 2, {40, 1}, 0, true},
+        36);  // more entries than rows of x: 3 passes, 2 blocks
+}
+
+// With one 128-column segment no order of segments can differ: every entry's row is gemv's bits
+// (the same exact integer sums, converted, scaled and added with the same three roundings).
+TEST(Gemm, OneSegmentIsGemvBitForBit) {
+  QF_REQUIRE_GPU();
+  uint64_t seed = 41;
+  for (const int n : {16, 40, 64}) {
+    SCOPED_TRACE("n " + std::to_string(n));
+    const Case c{n, 128, 128, 1, {19}};
+    const auto t = make_linear(WeightKind::kInt4, n, 128, 1, 128, 128, ++seed);
+    const Product r = run(*t, c, false, ++seed);
+    DeviceBuffer<float> d_x(128), d_y(n);
+    std::vector<float> y(n);
+    int bad = 0;
+    for (int e = 0; e < 19; ++e) {
+      QF_CUDA_CHECK(
+          cudaMemcpy(d_x.data(), r.x.data() + e * r.rows.ldx, d_x.bytes(), cudaMemcpyHostToDevice));
+      ASSERT_EQ(gemv(t->view(true), d_x.data(), d_y.data(), GemvBatch{}, nullptr), cudaSuccess);
+      QF_CUDA_CHECK(cudaMemcpy(y.data(), d_y.data(), d_y.bytes(), cudaMemcpyDeviceToHost));
+      for (int i = 0; i < n; ++i) {
+        if (std::memcmp(&y[i], &r.y[e * r.rows.ldy + i], 4) != 0 && ++bad <= 5) {
+          ADD_FAILURE() << "entry " << e << " row " << i << ": gemm " << r.y[e * r.rows.ldy + i]
+                        << " gemv " << y[i];
+        }
+      }
+    }
+    EXPECT_EQ(bad, 0);
+  }
 }
 
 // gemm_route against its host twin (a counting sort): sizes around the warp's window of 32,
