@@ -31,9 +31,10 @@
 // --gemm: prefill's products instead (gemm.h), T tokens in one gemm against T gemv launches on
 // the same weights, T = 1 .. 512: the DeltaNet in_proj [20608 x 3072]; the routed gate | up with
 // SwiGLU (256 experts [2048 x 3072], 8 distinct random experts per token, the entries grouped by
-// expert) and down [3072 x 1024]. Microseconds per token each way (median of 5 timings of back-
-// to-back launches on a stream, gemm's limb staging included) and gemm's GB/s over the weights
-// its entries touch (each expert counted once).
+// expert) and down [3072 x 1024]; the FP8 shared expert's gate | up [2048 x 3072] (gemv: one launch
+// of T slots on the matrix, as the prefill ran it before gemm took FP8). Microseconds per token
+// each way (median of 5 timings of back- to-back launches on a stream, gemm's limb staging
+// included) and gemm's GB/s over the weights its entries touch (each expert counted once).
 //
 // Usage: qforge-bench-gemv [--iters N] [--gemm [T]]   (launches per timing, default 200; 5
 // timings, median; --gemm T: that token count only)
@@ -277,6 +278,7 @@ void gemm_section(cudaStream_t stream, double copy, int only_t) {
   Stack gdn_in = make_stack(WeightKind::kInt4, 20608, 3072, 1, 128, 7);
   Stack gate_up = make_stack(WeightKind::kInt4, 2048, 3072, kExperts, 128, 1);
   Stack down = make_stack(WeightKind::kInt4, 3072, 1024, kExperts, 128, 2);
+  Stack fp8 = make_stack(WeightKind::kFp8, 2048, 3072, 1, 128, 3);
   DeviceBuffer<float> x(kMaxT * 3072), h(kMaxT * kTopK * 1024), y(kMaxT * kTopK * 3072);
   {
     std::vector<float> v(x.size());
@@ -402,6 +404,27 @@ void gemm_section(cudaStream_t stream, double copy, int only_t) {
           },
           reps, stream);
       out.push_back({"int4 moe down", dv / T, dm / T, qf::kern::weight_bytes(dn) * touched});
+    }
+    {  // the FP8 shared expert's gate | up: T slots of one gemv launch (the engine's way before
+       // gemm took FP8) against gemm
+      const DeviceLinear& w = fp8.lin;
+      GemmRows r;
+      r.entries = r.x_count = T;
+      r.ldx = 3072;
+      r.ldy = 2048;
+      DeviceLinear one = w;  // every slot on the one matrix
+      one.w_stride = one.block_scale_stride = 0;
+      const double gv = time_calls(
+          [&](cudaStream_t s) {
+            return qf::kern::gemv(one, x.data(), y.data(), GemvBatch{T, nullptr, 3072, 2048}, s);
+          },
+          reps, stream);
+      const double gm = time_calls(
+          [&](cudaStream_t s) {
+            return qf::kern::gemm(w, x.data(), y.data(), r, false, scratch.data(), s);
+          },
+          reps, stream);
+      out.push_back({"fp8 shared gate|up", gv / T, gm / T, qf::kern::weight_bytes(w)});
     }
     for (const Row& o : out) {
       const double gbps = o.bytes / (o.gemm_us * T * 1e3);

@@ -28,6 +28,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "cp_async.cuh"
+#include "gemm_fp8.h"
 #include "gemv_common.cuh"
 #include "int4_mma.cuh"
 #include "moe_shared.cuh"
@@ -106,21 +108,6 @@ __device__ __forceinline__ void unit_pair(const Unit& u, const uint2 (&b)[4], co
   mma_u8s8(dh, u.hi[1][0], u.hi[1][1], u.hi[1][2], u.hi[1][3], b[3]);
   add_segment(dl, dh, u.fa, u.fb, u.za, u.zb, __uint_as_float(ss.x), static_cast<int>(ss.y), acc_a,
               acc_b);
-}
-
-// 16 bytes global -> shared by cp.async (sm_80 and later), through L2 only; src_bytes 0 writes
-// zeros (an entry past the matrix's).
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes = 16) {
-  const auto d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
 }
 
 // One segment of the block's work in shared memory: its tiles' 1 KB units and the pass's entries'
@@ -275,11 +262,13 @@ bool gemm_ok(const DeviceLinear& w, bool swiglu) {
   using namespace gemv_detail;
   GemvBatch b;
   b.n_slots = 2;  // a stack: experts 16-byte aligned too
+  if (w.kind == WeightKind::kFp8) return !swiglu && gemm_fp8_ok(w);
   if (w.kind != WeightKind::kInt4 || !int4_tiled(w.k) || !int4_mma_ok(w, b)) return false;
   return !swiglu || w.n % 16 == 0;
 }
 
 size_t gemm_scratch_bytes(const DeviceLinear& w, const GemmRows& rows) {
+  if (w.kind == WeightKind::kFp8) return gemv_detail::gemm_fp8_scratch_bytes(w, rows);
   return gemv_detail::limb_bytes(w, rows);
 }
 
@@ -293,6 +282,7 @@ cudaError_t gemm(const DeviceLinear& w, const float* x, float* y, const GemmRows
     return cudaErrorInvalidValue;
   }
   if (r.entries == 0 || r.x_count == 0) return cudaSuccess;
+  if (w.kind == WeightKind::kFp8) return gemm_fp8(w, x, y, r, scratch, stream);
   GemmArgs a;
   a.tiles = (w.n + 15) / 16;
   a.segs = w.k / kSegCols;

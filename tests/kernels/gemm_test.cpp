@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -51,7 +52,8 @@ struct Product {
   }
 };
 
-Product run(const TestLinear& t, const Case& c, bool swiglu, uint64_t seed) {
+Product run(const TestLinear& t, const Case& c, bool swiglu, uint64_t seed,
+            const std::function<void(std::vector<float>&, size_t)>& shape_x = {}) {
   Rng rng{seed};
   Product r;
   const int entries = std::accumulate(c.counts.begin(), c.counts.end(), 0);
@@ -62,6 +64,7 @@ Product run(const TestLinear& t, const Case& c, bool swiglu, uint64_t seed) {
   r.rows.n_mats = c.n_mats;
   r.x.resize(r.rows.x_count * r.rows.ldx);
   for (float& v : r.x) v = rng.uniform(-1.0f, 1.0f);
+  if (shape_x) shape_x(r.x, r.rows.ldx);
   if (c.n_mats > 1 || c.counts.size() > 1) {
     r.offsets.push_back(0);
     for (const int n : c.counts) r.offsets.push_back(r.offsets.back() + n);
@@ -213,6 +216,65 @@ TEST(Gemm, OneSegmentIsGemvBitForBit) {
     }
     EXPECT_EQ(bad, 0);
   }
+}
+
+// FP8 (the shared expert's format, dense): against the exact sums of the decoded weights. x
+// enters as two f16 limbs per 128-column segment, within 2^-23 of the segment's power of two
+// 2^e (max |x| < 2^e), and the tensor cores sum exact products 16 at a time in f32, so
+//   |y - exact| <= sum_c |w_c| 2^(e(c) - 22) + (K / 16 + 16) 2^-22 sum_c |w_c x_c|
+// (margins of 2 on both terms). The x rows span 2^-9 .. 2^9 per segment, so a wrong segment
+// scale cannot hide; entries around the pass of 32 and its groups of 8, tiles past a block's
+// 8, rows picked and scattered, and a 122B-A10B shared expert's shapes.
+void check_fp8(int n, int k, int entries, bool pick, uint64_t seed) {
+  SCOPED_TRACE("fp8 n " + std::to_string(n) + " k " + std::to_string(k) + " entries " +
+               std::to_string(entries) + (pick ? " picked" : ""));
+  const auto t = make_linear(WeightKind::kFp8, n, k, 1, 128, 128, seed);
+  ASSERT_TRUE(gemm_ok(t->view(true), false));
+  EXPECT_FALSE(gemm_ok(t->view(true), true));
+  Case c{n, k, 128, 1, {entries}, 0, pick, pick};
+  const Product r = run(*t, c, false, seed + 1, [&](std::vector<float>& x, size_t ldx) {
+    for (size_t i = 0; i < x.size(); ++i) {  // each segment its own magnitude
+      const int seg = static_cast<int>((i % ldx) / 128), row = static_cast<int>(i / ldx);
+      x[i] *= std::ldexp(1.0f, (seg * 5 + row * 3) % 19 - 9);
+    }
+  });
+  int bad = 0;
+  for (int row = 0; row < r.rows.entries; ++row) {
+    const int e = r.entry_at(row);
+    const float* xe = r.x.data() + (r.x_rows.empty() ? e : r.x_rows[e]) * r.rows.ldx;
+    std::vector<double> seg_scale(k / 128);
+    for (int s = 0; s < k / 128; ++s) {
+      float mx = 0.0f;
+      for (int col = 128 * s; col < 128 * s + 128; ++col) mx = std::max(mx, std::fabs(xe[col]));
+      seg_scale[s] = std::ldexp(1.0, std::ilogb(mx) + 1);
+    }
+    for (int i = 0; i < n; ++i) {
+      double exact = 0.0, abs_sum = 0.0, split = 0.0;
+      for (int col = 0; col < k; ++col) {
+        const double wv = weight_at(*t, 0, i, col);
+        exact += wv * xe[col];
+        abs_sum += std::fabs(wv * xe[col]);
+        split += std::fabs(wv) * seg_scale[col / 128];
+      }
+      const double tol = 2 * (split * 0x1p-22 + (k / 16 + 16) * 0x1p-22 * abs_sum);
+      const float got = r.y[row * r.rows.ldy + i];
+      if (!(std::fabs(got - exact) <= tol) && ++bad <= 5) {
+        ADD_FAILURE() << "entry " << e << " row " << i << ": gpu " << got << " exact " << exact
+                      << " tol " << tol;
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(Gemm, Fp8WithinItsSplitBound) {
+  QF_REQUIRE_GPU();
+  uint64_t seed = 51;
+  for (const int entries : {1, 7, 8, 9, 31, 32, 33, 70}) check_fp8(32, 256, entries, false, ++seed);
+  check_fp8(48, 128, 5, true, ++seed);       // 3 tiles: a block's other warps idle
+  check_fp8(144, 384, 40, true, ++seed);     // 9 tiles: a second block
+  check_fp8(2048, 3072, 37, false, ++seed);  // 122B-A10B shared expert gate | up
+  check_fp8(3072, 1024, 64, true, ++seed);   // and down
 }
 
 // gemm_route against its host twin (a counting sort): sizes around the warp's window of 32,

@@ -2,7 +2,9 @@
 // rows that use its matrix, where gemv reads it once per row. INT4 kernel layout (gemv.h) on the
 // integer tensor cores, x in the same 8-bit limbs as the INT4 gemv (gemv_int4.cu states the
 // numerics), two rows per mma: a row's result differs from gemv's only in the order its
-// 128-column segments are added.
+// 128-column segments are added. FP8 (block-scaled E4M3, dense only: the shared expert) on the
+// f16 tensor cores, x split per 128-column segment into two f16 limbs (gemm_fp8.cu states the
+// numerics): within a few 2^-22 of the exact sums, not gemv's bits.
 //
 // Entries: entry e reads row x_rows[e] of x (nullptr: row e) and writes row y_rows[e] of y
 // (nullptr: row e). Grouped (experts): entries offsets[j] .. offsets[j + 1] - 1 use matrix j of
@@ -31,9 +33,11 @@ struct GemmRows {
 
 // Whether gemm takes `w`: kInt4 in the tiled layout (K a multiple of 128, <= kInt4TileMaxK),
 // 16-byte aligned rows and matrices, groups a power-of-two multiple of 128 columns or one per
-// row; with swiglu also gemv_swiglu's paired rows (n a multiple of 16).
+// row; with swiglu also gemv_swiglu's paired rows (n a multiple of 16). Or kFp8 without swiglu:
+// K a multiple of 128, N of 16, 128 x 128 scale blocks, 16-byte aligned codes (gemm then takes
+// no offsets: cudaErrorNotSupported).
 bool gemm_ok(const DeviceLinear& w, bool swiglu);
-// Device scratch gemm needs: x's rows as limbs.
+// Device scratch gemm needs: x's rows as limbs (INT4: 8-bit, FP8: f16).
 size_t gemm_scratch_bytes(const DeviceLinear& w, const GemmRows& rows);
 // y[e] = W x[x_rows[e]] for every entry; swiglu: w in gemv_swiglu's paired row order, y[e][j] =
 // silu(gate_j) * up_j (n / 2 values), bit for bit swiglu of the rows gemm would write. Device
