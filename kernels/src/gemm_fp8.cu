@@ -158,14 +158,8 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
     for (int q = 0; q < kGroups; ++q) acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = 0.0f;
     const int groups = min(kGroups, (r.entries - base + 7) / 8);  // the same for the block
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) fill(s, s);
-#pragma unroll 1
-    for (int s = 0; s < S; ++s) {
-      cp_async_wait<kStages - 2>();
-      __syncthreads();  // segment s landed; every warp is done with the buffer refilled next
-      fill(s + kStages - 1, (s + kStages - 1) % kStages);
-      const Stage& st = stage[s % kStages];
+    pipeline<kStages>(S, fill, [&](int s, int buf) {
+      const Stage& st = stage[buf];
       const float b = __ldg(bs + s);
       float d[kGroups][4];
 #pragma unroll
@@ -209,9 +203,7 @@ __global__ void __launch_bounds__(kThreads, 2)
           acc[q][3] = fmaf(d[q][3], f1, acc[q][3]);
         }
       }
-    }
-    cp_async_wait<0>();
-    __syncthreads();  // the next pass refills every buffer
+    });
     if (tb * kWarps + warp >= a.tiles) continue;
 #pragma unroll
     for (int q = 0; q < kGroups; ++q) {

@@ -216,18 +216,10 @@ __global__ void __launch_bounds__(kThreads, kGemmBlocks)
         for (int i = 0; i < kTiles; ++i) unit_pair(u[i], b, ss, acc[i][p][0], acc[i][p][1]);
       }
     };
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) fill(s, s);
-#pragma unroll 1
-    for (int s = 0; s < S; ++s) {
-      cp_async_wait<kStages - 2>();
-      __syncthreads();  // segment s landed; every warp is done with the buffer refilled next
-      fill(s + kStages - 1, (s + kStages - 1) % kStages);
+    pipeline<kStages>(S, fill, [&](int s, int buf) {
       load_sz(s, cur);
-      compute(s % kStages, cur);
-    }
-    cp_async_wait<0>();
-    __syncthreads();  // the next pass refills every buffer
+      compute(buf, cur);
+    });
     // H + L of each entry (lanes t, t ^ 1), written by lanes t = 0 (first entry) and t = 2.
 #pragma unroll
     for (int i = 0; i < kTiles; ++i) {

@@ -48,6 +48,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "cp_async.cuh"
 #include "gemv_common.cuh"
 #include "int4_mma.cuh"
 #include "moe_shared.cuh"
@@ -76,7 +77,7 @@ struct Int4Args {
 // kernels' streaming loads (ld_stream: kern::lm_head with its argmax 99 -> 96%) and on the scale
 // and zero loads (step 3096 -> 3166 us), the L2 prefetch-size hints .L2::128B (neutral) and
 // .L2::256B (step +14 us; with evict_first: mixed).
-__device__ __forceinline__ void cp_async16(uint4* dst, const uint4* src) {
+__device__ __forceinline__ void cp_async16_evict_first(uint4* dst, const uint4* src) {
   const auto d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
   uint64_t policy;
   asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
@@ -84,14 +85,6 @@ __device__ __forceinline__ void cp_async16(uint4* dst, const uint4* src) {
                "l"(policy)
                : "memory");
 }
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
-}
-
 constexpr int kU = 3;          // units in flight per warp (the ring's slots)
 constexpr int kPreWait = 2;    // of them issued before the PDL wait (launches not x-first)
 constexpr int kMinBlocks = 2;  // resident blocks per SM the registers are budgeted for
@@ -166,8 +159,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   Src src = locate(i_lo + li);
   auto load_next = [&](int r) {
     if (lj < src.ns) {
-      cp_async16(ring + 64 * r, src.pa + lj * src.step);
-      cp_async16(ring + 64 * r + 32, src.pb + lj * src.step);
+      cp_async16_evict_first(ring + 64 * r, src.pa + lj * src.step);
+      cp_async16_evict_first(ring + 64 * r + 32, src.pb + lj * src.step);
       const uint32_t grp = static_cast<uint32_t>(src.gseg0 + lj) >> args.seg_shift;
       sza[r] = load_scale_zero(m, src.sa + grp);
       szb[r] = load_scale_zero(m, src.sb + grp);
