@@ -223,7 +223,8 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 bool gemm_fp8_ok(const DeviceLinear& w) {
   return w.kind == WeightKind::kFp8 && w.k % 128 == 0 && w.n % 16 == 0 && w.block == 128 &&
-         reinterpret_cast<uintptr_t>(w.w) % 16 == 0;
+         reinterpret_cast<uintptr_t>(w.w) % 16 == 0 &&
+         static_cast<int64_t>(w.n) * w.k < (int64_t{1} << 31);  // 32-bit code offsets
 }
 
 size_t gemm_fp8_scratch_bytes(const DeviceLinear& w, const GemmRows& r) {

@@ -273,6 +273,10 @@ cudaError_t gemm(const DeviceLinear& w, const float* x, float* y, const GemmRows
       (r.offsets == nullptr && r.n_mats != 1)) {
     return cudaErrorInvalidValue;
   }
+  // Both kernels address a row's staged segments (32 uint4 each) by 32-bit offsets.
+  if (static_cast<uint64_t>(r.x_count) * (w.k / kSegCols) * 32 >= (uint64_t{1} << 32)) {
+    return cudaErrorInvalidValue;
+  }
   if (r.entries == 0 || r.x_count == 0) return cudaSuccess;
   if (w.kind == WeightKind::kFp8) return gemm_fp8(w, x, y, r, scratch, stream);
   GemmArgs a;

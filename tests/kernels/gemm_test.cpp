@@ -390,6 +390,22 @@ TEST(Gemm, RefusesWhatItCannotTake) {
   EXPECT_EQ(gemm(t->view(true), nullptr, nullptr, r, false, nullptr, nullptr),
             cudaErrorInvalidValue);
   r.ldx = 256;
+  r.x_count = 1 << 30;  // its staged segments past 32-bit offsets
+  EXPECT_EQ(gemm(t->view(true), nullptr, nullptr, r, false, nullptr, nullptr),
+            cudaErrorInvalidValue);
+  r.x_count = 1;
+  // FP8: dense only, no SwiGLU epilogue, 128 x 128 scale blocks.
+  const auto fp8 = make_linear(WeightKind::kFp8, 32, 256, 2, 128, 128, 54);
+  const auto fp8_64 = make_linear(WeightKind::kFp8, 32, 256, 1, 128, 64, 55);
+  EXPECT_TRUE(gemm_ok(fp8->view(true), false));
+  EXPECT_FALSE(gemm_ok(fp8->view(true), true));
+  EXPECT_FALSE(gemm_ok(fp8_64->view(true), false));
+  DeviceBuffer<int> d_off(3);
+  GemmRows grouped = r;
+  grouped.n_mats = 2;
+  grouped.offsets = d_off.data();
+  EXPECT_EQ(gemm(fp8->view(true), nullptr, nullptr, grouped, false, nullptr, nullptr),
+            cudaErrorNotSupported);
   r.entries = 0;
   EXPECT_EQ(gemm(t->view(true), nullptr, nullptr, r, false, nullptr, nullptr), cudaSuccess);
 }

@@ -42,7 +42,7 @@ size_t gemm_scratch_bytes(const DeviceLinear& w, const GemmRows& rows);
 // y[e] = W x[x_rows[e]] for every entry; swiglu: w in gemv_swiglu's paired row order, y[e][j] =
 // silu(gate_j) * up_j (n / 2 values), bit for bit swiglu of the rows gemm would write. Device
 // pointers; stream-ordered, allocates nothing, graph-capturable. cudaErrorNotSupported where
-// !gemm_ok, cudaErrorInvalidValue for bad rows.
+// !gemm_ok, cudaErrorInvalidValue for bad rows (or x_count * K / 4 >= 2^32).
 cudaError_t gemm(const DeviceLinear& w, const float* x, float* y, const GemmRows& rows, bool swiglu,
                  void* scratch, cudaStream_t stream);
 // Host twin on host arrays (offsets, x_rows and y_rows host pointers): gemv_ref /
