@@ -121,7 +121,7 @@ struct Stage {
 // Block (x: kBlockTiles tiles and a share of their passes, y: matrix); warp: kTiles tiles. Per pass
 // the segments stream through kStages stages of shared memory (cp.async, kStages - 1 ahead): each
 // warp copies its own tiles' units, each thread 32 bytes of one entry's limbs (16 threads an
-// entry); the rows' scales and zeros are loaded into registers one segment ahead.
+// entry); the rows' scales and zeros are read in their segment (from L1 after the first).
 template <bool kSwiglu>
 __global__ void __launch_bounds__(kThreads, kGemmBlocks)
     gemm_int4_kernel(const DeviceLinear w, const uint2* __restrict__ xq,
