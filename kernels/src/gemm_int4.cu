@@ -23,7 +23,7 @@
 // share accumulators (a shorter epilogue: the same speed with two chains, slower with one); the
 // scales loaded a segment ahead (kStages-deep registers: slower than from L1 in the segment); 6
 // pairs a pass (no spill, in_proj 1.09 -> 1.24 us a token); one block per SM (160 registers:
-// every product 20-35% slower). So ptxas spills 4 bytes on sm_90 at 128 registers (none on
+// every product 9-34% slower). So ptxas spills 4 bytes on sm_90 at 128 registers (none on
 // sm_121), measured harmless.
 #include <algorithm>
 #include <cstdint>
