@@ -52,12 +52,6 @@ __device__ __forceinline__ int xchunk(int entry, int c) {
   return c ^ (entry & 1);
 }
 
-__device__ __forceinline__ uint32_t e4m3x2_f16x2(uint32_t pair) {
-  uint32_t h2;
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(static_cast<unsigned short>(pair)));
-  return h2;
-}
-
 __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
                                         uint32_t b1) {
   asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
@@ -97,7 +91,7 @@ __global__ void __launch_bounds__(kThreads)
 
 struct Fp8Args {
   int tiles, segs, pass_blocks;
-  int cb;  // block scales per row of blocks: k / 128
+  int cb;  // block scales per row of blocks: k / 128 (= segs; folding it in changed sm_90 code)
 };
 
 __global__ void __launch_bounds__(kThreads, 2)

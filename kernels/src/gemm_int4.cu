@@ -17,14 +17,14 @@
 // Before the ring (each warp loading its units and the limbs with __ldg as it went, 184
 // registers, one block per SM), Nsight Compute on the 122B shapes at 256 tokens (H100) had the
 // SMs issuing in 24% of cycles, most stalls on those loads; qforge-bench-gemv --gemm, µs per token
-// at 256 tokens: DeltaNet in_proj 3.59 -> 1.10, routed gate | up 3.56 -> 1.34 (31% -> 82% of the
-// copy bandwidth over the experts touched), down 2.09 -> 0.74; the 122B prefill 1389 -> 2757
-// tok/s. Measured and not kept (same runs): the high nibbles shifted down so that the four MMAs
-// share accumulators (a shorter epilogue: the same speed with two chains, slower with one); the
-// scales loaded a segment ahead (kStages-deep registers: slower than from L1 in the segment); 6
-// pairs a pass (no spill, in_proj 1.09 -> 1.24 us a token); one block per SM (160 registers:
-// every product 9-34% slower). So ptxas spills 4 bytes on sm_90 at 128 registers (none on
-// sm_121), measured harmless.
+// at 256 tokens, both kernels in one run: DeltaNet in_proj 3.54 -> 1.09, routed gate | up 3.56 ->
+// 1.34 (31% -> 83% of the copy bandwidth over the experts touched), down 2.07 -> 0.76; the 122B
+// prefill 1390 -> 2846 tok/s. Measured and not kept (same runs): the high nibbles shifted down so
+// that the four MMAs share accumulators (a shorter epilogue: the same speed with two chains, slower
+// with one); the scales loaded a segment ahead (kStages-deep registers: slower than from L1 in the
+// segment); 6 pairs a pass (no spill, in_proj 1.09 -> 1.24 us a token); one block per SM (160
+// registers: every product 9-34% slower). So ptxas spills 4 bytes on sm_90 at 128 registers (none
+// on sm_121), measured harmless.
 #include <algorithm>
 #include <cstdint>
 
@@ -170,7 +170,7 @@ __global__ void __launch_bounds__(kThreads, kGemmBlocks)
         }
         const int have = xrow >= 0 ? 16 : 0;
         const uint4* x4 = reinterpret_cast<const uint4*>(xq);
-        if (se < kPass) {
+        if (se < kPass) {  // always at kPass 16; dropping the test changed sm_90 code
           cp_async16(&st.limbs[se][4 * sc], x4 + lofs + s * 32, have);
           cp_async16(&st.limbs[se][4 * sc + 2], x4 + lofs + s * 32 + 1, have);
           if (sc == 0) cp_async16(&st.stat[se], x4 + sofs + s, have);

@@ -57,11 +57,15 @@ __device__ __forceinline__ float f16_bits_to_f32(uint32_t h) {
   return __half2float(__ushort_as_half(static_cast<unsigned short>(h)));
 }
 
-// Two E4M3 codes (low byte first) as exact f32 values (cvt.rn.f16x2.e4m3x2: sm_89 and later,
-// sm_90 and sm_121 alike; e4m3 -> f16 -> f32 is exact).
-__device__ __forceinline__ float2 e4m3x2(uint32_t pair) {
+// Two E4M3 codes (low byte first) as exact f16x2 (the first in the low half; cvt.rn.f16x2.e4m3x2:
+// sm_89 and later, sm_90 and sm_121 alike), and as exact f32 values (e4m3 -> f16 -> f32).
+__device__ __forceinline__ uint32_t e4m3x2_f16x2(uint32_t pair) {
   uint32_t h2;
   asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(static_cast<unsigned short>(pair)));
+  return h2;
+}
+__device__ __forceinline__ float2 e4m3x2(uint32_t pair) {
+  const uint32_t h2 = e4m3x2_f16x2(pair);
   return make_float2(f16_bits_to_f32(h2 & 0xFFFFu), f16_bits_to_f32(h2 >> 16));
 }
 
