@@ -357,8 +357,8 @@ TEST(CudaGoldenTiny, SharedExpertInTheExpertLaunchesEqualsTheCpuReference) {
                            c = prompt_logits(cpu, prompt, vocab);
   expect_same(c, s, vocab, 1e-4, "tiny hybrid shared in experts vs cpu");
   expect_same(c, w, vocab, 1e-4, "tiny hybrid shared launches vs cpu");
-  // Batched prefill: INT4 through kern::gemm, the FP8 shared expert and BF16 router as gemv
-  // slots.
+  // Batched prefill: INT4 and the FP8 shared expert ([256 x 256], [256 x 128]: shapes gemm_fp8
+  // takes) through kern::gemm, the BF16 router as gemv slots.
   expect_same(c, prefill_logits(own, prompt, vocab), vocab, 1e-4, "tiny hybrid prefill vs cpu");
 }
 
