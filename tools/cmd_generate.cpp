@@ -22,8 +22,10 @@ namespace {
 struct GenerateArgs {
   std::string model, prompt, chat, system, tokens, device = "cpu";
   int64_t max_tokens = 256;
-  std::optional<float> temperature, top_p;
+  std::optional<float> temperature, top_p, min_p, repetition_penalty;
+  float presence_penalty = 0, frequency_penalty = 0;
   std::optional<int> top_k;
+  int logprobs = -1;
   std::optional<uint64_t> seed;
   bool no_think = false, ignore_eos = false, json = false, speculative = false;
   int threads = 0;
@@ -35,6 +37,10 @@ rt::SamplingOptions sampling(const GenerateArgs& a, const rt::GenerationConfig& 
   if (a.temperature) s.temperature = *a.temperature;
   if (a.top_p) s.top_p = *a.top_p;
   if (a.top_k) s.top_k = *a.top_k;
+  if (a.min_p) s.min_p = *a.min_p;
+  if (a.repetition_penalty) s.repetition_penalty = *a.repetition_penalty;
+  s.presence_penalty = a.presence_penalty;
+  s.frequency_penalty = a.frequency_penalty;
   s.seed = a.seed ? *a.seed : std::random_device{}();
   return s;
 }
@@ -46,6 +52,7 @@ int run(const GenerateArgs& a) {
     throw Error(Errc::kUsage, "give exactly one of --prompt, --chat or --tokens");
   }
   if (a.max_tokens < 0) throw Error(Errc::kUsage, "--max-tokens must be >= 0");
+  if (a.logprobs >= 0 && !a.json) throw Error(Errc::kUsage, "--logprobs needs --json");
   const std::filesystem::path dir(a.model);
   const std::unique_ptr<rt::Model> model = rt::Model::load(dir);
   // --tokens needs no tokenizer: without tokenizer.json the output is token ids.
@@ -73,6 +80,13 @@ int run(const GenerateArgs& a) {
   rt::GenerateOptions o;
   o.max_tokens = a.max_tokens;
   o.sampling = sampling(a, gen);
+  o.logprobs = a.logprobs;
+  nlohmann::json logprobs = nlohmann::json::array();
+  o.on_logprobs = [&](const rt::TokenLogprobs& t) {
+    nlohmann::json top = nlohmann::json::array();
+    for (const auto& [id, lp] : t.top) top.push_back({{"id", id}, {"logprob", lp}});
+    logprobs.push_back({{"id", t.id}, {"logprob", t.logprob}, {"top", std::move(top)}});
+  };
   if (!a.ignore_eos) {
     o.stop_ids = gen.eos_token_ids;
     o.stop_ids.push_back(static_cast<int32_t>(model->config().eos_token_id));
@@ -126,8 +140,13 @@ int run(const GenerateArgs& a) {
                         {"temperature", o.sampling.temperature},
                         {"top_p", o.sampling.top_p},
                         {"top_k", o.sampling.top_k},
+                        {"min_p", o.sampling.min_p},
+                        {"presence_penalty", o.sampling.presence_penalty},
+                        {"frequency_penalty", o.sampling.frequency_penalty},
+                        {"repetition_penalty", o.sampling.repetition_penalty},
                         {"prefill_tokens_per_s", prefill_rate},
                         {"decode_tokens_per_s", decode_rate}};
+    if (a.logprobs >= 0) j["logprobs"] = std::move(logprobs);
     if (a.speculative) {
       j["speculative"] = {{"rounds", spec.rounds},
                           {"drafts_kept", spec.accepted},
@@ -169,6 +188,19 @@ Command add_generate(CLI::App& app) {
   sub->add_option("--temperature", a->temperature, "0: greedy (default: generation_config.json)");
   sub->add_option("--top-p", a->top_p, "nucleus mass in (0, 1]");
   sub->add_option("--top-k", a->top_k, "keep the k most likely tokens (0: all)");
+  sub->add_option("--min-p", a->min_p,
+                  "drop tokens less likely than this times the most likely one, in [0, 1]");
+  sub->add_option("--presence-penalty", a->presence_penalty,
+                  "subtracted from the logit of every token generated so far, in [-2, 2]")
+      ->capture_default_str();
+  sub->add_option("--frequency-penalty", a->frequency_penalty,
+                  "subtracted from a logit for each time its token was generated, in [-2, 2]")
+      ->capture_default_str();
+  sub->add_option("--repetition-penalty", a->repetition_penalty,
+                  "> 0: the logits of prompt and generated tokens divided by it (positive) or "
+                  "multiplied (negative); default: generation_config.json, else 1");
+  sub->add_option("--logprobs", a->logprobs,
+                  "--json: each token's log-probability and this many alternatives (0 to 20)");
   sub->add_option("--seed", a->seed, "sampling seed (default: random, printed)");
   sub->add_option("--device", a->device, "cpu (the reference engine) or cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}))

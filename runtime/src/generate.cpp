@@ -9,45 +9,83 @@
 namespace qf::rt {
 
 bool report_token(GenerateResult& r, const GenerateOptions& o,
-                  const std::function<void(int32_t)>& on_token, int32_t id) {
+                  const std::function<void(int32_t)>& on_token, int32_t id,
+                  std::span<const float> raw) {
   if (std::find(o.stop_ids.begin(), o.stop_ids.end(), id) != o.stop_ids.end()) {
     r.finish_reason = "stop";
     return false;
   }
   r.ids.push_back(id);
+  if (o.logprobs >= 0 && o.on_logprobs) o.on_logprobs(token_logprobs(raw, id, o.logprobs));
   on_token(id);
   return static_cast<int64_t>(r.ids.size()) < o.max_tokens;
 }
 
+TokenChooser::TokenChooser(const GenerateOptions& o, int64_t vocab, std::span<const int32_t> prompt)
+    : sampler_(o.sampling),
+      processor_(o.sampling, vocab, prompt),
+      greedy_(o.sampling.temperature == 0.0f),
+      needs_logits_(!greedy_ || !processor_.identity() || o.logprobs >= 0) {
+  if (o.logprobs > kMaxLogprobs) {
+    throw Error(Errc::kUsage, "at most " + std::to_string(kMaxLogprobs) +
+                                  " logprobs a token, asked for " + std::to_string(o.logprobs));
+  }
+}
+
+std::span<const float> TokenChooser::process(std::span<const float> raw,
+                                             std::span<const int32_t> output) {
+  if (processor_.identity()) return raw;
+  processor_.sync(output);
+  work_.resize(raw.size());
+  processor_.apply(raw, work_);
+  return work_;
+}
+
+int32_t TokenChooser::choose(std::span<const float> raw, std::span<const int32_t> output) {
+  const std::span<const float> row = process(raw, output);
+  if (!greedy_) return sampler_.sample(row);
+  return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+}
+
+void TokenChooser::distribution(std::span<const float> raw, std::span<const int32_t> output,
+                                TokenDist& out) {
+  sampler_.distribution(process(raw, output), out);
+}
+
 GenerateResult generate_with(const StepFn& step, int64_t vocab, std::span<const int32_t> prompt,
                              const GenerateOptions& o, const std::function<void(int32_t)>& on_token,
-                             const PrefillFn& prefill) {
+                             const PrefillFn& prefill, size_t done) {
   if (prompt.empty()) throw Error(Errc::kUsage, "the prompt has no tokens");
+  if (done >= prompt.size()) {
+    throw Error(Errc::kUsage, std::to_string(done) + " tokens done of a prompt of " +
+                                  std::to_string(prompt.size()));
+  }
   using clock = std::chrono::steady_clock;
-  const bool greedy = o.sampling.temperature == 0.0f;
-  Sampler sampler(o.sampling);
+  TokenChooser chooser(o, vocab, prompt);
+  const bool copy = chooser.needs_logits();
   const size_t v = static_cast<size_t>(vocab);
-  std::vector<float> logits(greedy ? 0 : v);
-  float* out = greedy ? nullptr : logits.data();
+  std::vector<float> logits(copy ? v : 0);
+  float* out = copy ? logits.data() : nullptr;
   GenerateResult r;
   r.prompt_tokens = static_cast<int64_t>(prompt.size());
   const auto t0 = clock::now();
   int32_t top = 0;
-  const size_t n = prompt.size();
+  const std::span<const int32_t> rest = prompt.subspan(done);
   if (prefill) {
-    top = prefill(prompt, out);
+    top = prefill(rest, out);
   } else {
-    for (size_t i = 0; i < n; ++i) top = step(prompt[i], i + 1 == n ? out : nullptr);
+    for (size_t i = 0; i < rest.size(); ++i)
+      top = step(rest[i], i + 1 == rest.size() ? out : nullptr);
   }
   const auto t1 = clock::now();
   r.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
   r.finish_reason = "length";
   if (o.max_tokens > 0) {
-    const std::span<const float> row(logits.data(), greedy ? 0 : v);
-    int32_t id = greedy ? top : sampler.sample(row);
-    while (report_token(r, o, on_token, id)) {
+    const std::span<const float> row(logits);
+    int32_t id = copy ? chooser.choose(row, r.ids) : top;
+    while (report_token(r, o, on_token, id, row)) {
       top = step(id, out);
-      id = greedy ? top : sampler.sample(row);
+      id = copy ? chooser.choose(row, r.ids) : top;
     }
   }
   r.decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();

@@ -142,7 +142,9 @@ SamplingOptions default_sampling(const GenerationConfig& g) {
     s.temperature = g.temperature.value_or(1.0f);
     s.top_p = g.top_p.value_or(1.0f);
     s.top_k = g.top_k.value_or(0);
+    s.min_p = g.min_p.value_or(0.0f);
   }
+  s.repetition_penalty = g.repetition_penalty.value_or(1.0f);  // a logits processor: greedy too
   return s;
 }
 

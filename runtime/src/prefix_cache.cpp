@@ -64,9 +64,7 @@ GenerateResult PrefixCache::generate(const PrefixEngine& e, std::span<const int3
     keep(prompt, done, 0);
   }
   // What follows leaves the snapshot as it is, whatever it throws (a stop string, a client gone).
-  GenerateResult r =
-      generate_with(e.step, e.vocab, prompt.subspan(done), options, on_token, e.prefill);
-  r.prompt_tokens = static_cast<int64_t>(prompt.size());
+  GenerateResult r = generate_with(e.step, e.vocab, prompt, options, on_token, e.prefill, done);
   r.cached_tokens = static_cast<int64_t>(p.reuse);
   return r;
 }

@@ -19,6 +19,8 @@ Sampler::Sampler(const SamplingOptions& options) : o_(options), rng_(options.see
   }
   if (o_.top_k < 0)
     throw Error(Errc::kUsage, "top-k must be >= 0, got " + std::to_string(o_.top_k));
+  if (!(o_.min_p >= 0.0f && o_.min_p <= 1.0f))
+    throw Error(Errc::kUsage, "min-p must be in [0, 1], got " + std::to_string(o_.min_p));
 }
 
 namespace {
@@ -58,17 +60,18 @@ void top_k_by_scan(std::span<const float> l, int64_t k, std::vector<int32_t>& id
   for (; i < n; ++i) offer(static_cast<int32_t>(i));
 }
 
-// The k largest logits' ids, in that order, into ids[0, k): by a scan for small k, else by a
-// partial sort of every id.
-void top_k_sorted(std::span<const float> l, int64_t k, std::vector<int32_t>& ids) {
+}  // namespace
+
+// By a scan for small k, else by a partial sort of every id.
+void top_k_ids(std::span<const float> l, int64_t k, std::vector<int32_t>& ids) {
+  if (k <= 0) return ids.clear();
   if (k <= kScanTopK) return top_k_by_scan(l, k, ids);
   ids.resize(l.size());
   std::iota(ids.begin(), ids.end(), 0);
   std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
                     [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
+  ids.resize(static_cast<size_t>(k));
 }
-
-}  // namespace
 
 double TokenDist::prob(int32_t id) const {
   // Every id in id order (or `id` where its index would be): no search.
@@ -92,14 +95,23 @@ void Sampler::distribution(std::span<const float> logits, TokenDist& out) {
     throw Error(Errc::kUsage, "a sampling distribution needs a temperature > 0");
   }
   const int64_t n = static_cast<int64_t>(logits.size());
-  const int64_t k = o_.top_k > 0 ? std::min<int64_t>(o_.top_k, n) : n;
+  int64_t k = o_.top_k > 0 ? std::min<int64_t>(o_.top_k, n) : n;
+  // Min-p keeps the ids with exp((l - max) / T) >= min_p, i.e. l >= max + T ln(min_p): like
+  // top-k, a prefix of the ids by decreasing logit, so the two make the shorter prefix.
+  if (o_.min_p > 0.0f) {
+    const float max = *std::max_element(logits.begin(), logits.end());
+    const double cut = max + static_cast<double>(o_.temperature) * std::log(double{o_.min_p});
+    int64_t above = 0;
+    for (const float l : logits) above += static_cast<double>(l) >= cut;
+    k = std::min(k, above);
+  }
   std::vector<float>& w = out.weights;
   // Softmax at the temperature over the top k: weights exp((l - max) / T), summed in double.
   // When all n survive top-k, weights and sum are taken in id order, with no sort.
   int64_t sorted = 0;  // ids_[0, sorted) are the largest logits, in order
   float top = 0;
   if (k < n) {
-    top_k_sorted(logits, k, ids_);
+    top_k_ids(logits, k, ids_);
     sorted = k;
     top = logits[ids_[0]];
   } else {
@@ -122,7 +134,7 @@ void Sampler::distribution(std::span<const float> logits, TokenDist& out) {
     int64_t i = 0;
     for (int64_t m = std::min(k, kScanTopK);; m = std::min(k, 8 * m)) {
       if (sorted < m) {
-        top_k_sorted(logits, m, ids_);
+        top_k_ids(logits, m, ids_);
         sorted = m;
       }
       for (; i < m; ++i) {

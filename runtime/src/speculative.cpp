@@ -25,13 +25,13 @@ GenerateResult generate_speculative(const SpecEngine& e, std::span<const int32_t
                                   std::to_string(prompt.size()));
   }
   using clock = std::chrono::steady_clock;
-  const bool greedy = o.sampling.temperature == 0.0f;
-  Sampler sampler(o.sampling);
+  TokenChooser chooser(o, e.vocab, prompt);
+  const bool copy = chooser.needs_logits(), greedy = chooser.greedy();
   const size_t vocab = static_cast<size_t>(e.vocab);
-  // Sampling: the verify's two rows of logits, the draft's, and their distributions.
-  std::vector<float> logits(greedy ? 0 : 2 * vocab), draft_logits(greedy ? 0 : vocab);
-  const std::span<const float> row0(logits.data(), greedy ? 0 : vocab);
-  const std::span<const float> row1(logits.data() + (greedy ? 0 : vocab), greedy ? 0 : vocab);
+  // With logits: the verify's two rows, the draft's, and the sampling distributions.
+  std::vector<float> logits(copy ? 2 * vocab : 0), draft_logits(copy ? vocab : 0);
+  const std::span<const float> row0(logits.data(), copy ? vocab : 0);
+  const std::span<const float> row1(logits.data() + (copy ? vocab : 0), copy ? vocab : 0);
   TokenDist p, q;
   SpecStats st;
   GenerateResult r;
@@ -45,7 +45,7 @@ GenerateResult generate_speculative(const SpecEngine& e, std::span<const int32_t
     const size_t end = i < prefill.snapshot_at ? prefill.snapshot_at : prompt.size();
     const size_t take = std::min<size_t>(2, end - i);
     const bool last = i + take == prompt.size();
-    e.verify(prompt.subspan(i, take), tops.data(), last ? logits.data() : nullptr);
+    e.verify(prompt.subspan(i, take), tops.data(), last && copy ? logits.data() : nullptr);
     for (size_t j = 0; j < take && i + j + 1 < prompt.size(); ++j) {
       e.draft(static_cast<int>(j), prompt[i + j + 1], nullptr);
       ++st.mtp_steps;
@@ -57,38 +57,52 @@ GenerateResult generate_speculative(const SpecEngine& e, std::span<const int32_t
   const auto t1 = clock::now();
   r.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
   r.finish_reason = "length";
-  const auto emit = [&](int32_t id) { return report_token(r, o, on_token, id); };
+  // Each choice sees the ids reported before it (r.ids) for its penalties.
+  const auto pick = [&](int32_t top, std::span<const float> raw) {
+    return copy ? chooser.choose(raw, r.ids) : top;
+  };
+  const auto emit = [&](int32_t id, std::span<const float> raw) {
+    return report_token(r, o, on_token, id, raw);
+  };
   // `next` is chosen but not consumed; the MTP head drafts from the hidden state of the token
   // before it, row `row` of the last verify.
-  int32_t next = greedy ? tops[static_cast<size_t>(row)] : sampler.sample(row == 0 ? row0 : row1);
-  if (o.max_tokens > 0 && emit(next)) {
+  std::span<const float> next_row = row == 0 ? row0 : row1;
+  int32_t next = pick(tops[static_cast<size_t>(row)], next_row);
+  if (o.max_tokens > 0 && emit(next, next_row)) {
     while (true) {
-      int32_t draft = e.draft(row, next, greedy ? nullptr : draft_logits.data());
-      if (!greedy) {
-        sampler.distribution(draft_logits, q);
-        draft = sampler.draw(q);
+      // The draft and the verify's first row both follow `next`: the same ids before them.
+      int32_t draft = e.draft(row, next, copy ? draft_logits.data() : nullptr);
+      if (copy && greedy) {
+        draft = chooser.choose(draft_logits, r.ids);
+      } else if (!greedy) {
+        chooser.distribution(draft_logits, r.ids, q);
+        draft = chooser.sampler().draw(q);
       }
       ++st.mtp_steps;
       const std::array<int32_t, 2> in = {next, draft};
       std::array<int32_t, 2> got{};
-      e.verify(in, got.data(), greedy ? nullptr : logits.data());
+      e.verify(in, got.data(), copy ? logits.data() : nullptr);
       ++st.rounds;
-      DraftChoice choice{got[0], got[0] == draft};
-      if (!greedy) {
-        sampler.distribution(row0, p);
-        choice = sampler.resolve_draft(p, q, draft);
+      DraftChoice choice;
+      if (greedy) {
+        choice.id = pick(got[0], row0);
+        choice.accepted = choice.id == draft;
+      } else {
+        chooser.distribution(row0, r.ids, p);
+        choice = chooser.sampler().resolve_draft(p, q, draft);
       }
       if (choice.accepted) {
         ++st.accepted;
-        const int32_t after = greedy ? got[1] : sampler.sample(row1);
-        if (!emit(draft) || !emit(after)) break;
+        if (!emit(draft, row0)) break;
+        const int32_t after = pick(got[1], row1);  // after the draft, now reported
+        if (!emit(after, row1)) break;
         e.draft(0, draft, nullptr);  // the MTP head's entry for the accepted draft's position
         ++st.mtp_steps;
         next = after;
         row = 1;
       } else {
         e.reject_last();
-        if (!emit(choice.id)) break;
+        if (!emit(choice.id, row0)) break;
         next = choice.id;
         row = 0;
       }

@@ -2,9 +2,13 @@
 // results equal to the references, streaming text, and clear errors for broken models.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <utility>
+#include <vector>
 
 #include "ckpt_edit.h"
 #include "qf/ckpt/safetensors.h"
@@ -112,6 +116,95 @@ TEST(EngineCli, CudaGreedyGenerateEqualsTheReference) {
   std::string why;
   if (!rt::CudaEngine::available(&why)) GTEST_SKIP() << "no GPU: " << why;
   expect_reference_greedy("cuda");
+}
+
+// --logprobs: the first generated token's logprobs are log-softmax of the reference's logits at
+// the prompt's last position (within twice the logits' 1e-3 x max |logit| bound), its top ids
+// the reference's most likely ones; speculative decoding reports the same as plain.
+void expect_reference_logprobs(const std::string& device) {
+  const fs::path ref = kModel.parent_path() / "reference.safetensors";
+  const std::vector<int32_t> prompt = read<int32_t>(ref, "prompt_ids");
+  const std::vector<float> logits = read<float>(ref, "logits");
+  const size_t vocab = logits.size() / prompt.size();
+  const std::vector<float> last(logits.end() - static_cast<std::ptrdiff_t>(vocab), logits.end());
+  float top = 0, max = last[0];
+  for (const float l : last) top = std::max(top, std::fabs(l)), max = std::max(max, l);
+  double z = 0;
+  for (const float l : last) z += std::exp(static_cast<double>(l) - max);
+  const auto want = [&](int32_t id) { return last[id] - max - std::log(z); };
+  const float tol = 2e-3f * top;
+  std::vector<float> sorted = last;
+  std::sort(sorted.begin(), sorted.end(), std::greater<>());
+  nlohmann::json first;
+  for (const std::string flags : {"", " --speculative"}) {
+    const CommandResult r =
+        qforge_split("generate --model " + kModel.string() + " --tokens " + ids_csv(prompt) +
+                     " --ignore-eos --max-tokens 6 --temperature 0 --logprobs 5 --json --device " +
+                     device + flags);
+    ASSERT_EQ(r.exit_code, 0) << flags << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    ASSERT_EQ(j["logprobs"].size(), 6u) << r.out;
+    const nlohmann::json& lp = j["logprobs"][0];
+    EXPECT_EQ(lp["id"].get<int32_t>(), read<int32_t>(ref, "greedy_ids")[0]);
+    EXPECT_NEAR(lp["logprob"].get<float>(), want(lp["id"].get<int32_t>()), tol) << flags;
+    ASSERT_EQ(lp["top"].size(), 5u);
+    for (const nlohmann::json& t : lp["top"]) {
+      const int32_t id = t["id"].get<int32_t>();
+      EXPECT_NEAR(t["logprob"].get<float>(), want(id), tol) << flags << " id " << id;
+      EXPECT_GE(last[id], sorted[4] - tol) << flags << " id " << id << " is not in the top 5";
+    }
+    for (size_t i = 0; i < j["ids"].size(); ++i) {
+      EXPECT_EQ(j["logprobs"][i]["id"], j["ids"][i]) << flags << " token " << i;
+    }
+    if (flags.empty()) {
+      first = j["logprobs"];
+    } else {
+      for (size_t i = 0; i < first.size(); ++i) {
+        EXPECT_EQ(j["logprobs"][i]["id"], first[i]["id"]) << i;
+        EXPECT_NEAR(j["logprobs"][i]["logprob"].get<float>(), first[i]["logprob"].get<float>(),
+                    1e-5f)
+            << i;
+      }
+    }
+  }
+}
+
+TEST(EngineCli, LogprobsAreTheReferencesLogSoftmax) {
+  expect_reference_logprobs("cpu");
+}
+
+TEST(EngineCli, CudaLogprobsAreTheReferencesLogSoftmax) {
+  std::string why;
+  if (!rt::CudaEngine::available(&why)) GTEST_SKIP() << "no GPU: " << why;
+  expect_reference_logprobs("cuda");
+}
+
+// Penalties reach the sampler (a presence penalty changes greedy ids), and values out of range
+// are refused naming them.
+TEST(EngineCli, PenaltiesChangeGreedyIdsAndBadValuesAreRefused) {
+  const fs::path ref = kModel.parent_path() / "reference.safetensors";
+  const std::string base = "generate --model " + kModel.string() + " --tokens " +
+                           ids_csv(read<int32_t>(ref, "prompt_ids")) +
+                           " --ignore-eos --max-tokens 24 --json --temperature 0";
+  const CommandResult r = qforge_split(base + " --presence-penalty 2 --repetition-penalty 1.5");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_NE(j["ids"].get<std::vector<int32_t>>(), read<int32_t>(ref, "greedy_ids"));
+  EXPECT_FLOAT_EQ(j["presence_penalty"].get<float>(), 2.0f);
+  for (const auto& [flag, what] : std::vector<std::pair<std::string, std::string>>{
+           {" --presence-penalty 2.5", "presence penalty"},
+           {" --frequency-penalty -3", "frequency penalty"},
+           {" --repetition-penalty 0", "repetition penalty"},
+           {" --min-p 1.5", "min-p"},
+           {" --logprobs 21", "logprobs"}}) {
+    const CommandResult bad = qforge(base + flag);
+    EXPECT_EQ(bad.exit_code, 1) << flag << bad.out;
+    EXPECT_NE(bad.out.find(what), std::string::npos) << flag << bad.out;
+  }
+  const CommandResult no_json =
+      qforge("generate --model " + kModel.string() + " --tokens 1,2 --max-tokens 2 --logprobs 1");
+  EXPECT_EQ(no_json.exit_code, 1) << no_json.out;
+  EXPECT_NE(no_json.out.find("--logprobs needs --json"), std::string::npos) << no_json.out;
 }
 
 // --speculative samples with generation_config.json's defaults (the fixture's: temperature 0.6,

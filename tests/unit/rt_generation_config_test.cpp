@@ -59,6 +59,30 @@ TEST(GenerationConfig, SingleEosAndNullsAndBounds) {
   EXPECT_EQ(edges.pad_token_id, 2147483647);
 }
 
+// Sampling fields count when the model samples; the repetition penalty counts either way.
+TEST(GenerationConfig, DefaultSampling) {
+  const auto sampling = [](const char* json) {
+    return default_sampling(parse_generation_config(json, "g.json"));
+  };
+  const SamplingOptions s = sampling(
+      R"({"do_sample": true, "temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.1,
+          "repetition_penalty": 1.05})");
+  EXPECT_EQ(s.temperature, 0.6f);
+  EXPECT_EQ(s.top_p, 0.95f);
+  EXPECT_EQ(s.top_k, 20);
+  EXPECT_EQ(s.min_p, 0.1f);
+  EXPECT_EQ(s.repetition_penalty, 1.05f);
+  const SamplingOptions g = sampling(
+      R"({"do_sample": false, "temperature": 0.6, "min_p": 0.1, "repetition_penalty": 1.05})");
+  EXPECT_EQ(g.temperature, 0.0f);
+  EXPECT_EQ(g.min_p, 0.0f);
+  EXPECT_EQ(g.repetition_penalty, 1.05f);
+  const SamplingOptions none = sampling("{}");
+  EXPECT_EQ(none.temperature, 0.0f);
+  EXPECT_EQ(none.repetition_penalty, 1.0f);
+  EXPECT_EQ(sampling(R"({"temperature": 0.7})").temperature, 0.7f);  // sampling implied
+}
+
 TEST(GenerationConfig, MissingFileGivesDefaults) {
   TempDir dir;
   const GenerationConfig c = load_generation_config(dir.path());

@@ -119,15 +119,19 @@ void PrefixCacheModel::converse(bool speculative) {
   // nothing kept, and its repeat reuses all but its last token.
   const std::vector<Turn> turns = {{t1, false},           {t2, true},           {t3, true},
                                    {"import sys", false}, {"import sys", true}, {t1, false}};
-  for (const float temperature : {0.0f, 0.8f}) {
+  // Greedy, sampled, and greedy with penalties (the repetition penalty takes in the whole
+  // prompt, the reused part included).
+  const std::vector<SamplingOptions> samplings = {
+      {.top_k = 40, .seed = 5},
+      {.temperature = 0.8f, .top_k = 40, .seed = 5},
+      {.presence_penalty = 0.5f, .repetition_penalty = 1.5f}};
+  for (const SamplingOptions& sampling : samplings) {
     PrefixCache cache(im_start);
     for (const Turn& turn : turns) {
       const std::vector<int32_t> prompt = tok_->encode(turn.text);
       GenerateOptions o;
       o.max_tokens = 12;
-      o.sampling.temperature = temperature;
-      o.sampling.top_k = 40;
-      o.sampling.seed = 5;
+      o.sampling = sampling;
       const size_t expected = cache.plan(prompt).reuse;
       int64_t cached = -1;
       const auto none = [](int32_t) {};
@@ -138,7 +142,8 @@ void PrefixCacheModel::converse(bool speculative) {
       const GenerateResult want =
           speculative ? generate_speculative(speculative_engine(*fresh_), prompt, o, none, &want_st)
                       : generate(*fresh_, prompt, o, none);
-      SCOPED_TRACE(turn.text + " at temperature " + std::to_string(temperature) +
+      SCOPED_TRACE(turn.text + " at temperature " + std::to_string(sampling.temperature) +
+                   ", repetition penalty " + std::to_string(sampling.repetition_penalty) +
                    (speculative ? ", speculative" : ""));
       EXPECT_EQ(got.ids, want.ids);
       EXPECT_EQ(got_st.rounds, want_st.rounds);

@@ -70,9 +70,9 @@ TEST(Sampler, TopPKeepsTheSmallestNucleus) {
 // sample() is distribution() then draw(): the same seed, the same ids.
 TEST(Sampler, SampleIsDrawFromDistribution) {
   const std::vector<float> logits = {0.3f, -1.0f, 2.0f, 0.5f, 0.5f, 1.1f, -0.2f};
-  for (const SamplingOptions o : {SamplingOptions{.temperature = 0.9f, .seed = 5},
-                                  SamplingOptions{.temperature = 1.3f, .top_p = 0.8f, .seed = 6},
-                                  SamplingOptions{.temperature = 0.6f, .top_k = 3, .seed = 7}}) {
+  for (const SamplingOptions& o : {SamplingOptions{.temperature = 0.9f, .seed = 5},
+                                   SamplingOptions{.temperature = 1.3f, .top_p = 0.8f, .seed = 6},
+                                   SamplingOptions{.temperature = 0.6f, .top_k = 3, .seed = 7}}) {
     Sampler a(o), b(o);
     TokenDist d;
     b.distribution(logits, d);

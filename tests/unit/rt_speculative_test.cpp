@@ -215,16 +215,35 @@ std::array<double, kSmall> reference_probs(const std::array<float, kSmall>& l, f
   return p;
 }
 
-void expect_plain_distribution(float temperature, int top_k) {
+// The penalties by their definition (vLLM's): repetition over the prompt and the generated
+// ids, then frequency and presence over the generated ones.
+std::array<float, kSmall> penalized(std::array<float, kSmall> l, const std::vector<int32_t>& prompt,
+                                    const std::vector<int32_t>& generated,
+                                    const SamplingOptions& o) {
+  for (int v = 0; v < kSmall; ++v) {
+    const auto n = std::count(generated.begin(), generated.end(), v);
+    if (n > 0 || std::count(prompt.begin(), prompt.end(), v) > 0) {
+      l[v] = l[v] > 0 ? l[v] / o.repetition_penalty : l[v] * o.repetition_penalty;
+    }
+    l[v] -= o.frequency_penalty * static_cast<float>(n) + (n > 0 ? o.presence_penalty : 0.0f);
+  }
+  return l;
+}
+
+void expect_plain_distribution(const SamplingOptions& sampling) {
+  const float temperature = sampling.temperature;
+  const int top_k = sampling.top_k;
   const std::vector<int32_t> prompt = {2, 1};
   constexpr int kRuns = 40000, kLen = 3, kCells = kSmall * kSmall * kSmall;
   std::array<double, kCells> want{};
   for (int c = 0; c < kCells; ++c) {
-    std::vector<int32_t> ctx = prompt;
+    std::vector<int32_t> ctx = prompt, generated;
     double prob = 1;
     for (int i = 0, rest = c; i < kLen; ++i, rest /= kSmall) {
-      prob *= reference_probs(main_logits(ctx), temperature, top_k)[rest % kSmall];
+      const auto l = penalized(main_logits(ctx), prompt, generated, sampling);
+      prob *= reference_probs(l, temperature, top_k)[rest % kSmall];
       ctx.push_back(rest % kSmall);
+      generated.push_back(rest % kSmall);
     }
     want[c] = prob;
   }
@@ -233,7 +252,8 @@ void expect_plain_distribution(float temperature, int top_k) {
   for (int run = 0; run < kRuns; ++run) {
     GenerateOptions o;
     o.max_tokens = kLen;
-    o.sampling = {.temperature = temperature, .top_k = top_k, .seed = static_cast<uint64_t>(run)};
+    o.sampling = sampling;
+    o.sampling.seed = static_cast<uint64_t>(run);
     SampledToy toy;
     SpecStats st;
     const GenerateResult r = generate_speculative(
@@ -260,14 +280,64 @@ void expect_plain_distribution(float temperature, int top_k) {
   // Both paths ran: drafts kept and drafts replaced.
   EXPECT_GT(kept, rounds / 10);
   EXPECT_LT(kept, rounds * 9 / 10);
-  std::printf("T %.1f top-k %d: chi-square %.1f over %d cells, %lld of %lld drafts kept\n",
-              temperature, top_k, chi2, cells, static_cast<long long>(kept),
-              static_cast<long long>(rounds));
+  std::printf(
+      "T %.1f top-k %d, penalties %.2f %.2f %.2f: chi-square %.1f over %d cells, %lld of %lld "
+      "drafts kept\n",
+      temperature, top_k, sampling.presence_penalty, sampling.frequency_penalty,
+      sampling.repetition_penalty, chi2, cells, static_cast<long long>(kept),
+      static_cast<long long>(rounds));
 }
 
 TEST(Speculative, SamplingFollowsPlainSamplingsDistribution) {
-  expect_plain_distribution(0.8f, 0);
-  expect_plain_distribution(1.5f, 2);
+  expect_plain_distribution({.temperature = 0.8f});
+  expect_plain_distribution({.temperature = 1.5f, .top_k = 2});
+}
+
+// With penalties the distribution of each token depends on the ids before it: the verify's
+// second row must be processed with the accepted draft counted, the draft's with `next`.
+TEST(Speculative, SamplingWithPenaltiesFollowsPlainSamplingsDistribution) {
+  expect_plain_distribution(
+      {.temperature = 1.0f, .presence_penalty = 0.7f, .frequency_penalty = 0.4f});
+  expect_plain_distribution({.temperature = 0.8f, .top_k = 3, .repetition_penalty = 1.6f});
+}
+
+// Greedy with penalties needs the logits on the host: the ids, and every token's logprobs,
+// equal plain greedy decoding's with the same penalties.
+TEST(Speculative, GreedyWithPenaltiesEqualsPlainGreedy) {
+  const std::vector<int32_t> prompt = {3, 0, 1};
+  GenerateOptions o;
+  o.max_tokens = 30;
+  o.sampling = {.presence_penalty = 0.8f, .frequency_penalty = 0.3f, .repetition_penalty = 1.3f};
+  o.logprobs = 2;
+  std::vector<TokenLogprobs> want_lp, got_lp;
+  std::vector<int32_t> seq;
+  const StepFn step = [&](int32_t token, float* out) {
+    seq.push_back(token);
+    const auto l = main_logits(seq);
+    if (out) std::copy(l.begin(), l.end(), out);
+    return static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+  };
+  o.on_logprobs = [&](const TokenLogprobs& t) { want_lp.push_back(t); };
+  const GenerateResult want = generate_with(step, kSmall, prompt, o, [](int32_t) {});
+  o.on_logprobs = [&](const TokenLogprobs& t) { got_lp.push_back(t); };
+  SampledToy toy;
+  SpecStats st;
+  const GenerateResult got = generate_speculative(
+      toy.engine(), prompt, o, [](int32_t) {}, &st);
+  EXPECT_EQ(got.ids, want.ids);
+  GenerateOptions plain;
+  plain.max_tokens = o.max_tokens;
+  seq.clear();
+  EXPECT_NE(generate_with(step, kSmall, prompt, plain, [](int32_t) {}).ids, want.ids)
+      << "the penalties changed nothing: the test shows nothing";
+  ASSERT_EQ(got_lp.size(), want_lp.size());
+  for (size_t i = 0; i < got_lp.size(); ++i) {
+    EXPECT_EQ(got_lp[i].id, want_lp[i].id) << i;
+    EXPECT_EQ(got_lp[i].logprob, want_lp[i].logprob) << i;
+    EXPECT_EQ(got_lp[i].top, want_lp[i].top) << i;
+  }
+  EXPECT_GT(st.accepted, 0);
+  EXPECT_LT(st.accepted, st.rounds);
 }
 
 // Top-k 1 makes both distributions one-hot: sampling must give the greedy ids.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "qf/rt/cpu_engine.h"
+#include "qf/rt/logits.h"
 #include "qf/rt/sampler.h"
 
 namespace qf::rt {
@@ -19,6 +20,10 @@ struct GenerateOptions {
   // Generation ends when one is chosen (it is not reported). Every row of the LM head may be
   // chosen, padding rows past the tokenizer's ids included, as transformers and vLLM do.
   std::vector<int32_t> stop_ids;
+  // >= 0: each reported token's log-probability and its position's `logprobs` most likely ids
+  // (logits.h) go to on_logprobs, just before on_token gets the id. -1: none.
+  int logprobs = -1;
+  std::function<void(const TokenLogprobs&)> on_logprobs;
 };
 
 struct GenerateResult {
@@ -31,9 +36,37 @@ struct GenerateResult {
 
 // Reports `id` of a generation to `r` and `on_token`, unless it is one of the stop ids (then
 // r.finish_reason = "stop"); false when generation ends with it (a stop id, or max_tokens ids
-// reported). The generation loops' shared tail (generate_with, generate_speculative).
+// reported). `raw`: the unprocessed logits `id` was chosen from, for its logprobs (ignored
+// unless options.logprobs >= 0). The generation loops' shared tail (generate_with,
+// generate_speculative).
 bool report_token(GenerateResult& r, const GenerateOptions& options,
-                  const std::function<void(int32_t)>& on_token, int32_t id);
+                  const std::function<void(int32_t)>& on_token, int32_t id,
+                  std::span<const float> raw = {});
+
+// How the generation loops choose each token from a row of logits: the request's bias and
+// penalties (LogitsProcessor, given the ids generated so far), then greedy argmax or the
+// Sampler. Throws Error(kUsage) for bad sampling options.
+class TokenChooser {
+ public:
+  TokenChooser(const GenerateOptions& options, int64_t vocab, std::span<const int32_t> prompt);
+  // False when the engine's argmax of the raw logits is the choice (greedy, no bias or penalty)
+  // and no logprobs are asked: the loops then pass null logits, and a GPU engine copies none.
+  bool needs_logits() const { return needs_logits_; }
+  bool greedy() const { return greedy_; }
+  // The row as sampling sees it; `raw` itself when nothing applies, else a buffer that the next
+  // call overwrites.
+  std::span<const float> process(std::span<const float> raw, std::span<const int32_t> output);
+  int32_t choose(std::span<const float> raw, std::span<const int32_t> output);
+  // The Sampler's distribution of the processed row (temperature > 0).
+  void distribution(std::span<const float> raw, std::span<const int32_t> output, TokenDist& out);
+  Sampler& sampler() { return sampler_; }
+
+ private:
+  Sampler sampler_;
+  LogitsProcessor processor_;
+  bool greedy_, needs_logits_;
+  std::vector<float> work_;
+};
 
 // One decode step of some engine: consume `token`, write the logits [vocab] when `logits` is not
 // null, return their argmax.
@@ -44,13 +77,14 @@ using StepFn = std::function<int32_t(int32_t token, float* logits)>;
 // null, return their argmax.
 using PrefillFn = std::function<int32_t(std::span<const int32_t> tokens, float* logits)>;
 
-// The loop over any engine (the engine's state must be fresh). Greedy sampling passes null
-// logits, so an engine that computes the argmax on its device copies nothing back. With
-// `prefill`, the prompt goes through it in one call; else step by step.
+// The loop over any engine, from a fresh state or one that has consumed prompt[0, done)
+// already (PrefixCache; done < the prompt's length). Unless TokenChooser::needs_logits, it
+// passes null logits, so an engine that computes the argmax on its device copies nothing back.
+// With `prefill`, the prompt goes through it in one call; else step by step.
 GenerateResult generate_with(const StepFn& step, int64_t vocab, std::span<const int32_t> prompt,
                              const GenerateOptions& options,
                              const std::function<void(int32_t)>& on_token,
-                             const PrefillFn& prefill = {});
+                             const PrefillFn& prefill = {}, size_t done = 0);
 
 // The CPU engine's step as a StepFn (its own logits buffer; the argmax on the host).
 StepFn cpu_step(CpuEngine& engine);

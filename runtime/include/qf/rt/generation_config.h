@@ -35,8 +35,9 @@ GenerationConfig load_generation_config(const std::filesystem::path& model_dir);
 // The same from the file's text; `source` names it in messages.
 GenerationConfig parse_generation_config(std::string_view json_text, const std::string& source);
 
-// The sampling the model recommends: generation_config's temperature, top-p and top-k when it
-// samples (do_sample, or a temperature given without it), else greedy; seed 0.
+// The sampling the model recommends: generation_config's temperature, top-p, top-k and min-p
+// when it samples (do_sample, or a temperature given without it), else greedy; its repetition
+// penalty either way (transformers applies it to greedy search too); seed 0.
 SamplingOptions default_sampling(const GenerationConfig& g);
 
 }  // namespace qf::rt

@@ -5,9 +5,12 @@
 //   equals it; either way the round yields the main model's own argmaxes, so the ids equal plain
 //   greedy decoding's.
 // - Sampling: the draft is drawn from the MTP head's distribution q and kept or replaced by
-//   Sampler::resolve_draft against the main model's p (top-k, temperature and top-p applied to
-//   both), so every id is distributed as plain sampling's. The same seed gives other ids than
-//   plain sampling: the draws differ.
+//   Sampler::resolve_draft against the main model's p (the request's bias, penalties, top-k,
+//   min-p, temperature and top-p applied to both, with the same ids before them), so every id
+//   is distributed as plain sampling's. The same seed gives other ids than plain sampling: the
+//   draws differ.
+// - Greedy with a bias or penalties: the argmax of the processed rows, the draft's included;
+//   the ids equal plain greedy decoding's with the same processing.
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,180 @@
+// A request's logit bias and penalties (LogitsProcessor), min-p, and reported logprobs, against
+// values worked out by hand from vLLM's formulas (logits.h) and from the definitions.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "qf/error.h"
+#include "qf/rt/generate.h"
+#include "qf/rt/logits.h"
+#include "qf/rt/sampler.h"
+
+namespace qf::rt {
+namespace {
+
+std::vector<float> processed(const LogitsProcessor& p, const std::vector<float>& row) {
+  std::vector<float> out(row.size());
+  p.apply(row, out);
+  return out;
+}
+
+TEST(LogitsProcessor, NothingSetCopiesTheRow) {
+  const LogitsProcessor p({}, 4, std::vector<int32_t>{0, 1});
+  EXPECT_TRUE(p.identity());
+  const std::vector<float> row = {1.5f, -2.0f, 0.0f, 7.0f};
+  EXPECT_EQ(processed(p, row), row);
+}
+
+// Repetition 2 over the prompt's ids: positive logits halve, negative ones double, the others
+// stay.
+TEST(LogitsProcessor, RepetitionDividesPositiveAndMultipliesNegativeLogits) {
+  LogitsProcessor p({.repetition_penalty = 2.0f}, 6, std::vector<int32_t>{1, 2, 1});
+  EXPECT_FALSE(p.identity());
+  const std::vector<float> row = {1.0f, 2.0f, -1.0f, 3.0f, -4.0f, 0.0f};
+  EXPECT_EQ(processed(p, row), (std::vector<float>{1.0f, 1.0f, -2.0f, 3.0f, -4.0f, 0.0f}));
+  p.sync(std::vector<int32_t>{4, 5});  // generated ids count for repetition too
+  EXPECT_EQ(processed(p, row), (std::vector<float>{1.0f, 1.0f, -2.0f, 3.0f, -8.0f, 0.0f}));
+}
+
+// Frequency 0.5 and presence 0.25 over the generated ids only, after repetition 2:
+//   id 3, generated twice: 3 / 2 - 0.5 * 2 - 0.25 = 0.25
+//   id 4, generated once: -4 * 2 - 0.5 - 0.25 = -8.75
+//   id 1, in the prompt only: 2 / 2 = 1 (the prompt does not count for frequency and presence)
+TEST(LogitsProcessor, FrequencyAndPresenceCountGeneratedIdsOnly) {
+  LogitsProcessor p(
+      {.presence_penalty = 0.25f, .frequency_penalty = 0.5f, .repetition_penalty = 2.0f}, 6,
+      std::vector<int32_t>{1});
+  std::vector<int32_t> out = {3};
+  p.sync(out);
+  out.push_back(3);
+  out.push_back(4);
+  p.sync(out);
+  p.sync(out);  // nothing new: no double count
+  const std::vector<float> row = {1.0f, 2.0f, -1.0f, 3.0f, -4.0f, 0.5f};
+  EXPECT_EQ(processed(p, row), (std::vector<float>{1.0f, 1.0f, -1.0f, 0.25f, -8.75f, 0.5f}));
+}
+
+// The bias comes first: id 2's -1 + 3 = 2 is positive when repetition divides it (1), and a
+// negative presence penalty raises a generated id.
+TEST(LogitsProcessor, BiasComesBeforeThePenalties) {
+  LogitsProcessor p({.presence_penalty = -1.0f,
+                     .repetition_penalty = 2.0f,
+                     .logit_bias = {{2, 3.0f}, {0, -100.0f}}},
+                    4, std::vector<int32_t>{2});
+  p.sync(std::vector<int32_t>{1});
+  const std::vector<float> row = {0.5f, 4.0f, -1.0f, 0.0f};
+  EXPECT_EQ(processed(p, row), (std::vector<float>{-99.5f, 3.0f, 1.0f, 0.0f}));
+  const LogitsProcessor bias_only({.logit_bias = {{3, 0.5f}}}, 4, std::vector<int32_t>{});
+  EXPECT_FALSE(bias_only.identity());
+  EXPECT_EQ(processed(bias_only, row), (std::vector<float>{0.5f, 4.0f, -1.0f, 0.5f}));
+}
+
+TEST(LogitsProcessor, RefusesBadOptions) {
+  const std::vector<int32_t> none;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_THROW(LogitsProcessor({.presence_penalty = 2.5f}, 4, none), Error);
+  EXPECT_THROW(LogitsProcessor({.frequency_penalty = -2.01f}, 4, none), Error);
+  EXPECT_THROW(LogitsProcessor({.frequency_penalty = nan}, 4, none), Error);
+  EXPECT_THROW(LogitsProcessor({.repetition_penalty = 0.0f}, 4, none), Error);
+  EXPECT_THROW(LogitsProcessor({.logit_bias = {{4, 1.0f}}}, 4, none), Error);
+  EXPECT_THROW(LogitsProcessor({.logit_bias = {{-1, 1.0f}}}, 4, none), Error);
+  EXPECT_THROW(LogitsProcessor({.logit_bias = {{0, nan}}}, 4, none), Error);
+  EXPECT_NO_THROW(LogitsProcessor({.presence_penalty = -2.0f,
+                                   .frequency_penalty = 2.0f,
+                                   .repetition_penalty = 0.5f,
+                                   .logit_bias = {{3, -100.0f}}},
+                                  4, none));
+  EXPECT_THROW(Sampler({.min_p = 1.5f}), Error);
+  EXPECT_THROW(Sampler({.min_p = -0.1f}), Error);
+}
+
+// Probabilities 0.5, 0.3, 0.15, 0.05. At T = 1, min-p 0.25 keeps p >= 0.125: the first three.
+// At T = 2 the probabilities go as sqrt(p) (0.707, 0.548, 0.387, 0.224) and 0.25 * 0.707 =
+// 0.177 keeps all four: the temperature comes before min-p. Min-p 1 keeps the top alone.
+TEST(Sampler, MinPKeepsWhatIsLikelyEnoughAtTheTemperature) {
+  const std::vector<float> row = {std::log(0.5f), std::log(0.3f), std::log(0.15f), std::log(0.05f)};
+  TokenDist d;
+  Sampler({.temperature = 1.0f, .min_p = 0.25f}).distribution(row, d);
+  EXPECT_EQ(d.ids, (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_NEAR(d.prob(0), 0.5 / 0.95, 1e-6);
+  Sampler({.temperature = 2.0f, .min_p = 0.25f}).distribution(row, d);
+  EXPECT_EQ(d.ids.size(), 4u);
+  Sampler({.temperature = 1.0f, .top_k = 2, .min_p = 0.25f}).distribution(row, d);
+  EXPECT_EQ(d.ids, (std::vector<int32_t>{0, 1}));  // top-k the shorter prefix
+  Sampler({.temperature = 0.5f, .min_p = 1.0f}).distribution(row, d);
+  EXPECT_EQ(d.ids, (std::vector<int32_t>{0}));
+  // Top-p after min-p is over the survivors renormalized: 0.5 / 0.95 = 0.526 >= 0.5.
+  Sampler({.temperature = 1.0f, .top_p = 0.5f, .min_p = 0.25f}).distribution(row, d);
+  EXPECT_EQ(d.ids, (std::vector<int32_t>{0}));
+}
+
+// log-softmax by definition: logits log(p) + 5 give log(p) back; the top by decreasing
+// probability, ties to the lower id.
+TEST(Logprobs, AreLogSoftmaxOfTheRawRow) {
+  const std::vector<double> p = {0.1, 0.2, 0.3, 0.2, 0.2};
+  std::vector<float> row;
+  for (const double x : p) row.push_back(static_cast<float>(std::log(x) + 5.0));
+  const TokenLogprobs t = token_logprobs(row, 1, 3);
+  EXPECT_EQ(t.id, 1);
+  // f32 logits near 5 are within 2^-21 of log(p) + 5: so is each logprob (the normalizer is
+  // exact to double rounding).
+  EXPECT_NEAR(t.logprob, std::log(0.2), 1e-6);
+  ASSERT_EQ(t.top.size(), 3u);
+  EXPECT_EQ(t.top[0].first, 2);
+  EXPECT_EQ(t.top[1].first, 1);
+  EXPECT_EQ(t.top[2].first, 3);
+  for (const auto& [id, lp] : t.top) EXPECT_NEAR(lp, std::log(p[id]), 1e-6) << id;
+  EXPECT_TRUE(token_logprobs(row, 4, 0).top.empty());
+  EXPECT_EQ(token_logprobs(row, 4, 20).top.size(), 5u);
+}
+
+// A toy engine whose logits favour repeating its last token: greedy repeats it forever, and a
+// presence penalty of 2 (worked by hand below) moves on to the next best each time.
+TEST(Generate, PenaltiesChangeGreedyChoicesAndLogprobsFollowTheRawRows) {
+  constexpr int64_t kV = 5;
+  std::vector<int32_t> seq;
+  // Logits after `last`: 3 for last, 2 for last + 1, 0 otherwise (mod 5).
+  const auto logits_after = [](int32_t last) {
+    std::vector<float> l(kV, 0.0f);
+    l[last] = 3.0f;
+    l[(last + 1) % kV] = 2.0f;
+    return l;
+  };
+  const StepFn step = [&](int32_t token, float* out) {
+    seq.push_back(token);
+    const std::vector<float> l = logits_after(token);
+    if (out) std::copy(l.begin(), l.end(), out);
+    return static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+  };
+  GenerateOptions o;
+  o.max_tokens = 4;
+  const std::vector<int32_t> prompt = {0};
+  EXPECT_EQ(generate_with(step, kV, prompt, o, [](int32_t) {}).ids,
+            (std::vector<int32_t>{0, 0, 0, 0}));
+  // Presence 2: once 0 is generated, 0 scores 3 - 2 = 1 against 1's 2, so 1 comes next; then
+  // 1 scores 1 against 2's 2, so 2; and so on.
+  o.sampling.presence_penalty = 2.0f;
+  std::vector<TokenLogprobs> lps;
+  o.logprobs = 1;
+  o.on_logprobs = [&](const TokenLogprobs& t) { lps.push_back(t); };
+  seq.clear();
+  const GenerateResult r = generate_with(step, kV, prompt, o, [](int32_t) {});
+  // The first choice sees no generated id: 0 (3) as without the penalty.
+  EXPECT_EQ(r.ids, (std::vector<int32_t>{0, 1, 2, 3}));
+  ASSERT_EQ(lps.size(), 4u);
+  for (size_t i = 0; i < lps.size(); ++i) {
+    const int32_t last = i == 0 ? 0 : r.ids[i - 1];
+    const TokenLogprobs want = token_logprobs(logits_after(last), r.ids[i], 1);
+    EXPECT_EQ(lps[i].id, r.ids[i]);
+    EXPECT_EQ(lps[i].logprob, want.logprob) << i;  // from the raw row, not the penalized one
+    ASSERT_EQ(lps[i].top.size(), 1u);
+    EXPECT_EQ(lps[i].top[0].first, last) << i;
+  }
+  o.logprobs = kMaxLogprobs + 1;
+  EXPECT_THROW(generate_with(step, kV, prompt, o, [](int32_t) {}), Error);
+}
+
+}  // namespace
+}  // namespace qf::rt
