@@ -7,6 +7,8 @@
 
 #include "qf/error.h"
 #include "qf/rt/chat.h"
+#include "qf/rt/logits.h"
+#include "utf8.h"
 
 namespace qf::rt {
 namespace {
@@ -84,21 +86,46 @@ void parse_common(const Json& body, const SamplingOptions& defaults, ApiRequest&
   if (const auto s = integer(body, "seed")) r.sampling.seed = static_cast<uint64_t>(*s);
   if (const auto n = integer(body, "n"); n && *n != 1) unsupported("'n' other than 1", "n");
   for (const char* name : {"presence_penalty", "frequency_penalty"}) {
-    if (const auto x = number(body, name); x && *x != 0)
-      unsupported(std::string("'") + name + "' other than 0", name);
+    if (const auto x = number(body, name)) {
+      if (*x < -2 || *x > 2) {
+        bad_request(std::string("'") + name + "' must be in [-2, 2], got " + std::to_string(*x),
+                    name);
+      }
+      (name[0] == 'p' ? r.sampling.presence_penalty : r.sampling.frequency_penalty) =
+          static_cast<float>(*x);
+    }
   }
-  if (const auto x = number(body, "repetition_penalty"); x && *x != 1) {
-    unsupported("'repetition_penalty' other than 1", "repetition_penalty");
+  if (const auto x = number(body, "repetition_penalty")) {
+    if (!(*x > 0)) {
+      bad_request("'repetition_penalty' must be > 0, got " + std::to_string(*x),
+                  "repetition_penalty");
+    }
+    r.sampling.repetition_penalty = static_cast<float>(*x);
   }
-  if (const auto x = number(body, "min_p"); x && *x != 0)
-    unsupported("'min_p' other than 0", "min_p");
-  if (const Json* b = field(body, "logit_bias"); b && !(b->is_object() && b->empty())) {
-    unsupported("'logit_bias'", "logit_bias");
+  if (const auto x = number(body, "min_p")) {
+    if (*x < 0 || *x > 1)
+      bad_request("'min_p' must be in [0, 1], got " + std::to_string(*x), "min_p");
+    r.sampling.min_p = static_cast<float>(*x);
   }
-  if (const Json* l = field(body, "logprobs"); l && !(l->is_boolean() && !l->get<bool>())) {
-    unsupported("'logprobs'", "logprobs");
+  if (const Json* b = field(body, "logit_bias")) {
+    if (!b->is_object())
+      bad_request("'logit_bias' must be an object, got " + got(*b), "logit_bias");
+    for (const auto& [key, value] : b->items()) {
+      // Keys are token ids written as strings: decimal digits only, within int32.
+      const bool digits = !key.empty() && key.size() <= 10 &&
+                          key.find_first_not_of("0123456789") == std::string::npos;
+      if (!digits || std::stoll(key) > INT32_MAX) {
+        bad_request("'logit_bias' keys must be token ids, got \"" + key + "\"", "logit_bias");
+      }
+      if (!value.is_number() || !std::isfinite(value.get<double>()) ||
+          std::fabs(value.get<double>()) > 100) {
+        bad_request("'logit_bias' values must be numbers in [-100, 100]; \"" + key + "\" has " +
+                        value.dump(),
+                    "logit_bias");
+      }
+      r.sampling.logit_bias.emplace_back(static_cast<int32_t>(std::stoll(key)), value.get<float>());
+    }
   }
-  if (field(body, "top_logprobs")) unsupported("'top_logprobs'", "top_logprobs");
   if (const Json* f = field(body, "response_format")) {
     if (!f->is_object() || f->value("type", Json()) != "text") {
       unsupported("'response_format' other than {\"type\": \"text\"}", "response_format");
@@ -125,6 +152,15 @@ void parse_common(const Json& body, const SamplingOptions& defaults, ApiRequest&
       add(*s);
     }
   }
+}
+
+int64_t logprob_count(int64_t n, const char* name) {
+  if (n < 0 || n > kMaxLogprobs) {
+    bad_request(std::string("'") + name + "' must be in [0, " + std::to_string(kMaxLogprobs) +
+                    "], got " + std::to_string(n),
+                name);
+  }
+  return n;
 }
 
 void max_tokens(const Json& body, const char* name, ApiRequest& r) {
@@ -177,6 +213,12 @@ ApiRequest parse_chat_request(const Json& body, const SamplingOptions& defaults)
     }
   }
   r.parse_tools = tools_on && r.tools.is_array() && !r.tools.empty();
+  const auto top = integer(body, "top_logprobs");
+  if (boolean(body, "logprobs").value_or(false)) {
+    r.logprobs = static_cast<int>(logprob_count(top.value_or(0), "top_logprobs"));
+  } else if (top) {
+    bad_request("'top_logprobs' needs 'logprobs': true", "top_logprobs");
+  }
   ChatOptions co;
   if (const Json* k = field(body, "chat_template_kwargs")) {
     if (!k->is_object())
@@ -201,6 +243,9 @@ ApiRequest parse_completion_request(const Json& body, const SamplingOptions& def
   if (field(body, "suffix")) unsupported("'suffix'", "suffix");
   if (const auto b = integer(body, "best_of"); b && *b != 1)
     unsupported("'best_of' other than 1", "best_of");
+  if (const auto n = integer(body, "logprobs")) {
+    r.logprobs = static_cast<int>(logprob_count(*n, "logprobs"));
+  }
   const Json* p = field(body, "prompt");
   if (!p) bad_request("'prompt' is required", "prompt");
   // One prompt: a string, token ids, or an array holding one of those.
@@ -224,6 +269,60 @@ ApiRequest parse_completion_request(const Json& body, const SamplingOptions& def
     r.ids.push_back(static_cast<int32_t>(x.get<int64_t>()));
   }
   return r;
+}
+
+namespace {
+
+std::string token_text(const Tokenizer& tok, int32_t id) {
+  return detail::utf8_lossy(tok.token_bytes(id));
+}
+
+Json chat_entry(const Tokenizer& tok, int32_t id, float logprob) {
+  const std::string& b = tok.token_bytes(id);
+  return {{"token", token_text(tok, id)},
+          {"logprob", logprob},
+          {"bytes", std::vector<uint8_t>(b.begin(), b.end())}};
+}
+
+int64_t characters(const std::string& utf8) {
+  int64_t n = 0;
+  for (const char c : utf8) n += (static_cast<uint8_t>(c) & 0xC0) != 0x80;
+  return n;
+}
+
+}  // namespace
+
+Json chat_logprobs_json(const Tokenizer& tok, std::span<const TokenLogprobs> entries) {
+  Json content = Json::array();
+  for (const TokenLogprobs& t : entries) {
+    Json e = chat_entry(tok, t.id, t.logprob);
+    Json top = Json::array();
+    for (const auto& [id, lp] : t.top) top.push_back(chat_entry(tok, id, lp));
+    e["top_logprobs"] = std::move(top);
+    content.push_back(std::move(e));
+  }
+  return {{"content", std::move(content)}};
+}
+
+Json completion_logprobs_json(const Tokenizer& tok, std::span<const TokenLogprobs> entries,
+                              int64_t& text_offset) {
+  Json tokens = Json::array(), values = Json::array(), tops = Json::array(),
+       offsets = Json::array();
+  for (const TokenLogprobs& t : entries) {
+    const std::string text = token_text(tok, t.id);
+    tokens.push_back(text);
+    values.push_back(t.logprob);
+    Json top = Json::object();
+    for (const auto& [id, lp] : t.top) top[token_text(tok, id)] = lp;
+    top[text] = t.logprob;
+    tops.push_back(std::move(top));
+    offsets.push_back(text_offset);
+    text_offset += characters(text);
+  }
+  return {{"tokens", std::move(tokens)},
+          {"token_logprobs", std::move(values)},
+          {"top_logprobs", std::move(tops)},
+          {"text_offset", std::move(offsets)}};
 }
 
 StopStrings::StopStrings(std::vector<std::string> stops) : stops_(std::move(stops)) {}

@@ -11,6 +11,8 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <utility>
+#include <vector>
 
 #include "qf/error.h"
 #include "qf/rt/chat_output.h"
@@ -45,7 +47,12 @@ struct Outcome {
   std::string finish_reason;
   int64_t completion_tokens = 0, cached_tokens = 0;
   double seconds = 0;
+  std::vector<TokenLogprobs> logprobs;  // of tokens no delta carried (held text, the last)
 };
+
+// What a reply part carries: its text, and the logprobs of the tokens generated since the last
+// part (their text may be held back by a stop string or the output parser, or empty).
+using DeltaFn = std::function<void(const ChatDelta&, std::vector<TokenLogprobs>&&)>;
 
 }  // namespace
 
@@ -69,8 +76,10 @@ struct Server::Impl {
   }
 
   // Runs one request on the engine; on_delta gets the reply's parts as they are decided.
-  Outcome run(const ApiRequest& r, std::span<const int32_t> prompt, const GenerateOptions& o,
-              const std::function<void(const ChatDelta&)>& on_delta) {
+  Outcome run(const ApiRequest& r, std::span<const int32_t> prompt, GenerateOptions o,
+              const DeltaFn& on_delta) {
+    Outcome out;
+    o.on_logprobs = [&out](const TokenLogprobs& t) { out.logprobs.push_back(t); };
     StreamDecoder decoder(tok, /*skip_special=*/true);
     StopStrings stops(r.stop);
     std::optional<ChatOutputParser> parser;
@@ -85,9 +94,8 @@ struct Server::Impl {
         d.content = text;
       }
       any_call = any_call || !d.tool_calls.empty();
-      if (!d.empty()) on_delta(d);
+      if (!d.empty()) on_delta(d, std::exchange(out.logprobs, {}));
     };
-    Outcome out;
     std::lock_guard<std::mutex> lock(engine_mutex);
     const auto t0 = std::chrono::steady_clock::now();
     try {
@@ -181,9 +189,17 @@ void Server::Impl::handle(const httplib::Request& req, httplib::Response& res, b
                     " more",
                 r->max_tokens ? "max_tokens" : (chat ? "messages" : "prompt"));
   }
+  for (const auto& [bias_id, bias] : r->sampling.logit_bias) {
+    if (bias_id >= opt.vocab_size) {
+      bad_request("'logit_bias' names token " + std::to_string(bias_id) +
+                      ", past the vocabulary (" + std::to_string(opt.vocab_size) + " ids)",
+                  "logit_bias");
+    }
+  }
   GenerateOptions o;
   o.max_tokens = r->max_tokens.value_or(room);
   o.sampling = r->sampling;
+  o.logprobs = r->logprobs;
   if (!r->ignore_eos) o.stop_ids = opt.eos_ids;
 
   const std::string id = (chat ? "chatcmpl-" : "cmpl-") + random_hex(24);
@@ -196,9 +212,22 @@ void Server::Impl::handle(const httplib::Request& req, httplib::Response& res, b
                 {"prompt_tokens_details", {{"cached_tokens", out.cached_tokens}}}};
   };
 
+  // The logprobs of some tokens, in the endpoint's shape (null when the request asks none).
+  const auto logprobs_json = [this, r, chat](std::span<const TokenLogprobs> entries,
+                                             int64_t& text_offset) {
+    if (r->logprobs < 0) return Json();
+    return chat ? chat_logprobs_json(tok, entries)
+                : completion_logprobs_json(tok, entries, text_offset);
+  };
+
   if (!r->stream) {
     ChatDelta all;
-    const Outcome out = run(*r, *prompt, o, [&](const ChatDelta& d) { append(all, d); });
+    std::vector<TokenLogprobs> lps;
+    Outcome out = run(*r, *prompt, o, [&](const ChatDelta& d, std::vector<TokenLogprobs>&& l) {
+      append(all, d);
+      lps.insert(lps.end(), l.begin(), l.end());
+    });
+    lps.insert(lps.end(), out.logprobs.begin(), out.logprobs.end());
     Json choice = {{"index", 0}};
     if (chat) {
       Json m = {{"role", "assistant"}};
@@ -209,7 +238,8 @@ void Server::Impl::handle(const httplib::Request& req, httplib::Response& res, b
     } else {
       choice["text"] = all.content;
     }
-    choice["logprobs"] = nullptr;
+    int64_t text_offset = 0;
+    choice["logprobs"] = logprobs_json(lps, text_offset);
     choice["finish_reason"] = out.finish_reason;
     const Json reply = {{"id", id},
                         {"object", object},
@@ -223,30 +253,32 @@ void Server::Impl::handle(const httplib::Request& req, httplib::Response& res, b
   }
 
   res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [this, r, prompt, o, id, created, chat, usage, n_prompt](size_t, httplib::DataSink& sink) {
-        const char* chunk_object = chat ? "chat.completion.chunk" : "text_completion";
-        const auto send = [&](const Json& j) {
-          const std::string event = "data: " + dump(j) + "\n\n";
-          if (!sink.write(event.data(), event.size())) throw ClientGone{};
-        };
-        const auto chunk = [&](Json choice) {
-          return Json{{"id", id},
-                      {"object", chunk_object},
-                      {"created", created},
-                      {"model", opt.model_name},
-                      {"choices", Json::array({std::move(choice)})}};
-        };
-        size_t n_calls = 0;
-        try {
-          if (chat) {
-            send(chunk({{"index", 0},
-                        {"delta", {{"role", "assistant"}, {"content", ""}}},
-                        {"logprobs", nullptr},
-                        {"finish_reason", nullptr}}));
-          }
-          const Outcome out = run(*r, *prompt, o, [&](const ChatDelta& d) {
+  res.set_chunked_content_provider("text/event-stream", [this, r, prompt, o, id, created, chat,
+                                                         usage, n_prompt, logprobs_json](
+                                                            size_t, httplib::DataSink& sink) {
+    const char* chunk_object = chat ? "chat.completion.chunk" : "text_completion";
+    const auto send = [&](const Json& j) {
+      const std::string event = "data: " + dump(j) + "\n\n";
+      if (!sink.write(event.data(), event.size())) throw ClientGone{};
+    };
+    const auto chunk = [&](Json choice) {
+      return Json{{"id", id},
+                  {"object", chunk_object},
+                  {"created", created},
+                  {"model", opt.model_name},
+                  {"choices", Json::array({std::move(choice)})}};
+    };
+    size_t n_calls = 0;
+    int64_t text_offset = 0;
+    try {
+      if (chat) {
+        send(chunk({{"index", 0},
+                    {"delta", {{"role", "assistant"}, {"content", ""}}},
+                    {"logprobs", nullptr},
+                    {"finish_reason", nullptr}}));
+      }
+      const Outcome out =
+          run(*r, *prompt, o, [&](const ChatDelta& d, std::vector<TokenLogprobs>&& l) {
             Json choice = {{"index", 0}};
             if (chat) {
               Json delta = Json::object();
@@ -260,43 +292,43 @@ void Server::Impl::handle(const httplib::Request& req, httplib::Response& res, b
             } else {
               choice["text"] = d.content;
             }
-            choice["logprobs"] = nullptr;
+            choice["logprobs"] = logprobs_json(l, text_offset);
             choice["finish_reason"] = nullptr;
             send(chunk(std::move(choice)));
           });
-          Json last = {{"index", 0}};
-          if (chat) {
-            last["delta"] = Json::object();
-          } else {
-            last["text"] = "";
-          }
-          last["logprobs"] = nullptr;
-          last["finish_reason"] = out.finish_reason;
-          send(chunk(std::move(last)));
-          if (r->include_usage) {
-            Json u = chunk(Json());
-            u["choices"] = Json::array();
-            u["usage"] = usage(out);
-            send(u);
-          }
-          const std::string done = "data: [DONE]\n\n";
-          if (!sink.write(done.data(), done.size())) throw ClientGone{};
-          sink.done();
-          log(chat ? "chat, streamed" : "completion, streamed", n_prompt, out);
-          return true;
-        } catch (const ClientGone&) {
-          std::fprintf(stderr, "[serve] %s: the client closed the stream; generation stopped\n",
-                       id.c_str());
-          return false;
-        } catch (const std::exception& e) {
-          std::fprintf(stderr, "[serve] %s failed: %s\n", id.c_str(), e.what());
-          const std::string event =
-              "data: " + dump(ApiError(500, "server_error", e.what()).to_json()) + "\n\n";
-          sink.write(event.data(), event.size());
-          sink.done();
-          return true;
-        }
-      });
+      Json last = {{"index", 0}};
+      if (chat) {
+        last["delta"] = Json::object();
+      } else {
+        last["text"] = "";
+      }
+      last["logprobs"] = out.logprobs.empty() ? Json() : logprobs_json(out.logprobs, text_offset);
+      last["finish_reason"] = out.finish_reason;
+      send(chunk(std::move(last)));
+      if (r->include_usage) {
+        Json u = chunk(Json());
+        u["choices"] = Json::array();
+        u["usage"] = usage(out);
+        send(u);
+      }
+      const std::string done = "data: [DONE]\n\n";
+      if (!sink.write(done.data(), done.size())) throw ClientGone{};
+      sink.done();
+      log(chat ? "chat, streamed" : "completion, streamed", n_prompt, out);
+      return true;
+    } catch (const ClientGone&) {
+      std::fprintf(stderr, "[serve] %s: the client closed the stream; generation stopped\n",
+                   id.c_str());
+      return false;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "[serve] %s failed: %s\n", id.c_str(), e.what());
+      const std::string event =
+          "data: " + dump(ApiError(500, "server_error", e.what()).to_json()) + "\n\n";
+      sink.write(event.data(), event.size());
+      sink.done();
+      return true;
+    }
+  });
 }
 
 Server::Server(const Tokenizer& tokenizer, GenerateFn generate, ServeOptions options)

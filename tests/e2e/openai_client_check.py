@@ -6,6 +6,7 @@ event streams and the errors. serve_cli_test.cpp and rt_server_test.cpp run it.
   openai_client_check.py engine BASE_URL EXPECT.json   replies equal to `qforge generate`'s
   openai_client_check.py errors BASE_URL API_KEY       status codes, error bodies and parameters
   openai_client_check.py tools BASE_URL EXPECT.json    reasoning, content and tool calls
+  openai_client_check.py logprobs BASE_URL EXPECT.json each token's logprob, whole and streamed
 
 Prints "ok: N checks" and exits 0, or prints what differed and exits 1.
 """
@@ -115,6 +116,58 @@ def tools(base, expect):
     check(s["finish"] == "tool_calls", f"streamed finish {s['finish']}")
 
 
+def logprobs(base, expect):
+    """Logprobs (a scripted engine's, in EXPECT with each token's bytes) read by the client from
+    chat and completion replies, whole and streamed, with and without a stop string."""
+    client = openai.OpenAI(base_url=base, api_key="unused")
+    want, want_bytes, top = expect["logprobs"], expect["bytes"], expect["top"]
+    n = len(want)
+    kw = dict(model=expect["model"], messages=expect["messages"], max_tokens=n)
+    r = client.chat.completions.create(**kw)
+    check(r.choices[0].logprobs is None, "logprobs without asking")
+    r = client.chat.completions.create(logprobs=True, top_logprobs=top, **kw)
+    content = r.choices[0].logprobs.content
+    check(len(content) == n == r.usage.completion_tokens, f"{len(content)} entries for {n} tokens")
+    for i, e in enumerate(content):
+        check(e.logprob == want[i], f"token {i}: logprob {e.logprob} != {want[i]}")
+        check(e.bytes == want_bytes[i], f"token {i}: bytes {e.bytes} != {want_bytes[i]}")
+        check(e.token == bytes(e.bytes).decode("utf-8", "replace"), f"token {i}: {e.token!r}")
+        check(len(e.top_logprobs) == top and e.top_logprobs[0].logprob == want[i],
+              f"token {i}: top {e.top_logprobs}")
+    streamed = []
+    for chunk in client.chat.completions.create(stream=True, logprobs=True, top_logprobs=top, **kw):
+        for ch in chunk.choices:
+            if ch.logprobs is not None:
+                streamed += ch.logprobs.content
+    check([(e.token, e.logprob, e.bytes) for e in streamed] ==
+          [(e.token, e.logprob, e.bytes) for e in content], "streamed chat logprobs")
+    # A stop string ends the reply inside the text: one entry per generated token still.
+    r = client.chat.completions.create(logprobs=True, stop=[expect["stop"]], **kw)
+    check(r.choices[0].finish_reason == "stop", f"stop: finish {r.choices[0].finish_reason}")
+    check(len(r.choices[0].logprobs.content) == r.usage.completion_tokens < n,
+          f"stop: {len(r.choices[0].logprobs.content)} entries, {r.usage.completion_tokens} tokens")
+    # Completions: parallel lists, the offsets advancing by each token's characters.
+    kw = dict(model=expect["model"], prompt="x", max_tokens=n, logprobs=top)
+    r = client.completions.create(**kw)
+    lp = r.choices[0].logprobs
+    check(lp.token_logprobs == want, f"completion logprobs {lp.token_logprobs}")
+    check(lp.tokens == [e.token for e in content], "completion tokens")
+    offsets = [0]
+    for t in lp.tokens[:-1]:
+        offsets.append(offsets[-1] + len(t))
+    check(lp.text_offset == offsets, f"text offsets {lp.text_offset}")
+    check(all(len(d) >= top and d[t] == v for d, t, v in zip(lp.top_logprobs, lp.tokens, want)),
+          "completion top logprobs")
+    streamed = []
+    for chunk in client.completions.create(stream=True, **kw):
+        for ch in chunk.choices:
+            if ch.logprobs is not None:
+                streamed += list(zip(ch.logprobs.tokens, ch.logprobs.token_logprobs,
+                                     ch.logprobs.text_offset))
+    check(streamed == list(zip(lp.tokens, lp.token_logprobs, lp.text_offset)),
+          "streamed completion logprobs")
+
+
 def expect_error(fn, cls, status, param, what):
     try:
         fn()
@@ -151,6 +204,12 @@ def errors(base, key):
     expect_error(lambda: chat(model=model, messages=msgs, temperature=-1), openai.BadRequestError, 400,
                  "temperature", "temperature")
     expect_error(lambda: chat(model=model, messages=msgs, n=2), openai.BadRequestError, 400, "n", "n")
+    expect_error(lambda: chat(model=model, messages=msgs, presence_penalty=3), openai.BadRequestError,
+                 400, "presence_penalty", "presence_penalty")
+    expect_error(lambda: chat(model=model, messages=msgs, logit_bias={"99999999": 1}),
+                 openai.BadRequestError, 400, "logit_bias", "logit_bias past the vocabulary")
+    expect_error(lambda: chat(model=model, messages=msgs, logprobs=True, top_logprobs=21),
+                 openai.BadRequestError, 400, "top_logprobs", "top_logprobs")
     expect_error(lambda: chat(model=model, messages=[{"role": "robot", "content": "x"}]),
                  openai.BadRequestError, 400, "messages", "role")
     expect_error(lambda: chat(model=model, messages=msgs, max_tokens=10**6), openai.BadRequestError, 400,
@@ -183,7 +242,7 @@ def errors(base, key):
 
 
 def main():
-    if len(sys.argv) != 4 or sys.argv[1] not in ("engine", "errors", "tools"):
+    if len(sys.argv) != 4 or sys.argv[1] not in ("engine", "errors", "tools", "logprobs"):
         print(__doc__)
         sys.exit(2)
     mode, base, arg = sys.argv[1:]
@@ -191,7 +250,7 @@ def main():
         errors(base, arg)
     else:
         with open(arg) as f:
-            (engine if mode == "engine" else tools)(base, json.load(f))
+            {"engine": engine, "tools": tools, "logprobs": logprobs}[mode](base, json.load(f))
     print(f"ok: {checks} checks")
 
 

@@ -89,7 +89,8 @@ Json generate(const std::string& flags) {
 void expect_generates_replies(const std::string& engine) {
   Json expect = {
       {"model", "served-tiny"}, {"completions", Json::array()}, {"chats", Json::array()}};
-  // Greedy, sampled with a seed, and one cut by a stop string the greedy text holds.
+  // Greedy, sampled with a seed, with penalties, and one cut by a stop string the greedy text
+  // holds.
   const std::string prompt = "import os\n\n\ndef read_config(path):\n";
   const std::string quoted = "'" + prompt + "'";
   for (const auto& [request, flags] : std::vector<std::pair<Json, std::string>>{
@@ -99,7 +100,20 @@ void expect_generates_replies(const std::string& engine) {
              {"top_p", 0.9},
              {"seed", 11},
              {"extra_body", {{"top_k", 30}}}},  // not an OpenAI field: vLLM's extension
-            "--max-tokens 20 --temperature 0.8 --top-p 0.9 --top-k 30 --seed 11"}}) {
+            "--max-tokens 20 --temperature 0.8 --top-p 0.9 --top-k 30 --seed 11"},
+           // Penalties and min-p (vLLM's extensions in extra_body), greedy and sampled.
+           {{{"max_tokens", 20},
+             {"temperature", 0},
+             {"presence_penalty", 1.5},
+             {"frequency_penalty", 0.5},
+             {"extra_body", {{"repetition_penalty", 1.3}}}},
+            "--max-tokens 20 --temperature 0 --presence-penalty 1.5 --frequency-penalty 0.5 "
+            "--repetition-penalty 1.3"},
+           {{{"max_tokens", 20},
+             {"temperature", 0.9},
+             {"seed", 3},
+             {"extra_body", {{"min_p", 0.1}, {"repetition_penalty", 1.2}}}},
+            "--max-tokens 20 --temperature 0.9 --seed 3 --min-p 0.1 --repetition-penalty 1.2"}}) {
     const Json g = generate(engine + " --prompt " + quoted + " " + flags);
     Json req = request;
     req["prompt"] = prompt;

@@ -65,6 +65,7 @@ TEST(OpenAiRequest, ChatFieldsAndDefaults) {
                                     {"n", 1},
                                     {"presence_penalty", 0},
                                     {"logprobs", false},
+                                    {"logit_bias", Json::object()},
                                     {"response_format", {{"type", "text"}}},
                                     {"unknown_field", "ignored"}}),
                          kDefaults);
@@ -89,6 +90,95 @@ TEST(OpenAiRequest, ChatFieldsAndDefaults) {
   EXPECT_FALSE(r.max_tokens);
 }
 
+// vLLM's sampling fields and logprobs: what each becomes.
+TEST(OpenAiRequest, PenaltiesBiasAndLogprobs) {
+  ApiRequest r = parse_chat_request(chat_body({{"presence_penalty", 1.5},
+                                               {"frequency_penalty", -0.5},
+                                               {"repetition_penalty", 1.1},
+                                               {"min_p", 0.05},
+                                               {"logit_bias", {{"7", -100}, {"0", 2.5}}},
+                                               {"logprobs", true},
+                                               {"top_logprobs", 3}}),
+                                    kDefaults);
+  EXPECT_EQ(r.sampling.presence_penalty, 1.5f);
+  EXPECT_EQ(r.sampling.frequency_penalty, -0.5f);
+  EXPECT_EQ(r.sampling.repetition_penalty, 1.1f);
+  EXPECT_EQ(r.sampling.min_p, 0.05f);
+  EXPECT_EQ(r.sampling.logit_bias,
+            (std::vector<std::pair<int32_t, float>>{{7, -100.0f}, {0, 2.5f}}));
+  EXPECT_EQ(r.logprobs, 3);
+  EXPECT_EQ(parse_chat_request(chat_body({{"logprobs", true}}), kDefaults).logprobs, 0);
+  EXPECT_EQ(parse_chat_request(chat_body({{"logprobs", false}}), kDefaults).logprobs, -1);
+  EXPECT_EQ(parse_chat_request(chat_body(), kDefaults).logprobs, -1);
+  // The defaults (generation_config's) stay where the request says nothing.
+  SamplingOptions d = kDefaults;
+  d.repetition_penalty = 1.05f;
+  d.min_p = 0.1f;
+  r = parse_chat_request(chat_body(), d);
+  EXPECT_EQ(r.sampling.repetition_penalty, 1.05f);
+  EXPECT_EQ(r.sampling.min_p, 0.1f);
+  // Completions: logprobs is the count.
+  const Json c = {{"prompt", "x"}, {"logprobs", 5}};
+  EXPECT_EQ(parse_completion_request(c, kDefaults).logprobs, 5);
+  EXPECT_EQ(parse_completion_request({{"prompt", "x"}}, kDefaults).logprobs, -1);
+  EXPECT_EQ(error_of({{"prompt", "x"}, {"logprobs", 21}}, false).param(), "logprobs");
+  EXPECT_EQ(error_of({{"prompt", "x"}, {"logprobs", true}}, false).param(), "logprobs");
+}
+
+// Logprobs in the replies' shapes, over the example model's tokenizer: token strings from the
+// tokens' bytes (U+FFFD for part of a character, whose exact bytes chat gives), offsets in
+// characters.
+TEST(OpenAiReply, LogprobsJson) {
+  const Tokenizer tok =
+      Tokenizer::load(std::string(QF_SOURCE_DIR) + "/models/tiny/model/tokenizer.json");
+  const std::vector<int32_t> ids = tok.encode("h\u00e9llo w\u00f6rld");  // "héllo wörld"
+  std::vector<TokenLogprobs> entries;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const auto lp = -0.25f * static_cast<float>(i + 1);
+    entries.push_back({ids[i], lp, {{ids[(i + 1) % ids.size()], -0.125f}}});
+  }
+  const Json chat = chat_logprobs_json(tok, entries);
+  ASSERT_EQ(chat["content"].size(), ids.size());
+  std::string bytes, text;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const Json& e = chat["content"][i];
+    for (const Json& b : e["bytes"]) bytes.push_back(static_cast<char>(b.get<int>()));
+    text += e["token"].get<std::string>();
+    EXPECT_EQ(e["logprob"].get<float>(), entries[i].logprob);
+    ASSERT_EQ(e["top_logprobs"].size(), 1u);
+    EXPECT_EQ(e["top_logprobs"][0]["logprob"].get<float>(), -0.125f);
+    EXPECT_EQ(e["top_logprobs"][0]["token"], chat["content"][(i + 1) % ids.size()]["token"]);
+  }
+  EXPECT_EQ(bytes, "h\u00e9llo w\u00f6rld");  // the bytes are exact whatever the split
+  if (text != bytes) {                        // a split character: U+FFFD in the strings
+    EXPECT_NE(text.find("\ufffd"), std::string::npos) << text;
+  }
+  int64_t offset = 3;
+  const Json c = completion_logprobs_json(tok, entries, offset);
+  ASSERT_EQ(c["tokens"].size(), ids.size());
+  int64_t want = 3;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_EQ(c["tokens"][i], chat["content"][i]["token"]);
+    EXPECT_EQ(c["token_logprobs"][i].get<float>(), entries[i].logprob);
+    EXPECT_EQ(c["text_offset"][i].get<int64_t>(), want);
+    // The chosen token is in its map with the alternative.
+    EXPECT_EQ(c["top_logprobs"][i][c["tokens"][i].get<std::string>()].get<float>(),
+              entries[i].logprob);
+    const std::string t = c["tokens"][i].get<std::string>();
+    if (t.find_first_not_of("abcdefghijklmnopqrstuvwxyz ") == std::string::npos) {
+      if (i + 1 < ids.size()) {
+        EXPECT_EQ(c["text_offset"][i + 1].get<int64_t>(), want + static_cast<int64_t>(t.size()));
+      }
+    }
+    want = i + 1 < ids.size() ? c["text_offset"][i + 1].get<int64_t>() : offset;
+  }
+  // 11 characters, each in one token's string, unless a token splits one (then U+FFFD counts).
+  if (text == bytes) {
+    EXPECT_EQ(offset, 3 + 11);
+  }
+  EXPECT_GE(offset, 3 + 11);
+}
+
 TEST(OpenAiRequest, BadChatFieldsNameTheField) {
   const std::vector<std::pair<Json, std::string>> cases = {
       {{{"temperature", "hot"}}, "temperature"},
@@ -105,13 +195,22 @@ TEST(OpenAiRequest, BadChatFieldsNameTheField) {
       {{{"stream_options", {{"include_usage", true}}}}, "stream_options"},  // without stream
       {{{"stop", 5}}, "stop"},
       {{{"stop", {"ok", ""}}}, "stop"},
-      {{{"presence_penalty", 0.5}}, "presence_penalty"},
-      {{{"frequency_penalty", 1}}, "frequency_penalty"},
-      {{{"repetition_penalty", 1.1}}, "repetition_penalty"},
-      {{{"min_p", 0.1}}, "min_p"},
-      {{{"logit_bias", {{"1", 5}}}}, "logit_bias"},
-      {{{"logprobs", true}}, "logprobs"},
-      {{{"top_logprobs", 2}}, "top_logprobs"},
+      {{{"presence_penalty", 2.5}}, "presence_penalty"},
+      {{{"presence_penalty", "1"}}, "presence_penalty"},
+      {{{"frequency_penalty", -2.01}}, "frequency_penalty"},
+      {{{"repetition_penalty", 0}}, "repetition_penalty"},
+      {{{"min_p", 1.1}}, "min_p"},
+      {{{"min_p", -0.1}}, "min_p"},
+      {{{"logit_bias", {{"x1", 5}}}}, "logit_bias"},
+      {{{"logit_bias", {{"-1", 5}}}}, "logit_bias"},
+      {{{"logit_bias", {{"99999999999", 5}}}}, "logit_bias"},
+      {{{"logit_bias", {{"1", 101}}}}, "logit_bias"},
+      {{{"logit_bias", {{"1", "5"}}}}, "logit_bias"},
+      {{{"logit_bias", Json::array({1})}}, "logit_bias"},
+      {{{"logprobs", 2}}, "logprobs"},
+      {{{"logprobs", true}, {"top_logprobs", 21}}, "top_logprobs"},
+      {{{"logprobs", true}, {"top_logprobs", -1}}, "top_logprobs"},
+      {{{"top_logprobs", 2}}, "top_logprobs"},  // without logprobs
       {{{"response_format", {{"type", "json_object"}}}}, "response_format"},
       {{{"tools", "f"}}, "tools"},
       {{{"tool_choice", "required"}}, "tool_choice"},

@@ -65,6 +65,13 @@ class ScriptedServer {
                 break;
               }
               std::this_thread::sleep_for(std::chrono::microseconds(delay_us_));
+              if (go.logprobs >= 0) {  // made-up values, exact in binary: logprob(i)
+                TokenLogprobs t{reply_[i], logprob(i), {}};
+                for (int k = 0; k < go.logprobs; ++k) {
+                  t.top.emplace_back((reply_[i] + k) % 4096, logprob(i) - static_cast<float>(k));
+                }
+                go.on_logprobs(t);
+              }
               on_token(reply_[i]);
               r.ids.push_back(reply_[i]);
             }
@@ -83,6 +90,8 @@ class ScriptedServer {
     server_->stop();
     thread_.join();
   }
+  static float logprob(size_t i) { return -0.5f - static_cast<float>(i) / 64.0f; }
+  const std::vector<int32_t>& reply() const { return reply_; }
   std::string base() const { return "http://127.0.0.1:" + std::to_string(port_) + "/v1"; }
   int port() const { return port_; }
   const Tokenizer& tok() const { return tok_; }
@@ -120,6 +129,25 @@ TEST(Server, OpenAiClientReadsReasoningAndToolCalls) {
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("ok: "), std::string::npos) << r.out;
   EXPECT_EQ(s.prompt_, s.tok().encode(render_chat(kMessages, kTools)));
+}
+
+// Every generated token's logprobs reach the client in order, whatever chunks carry the
+// text, in both endpoints' shapes (read by OpenAI's client).
+TEST(Server, OpenAiClientReadsLogprobs) {
+  ScriptedServer s;
+  Json expect = {{"model", "scripted"}, {"messages", kMessages}, {"top", 2}, {"stop", "weather"}};
+  for (size_t i = 0; i < s.reply().size(); ++i) {
+    const std::string& b = s.tok().token_bytes(s.reply()[i]);
+    expect["logprobs"].push_back(ScriptedServer::logprob(i));
+    expect["bytes"].push_back(std::vector<uint8_t>(b.begin(), b.end()));
+  }
+  const test::TempDir dir;
+  test::write_file(dir / "expect.json", expect.dump());
+  const auto r = test::run_command(std::string(QF_PYTHON) + " " + QF_SOURCE_DIR +
+                                   "/tests/e2e/openai_client_check.py logprobs " + s.base() + " " +
+                                   (dir / "expect.json").string());
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("ok: "), std::string::npos) << r.out;
 }
 
 TEST(Server, RequestsTakeTurnsOnTheEngine) {

@@ -3,20 +3,25 @@
 // reply's text. Field names, ranges and defaults follow OpenAI's API reference, with vLLM's
 // extensions that serving Qwen3.5 needs (`top_k`, `ignore_eos`, `chat_template_kwargs.
 // enable_thinking`). Sampling fields a request leaves out take the model's generation_config.json
-// defaults, as vLLM does. Unknown fields are ignored (as vLLM does); known ones of the wrong type
-// or range, and features this runtime lacks (n > 1, logprobs, penalties, guided decoding), are
-// refused with an ApiError naming the field.
+// defaults, as vLLM does; so do vLLM's `repetition_penalty` and `min_p`. Unknown fields are
+// ignored (as vLLM does); known ones of the wrong type or range, and features this runtime lacks
+// (n > 1, echo, suffix, guided decoding), are refused with an ApiError naming the field.
+// Logprobs: chat's `logprobs` + `top_logprobs`, completions' integer `logprobs`, at most
+// kMaxLogprobs alternatives.
 #pragma once
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "qf/rt/logits.h"
 #include "qf/rt/sampler.h"
+#include "qf/rt/tokenizer.h"
 
 namespace qf::rt {
 
@@ -47,7 +52,8 @@ struct ApiRequest {
   nlohmann::ordered_json tools;  // chat: the tool definitions (null when none)
   bool parse_tools = false;      // chat: tools given and tool_choice is not "none"
   std::optional<int64_t> max_tokens;
-  SamplingOptions sampling;
+  SamplingOptions sampling;  // logit_bias ids not yet checked against the vocabulary
+  int logprobs = -1;         // >= 0: each token's logprob and this many alternatives
   std::vector<std::string> stop;
   bool stream = false, include_usage = false, ignore_eos = false;
 };
@@ -58,6 +64,19 @@ struct ApiRequest {
 ApiRequest parse_chat_request(const nlohmann::ordered_json& body, const SamplingOptions& defaults);
 ApiRequest parse_completion_request(const nlohmann::ordered_json& body,
                                     const SamplingOptions& defaults);
+
+// Tokens' logprobs in a reply. A token's string is its bytes as UTF-8, U+FFFD where they are
+// not (a token may hold part of a character); chat entries also give the exact bytes.
+// Chat: {"content": [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]}.
+nlohmann::ordered_json chat_logprobs_json(const Tokenizer& tok,
+                                          std::span<const TokenLogprobs> entries);
+// Completions: {tokens, token_logprobs, top_logprobs: [{token: logprob}], text_offset}, the
+// chosen token in its top_logprobs map too (as OpenAI's legacy API and vLLM give it).
+// `text_offset`: where the first entry's text starts in the completion, in characters;
+// advanced past the entries.
+nlohmann::ordered_json completion_logprobs_json(const Tokenizer& tok,
+                                                std::span<const TokenLogprobs> entries,
+                                                int64_t& text_offset);
 
 // Cuts the reply's text at the first occurrence of any stop string, as the text streams: text
 // that may be the start of one is held back until it is decided.
