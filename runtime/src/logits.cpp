@@ -1,6 +1,7 @@
 #include "qf/rt/logits.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <string>
 
@@ -15,6 +16,64 @@ void check_penalty(const char* name, float v, float lo, float hi) {
     throw Error(Errc::kUsage, std::string(name) + " must be in [" + std::to_string(lo) + ", " +
                                   std::to_string(hi) + "], got " + std::to_string(v));
   }
+}
+
+// exp(x) for x <= 0, within 1e-7 relative (9.9e-8 measured over [-87, 0] against double exp)
+// and written so that the compiler vectorizes a loop of it (std::exp is a call per element):
+// x = k ln 2 + g by Cody and Waite's two-part ln 2, e^g by its Taylor series to degree 7
+// (|g| <= 0.35: the rest is under 6e-9), 2^k put in the exponent bits. Below -87 it gives
+// e^-87 (3.9e-38, no denormals). The select that clamps x vectorizes only without trapping
+// math, which this file is compiled without (CMakeLists.txt).
+float exp_nonpositive(float x) {
+  x = x > -87.0f ? x : -87.0f;
+  const float r = x * 1.44269504088896341f + 12582912.0f;  // 1.5 * 2^23: k in the low bits
+  const float k = r - 12582912.0f;
+  const int32_t n = std::bit_cast<int32_t>(r) - 0x4B400000;
+  const float g = (x - k * 0.693359375f) - k * -2.12194440e-4f;
+  float p = 1.0f / 5040;
+  p = p * g + 1.0f / 720;
+  p = p * g + 1.0f / 120;
+  p = p * g + 1.0f / 24;
+  p = p * g + 1.0f / 6;
+  p = p * g + 0.5f;
+  p = p * g + 1.0f;
+  p = p * g + 1.0f;
+  return std::bit_cast<float>(std::bit_cast<int32_t>(p) + n * (1 << 23));
+}
+
+// The sum of exp(l - max) over the row: blocks of 512 in f32 (8 partial sums each), added in
+// double; 1e-8 relative to the double sum on random logits. With row_max, token_logprobs takes
+// 6.2x less time than std::exp in double (qforge-bench-sampling: 320 against 1979 us at
+// 248320 logits on the 2-core VM).
+double sum_exp(std::span<const float> row, float max) {
+  constexpr size_t kBlock = 512;
+  float e[kBlock];
+  double z = 0;
+  for (size_t i = 0; i < row.size(); i += kBlock) {
+    const size_t m = std::min(kBlock, row.size() - i);
+    for (size_t j = 0; j < m; ++j) e[j] = exp_nonpositive(row[i + j] - max);
+    float acc[8] = {};
+    size_t j = 0;
+    for (; j + 8 <= m; j += 8) {
+      for (size_t a = 0; a < 8; ++a) acc[a] += e[j + a];
+    }
+    for (; j < m; ++j) acc[0] += e[j];
+    z += ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  }
+  return z;
+}
+
+// The row's largest value (NaN ignored past the first element), in 8 lanes that vectorize
+// (std::max_element is one dependent chain: 3.4x slower on 248320 logits).
+float row_max(std::span<const float> row) {
+  float acc[8];
+  std::fill(acc, acc + 8, row[0]);
+  size_t i = 0;
+  for (; i + 8 <= row.size(); i += 8) {
+    for (size_t a = 0; a < 8; ++a) acc[a] = row[i + a] > acc[a] ? row[i + a] : acc[a];
+  }
+  for (; i < row.size(); ++i) acc[0] = row[i] > acc[0] ? row[i] : acc[0];
+  return *std::max_element(acc, acc + 8);
 }
 
 }  // namespace
@@ -73,10 +132,8 @@ void LogitsProcessor::apply(std::span<const float> row, std::span<float> out) co
 }
 
 TokenLogprobs token_logprobs(std::span<const float> row, int32_t id, int n) {
-  const float max = *std::max_element(row.begin(), row.end());
-  double sum = 0;
-  for (const float l : row) sum += std::exp(static_cast<double>(l) - max);
-  const double log_z = max + std::log(sum);
+  const float max = row_max(row);
+  const double log_z = max + std::log(sum_exp(row, max));
   const auto lp = [&](int32_t i) { return static_cast<float>(row[i] - log_z); };
   TokenLogprobs t;
   t.id = id;

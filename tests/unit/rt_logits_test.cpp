@@ -2,8 +2,10 @@
 // values worked out by hand from vLLM's formulas (logits.h) and from the definitions.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "qf/error.h"
@@ -128,6 +130,30 @@ TEST(Logprobs, AreLogSoftmaxOfTheRawRow) {
   for (const auto& [id, lp] : t.top) EXPECT_NEAR(lp, std::log(p[id]), 1e-6) << id;
   EXPECT_TRUE(token_logprobs(row, 4, 0).top.empty());
   EXPECT_EQ(token_logprobs(row, 4, 20).top.size(), 5u);
+}
+
+// Against log-softmax in double over awkward sizes and the real vocabulary, logits spread
+// over 60 nats and one far below the rest: within 2e-7 (the normalizer's bound) plus the f32
+// rounding of the result.
+TEST(Logprobs, MatchDoubleLogSoftmaxAtEverySize) {
+  std::mt19937 gen(3);
+  std::uniform_real_distribution<float> u(-40.0f, 20.0f);
+  for (const size_t n :
+       {size_t{1}, size_t{3}, size_t{31}, size_t{511}, size_t{513}, size_t{4099}, size_t{248320}}) {
+    std::vector<float> row(n);
+    for (float& x : row) x = u(gen);
+    if (n > 3) row[n / 2] = -1e4f;
+    const float max = *std::max_element(row.begin(), row.end());
+    double z = 0;
+    for (const float x : row) z += std::exp(static_cast<double>(x) - max);
+    const double log_z = max + std::log(z);
+    for (const int32_t id :
+         {int32_t{0}, static_cast<int32_t>(n / 2), static_cast<int32_t>(n - 1)}) {
+      const double want = row[id] - log_z;
+      const float got = token_logprobs(row, id, 0).logprob;
+      EXPECT_NEAR(got, want, 2e-7 + std::fabs(want) * 6e-8) << "n " << n << ", id " << id;
+    }
+  }
 }
 
 // A toy engine whose logits favour repeating its last token: greedy repeats it forever, and a
