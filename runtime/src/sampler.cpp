@@ -96,11 +96,12 @@ void Sampler::distribution(std::span<const float> logits, TokenDist& out) {
   }
   const int64_t n = static_cast<int64_t>(logits.size());
   int64_t k = o_.top_k > 0 ? std::min<int64_t>(o_.top_k, n) : n;
+  float top = 0;  // the largest logit, once known
   // Min-p keeps the ids with exp((l - max) / T) >= min_p, i.e. l >= max + T ln(min_p): like
   // top-k, a prefix of the ids by decreasing logit, so the two make the shorter prefix.
   if (o_.min_p > 0.0f) {
-    const float max = *std::max_element(logits.begin(), logits.end());
-    const double cut = max + static_cast<double>(o_.temperature) * std::log(double{o_.min_p});
+    top = *std::max_element(logits.begin(), logits.end());
+    const double cut = top + static_cast<double>(o_.temperature) * std::log(double{o_.min_p});
     int64_t above = 0;
     for (const float l : logits) above += static_cast<double>(l) >= cut;
     k = std::min(k, above);
@@ -109,12 +110,11 @@ void Sampler::distribution(std::span<const float> logits, TokenDist& out) {
   // Softmax at the temperature over the top k: weights exp((l - max) / T), summed in double.
   // When all n survive top-k, weights and sum are taken in id order, with no sort.
   int64_t sorted = 0;  // ids_[0, sorted) are the largest logits, in order
-  float top = 0;
   if (k < n) {
     top_k_ids(logits, k, ids_);
     sorted = k;
     top = logits[ids_[0]];
-  } else {
+  } else if (o_.min_p == 0.0f) {
     top = *std::max_element(logits.begin(), logits.end());
   }
   const float inv_t = 1.0f / o_.temperature;

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <iterator>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -223,10 +224,12 @@ void Server::Impl::handle(const httplib::Request& req, httplib::Response& res, b
   if (!r->stream) {
     ChatDelta all;
     std::vector<TokenLogprobs> lps;
-    Outcome out = run(*r, *prompt, o, [&](const ChatDelta& d, std::vector<TokenLogprobs>&& l) {
-      append(all, d);
-      lps.insert(lps.end(), l.begin(), l.end());
-    });
+    const Outcome out =
+        run(*r, *prompt, o, [&](const ChatDelta& d, std::vector<TokenLogprobs>&& l) {
+          append(all, d);
+          lps.insert(lps.end(), std::make_move_iterator(l.begin()),
+                     std::make_move_iterator(l.end()));
+        });
     lps.insert(lps.end(), out.logprobs.begin(), out.logprobs.end());
     Json choice = {{"index", 0}};
     if (chat) {

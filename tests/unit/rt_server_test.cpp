@@ -110,6 +110,17 @@ class ScriptedServer {
   int port_ = 0;
 };
 
+// openai_client_check.py `mode` against the server, with `expect` as its EXPECT.json.
+void expect_client_check(const std::string& mode, const ScriptedServer& s, const Json& expect) {
+  const test::TempDir dir;
+  test::write_file(dir / "expect.json", expect.dump());
+  const auto r = test::run_command(std::string(QF_PYTHON) + " " + QF_SOURCE_DIR +
+                                   "/tests/e2e/openai_client_check.py " + mode + " " + s.base() +
+                                   " " + (dir / "expect.json").string());
+  EXPECT_EQ(r.exit_code, 0) << mode << ": " << r.out << r.err;
+  EXPECT_NE(r.out.find("ok: "), std::string::npos) << r.out;
+}
+
 TEST(Server, OpenAiClientReadsReasoningAndToolCalls) {
   ScriptedServer s;
   const Json expect = {
@@ -121,13 +132,7 @@ TEST(Server, OpenAiClientReadsReasoningAndToolCalls) {
         {"tool_calls",
          {{{"name", "get_weather"}, {"arguments", {{"city", "Oslo"}, {"days", 3}}}},
           {{"name", "get_weather"}, {"arguments", {{"city", "Bergen"}}}}}}}}};
-  const test::TempDir dir;
-  test::write_file(dir / "expect.json", expect.dump());
-  const auto r = test::run_command(std::string(QF_PYTHON) + " " + QF_SOURCE_DIR +
-                                   "/tests/e2e/openai_client_check.py tools " + s.base() + " " +
-                                   (dir / "expect.json").string());
-  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("ok: "), std::string::npos) << r.out;
+  expect_client_check("tools", s, expect);
   EXPECT_EQ(s.prompt_, s.tok().encode(render_chat(kMessages, kTools)));
 }
 
@@ -141,13 +146,7 @@ TEST(Server, OpenAiClientReadsLogprobs) {
     expect["logprobs"].push_back(ScriptedServer::logprob(i));
     expect["bytes"].push_back(std::vector<uint8_t>(b.begin(), b.end()));
   }
-  const test::TempDir dir;
-  test::write_file(dir / "expect.json", expect.dump());
-  const auto r = test::run_command(std::string(QF_PYTHON) + " " + QF_SOURCE_DIR +
-                                   "/tests/e2e/openai_client_check.py logprobs " + s.base() + " " +
-                                   (dir / "expect.json").string());
-  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("ok: "), std::string::npos) << r.out;
+  expect_client_check("logprobs", s, expect);
 }
 
 TEST(Server, RequestsTakeTurnsOnTheEngine) {
