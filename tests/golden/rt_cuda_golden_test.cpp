@@ -362,6 +362,37 @@ TEST(CudaGoldenTiny, SharedExpertInTheExpertLaunchesEqualsTheCpuReference) {
   expect_same(c, prefill_logits(own, prompt, vocab), vocab, 1e-4, "tiny hybrid prefill vs cpu");
 }
 
+// A 1300-token prompt through batched prefill in passes of 1024 (the most tokens a pass that
+// qforge bench measured) and of the default size: every position's logits against the CPU
+// reference, through a second, partial pass and past the first pass's attention window.
+TEST(CudaGoldenTiny, LongPromptInLargePassesEqualsTheCpuReference) {
+  std::string why;
+  if (!CudaEngine::available(&why)) GTEST_SKIP() << why;
+  test::TempDir tmp;
+  const fs::path src = tmp / "tiny-bf16";
+  const test::CommandResult r =
+      test::run_command(std::string(QF_BIN) + " synth " + src.string() +
+                        " --preset tiny --layout bf16 --layers 4 --no-mtp --no-vision --seed 9");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_NO_FATAL_FAILURE(
+      test::build_hybrid(QF_BIN, src, tmp.path(), Model::load(src)->config().vocab_size));
+  const std::unique_ptr<Model> model = Model::load(tmp / "hybrid");
+  const int64_t vocab = model->config().vocab_size;
+  std::vector<int32_t> prompt(1300);
+  for (size_t i = 0; i < prompt.size(); ++i)
+    prompt[i] = static_cast<int32_t>((i * 7919 + 13) % vocab);
+  CpuEngine cpu(*model, 2);
+  const std::vector<float> c = prompt_logits(cpu, prompt, vocab);
+  for (const int chunk : {1024, CudaOptions{}.prefill_chunk}) {
+    CudaOptions o;
+    o.max_context = static_cast<int64_t>(prompt.size()) + 1;
+    o.prefill_chunk = chunk;
+    CudaEngine gpu(*model, o);
+    expect_same(c, prefill_logits(gpu, prompt, vocab), vocab, 5e-4,
+                "tiny hybrid, 1300 tokens in passes of " + std::to_string(chunk));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGolden, ::testing::ValuesIn(test::model_fixtures()),
                          test::fixture_test_name);
 

@@ -26,6 +26,7 @@ void CudaEngine::Impl::alloc_prefill() {
   if (n < 0 || n > 4096) {
     throw Error(Errc::kUsage, "prefill_chunk must be 0 to 4096, not " + std::to_string(n));
   }
+  n = std::min(n, o.max_context);  // no prompt is longer
   // Without kernels for the mixers' shapes (none of Qwen3.5's), prompts go in pairs instead.
   const bool has_attn =
       std::find(c.full_attention.begin(), c.full_attention.end(), true) != c.full_attention.end();

@@ -41,10 +41,12 @@ struct CudaOptions {
   // qforge serve): another copy of the DeltaNet states and conv histories (~72 MB at 122B-A10B).
   bool snapshots = false;
   // Batched prefill (prefill / advance of three or more tokens): tokens per pass, each
-  // projection's weights read once per pass (kern::gemm where it takes them); 0, or mixer
-  // shapes the prefill kernels do not take (none of Qwen3.5's): no prefill buffers (~110 MB at
-  // 122B-A10B for 256), prompts go in pairs.
-  int prefill_chunk = 256;
+  // projection's weights read once per pass (kern::gemm where it takes them), at most
+  // max_context; 0, or mixer shapes the prefill kernels do not take (none of Qwen3.5's): no
+  // prefill buffers, prompts go in pairs. 1024 at 122B-A10B: ~440 MB of buffers, and every
+  // routed expert read once per 1024 prompt tokens (docs/cuda-engine-speed.md, "Batched
+  // prefill").
+  int prefill_chunk = 1024;
   // Timing studies only (qforge bench --skip): launches left out of every step, named as in
   // kSkippableLaunches, so that the step time without them bounds what fusing them away could
   // gain. Their outputs go stale, so the results are wrong; the weights still stream as in a

@@ -1,0 +1,35 @@
+// The k most likely ids of a row of logits (k <= kTopKMax) and the row's softmax normalizer, so
+// that a host sampler with top-k <= k, and logprobs of up to k alternatives, need k ids and
+// logits from the device instead of the whole row (248320 floats on Qwen3.5).
+//
+// Order: by logit, larger first; equal logits by index, lower first (lm_head.h's order, that of
+// the host's top_k_ids). NaN logits are never selected; where fewer than k logits are not NaN,
+// the remaining entries are (INT_MAX, -inf).
+// Normalizer: stats[0] = the largest logit m (NaN ignored), stats[1] = the sum over the logits
+// that are neither NaN nor -inf of exp(l - m), in fp32; the row's log-softmax is
+// l - m - log(stats[1]). Meant for finite logits and -inf (masked ids).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+namespace qf::kern {
+
+inline constexpr int kTopKMax = 256;
+
+// Bytes of the scratch logits_topk needs for a row of n logits.
+size_t logits_topk_scratch_bytes(int n);
+
+// ids[0, k), vals[0, k) and stats[0, 2) of logits[0, n) as above, 1 <= k <= kTopKMax, n >= 1.
+// scratch: logits_topk_scratch_bytes(n) bytes, 16-byte aligned, zero-filled once before its
+// first use (a launch leaves it ready for the next, so a captured graph replays the launch); one
+// launch at a time per scratch. Device pointers; stream-ordered, allocates nothing.
+// cudaErrorInvalidValue on bad arguments.
+cudaError_t logits_topk(const float* logits, int n, int k, int* ids, float* vals, float* stats,
+                        void* scratch, cudaStream_t stream);
+
+// Host twin on host arrays; stats in double (the exact sum's rounding only).
+void logits_topk_ref(const float* logits, int n, int k, int* ids, float* vals, double* stats);
+
+}  // namespace qf::kern
