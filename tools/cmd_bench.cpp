@@ -74,7 +74,7 @@ int run(const BenchArgs& a) {
   // --mtp also times speculative decoding's steps and verify passes (two positions each), greedy
   // and sampled.
   o.max_context =
-      std::max<int64_t>(a.context + a.steps + 2 + (a.mtp ? 7 * a.steps + 16 : 0), a.prefill + 1);
+      std::max<int64_t>(a.context + a.steps + 2 + (a.mtp ? 8 * a.steps + 17 : 0), a.prefill + 1);
   o.prefill_chunk = a.prefill_chunk;
   o.parallel_shared = !a.serial_shared;
   o.shared_in_experts = a.shared_in_experts;
@@ -124,6 +124,7 @@ int run(const BenchArgs& a) {
   double sync_step_us = 0, verify_us = 0, reject_us = 0;
   struct {
     double step_us = 0, verify_us = 0, draft_us = 0, sample_us = 0;
+    double top_step_us = 0;  // the top k selected on the device (CudaEngine::step_top)
   } sampled;
   if (a.mtp) {
     const auto per_call = [&](const std::function<void()>& f) {
@@ -154,6 +155,12 @@ int run(const BenchArgs& a) {
     sampled.step_us = per_call([&] {
       engine->step(1, logits.data());
       sampler.sample(row0);
+    });
+    rt::Sampler top_sampler(kBenchSampling);
+    rt::TopLogits tops;
+    sampled.top_step_us = per_call([&] {
+      engine->step_top(1, kBenchSampling.top_k, tops);
+      top_sampler.sample(tops.logits);
     });
     sampled.verify_us = per_call([&] {
       engine->verify2(tokens, top, logits.data());
@@ -253,6 +260,7 @@ int run(const BenchArgs& a) {
             {"verify_us", sampled.verify_us},
             {"draft_us", sampled.draft_us},
             {"sample_us", sampled.sample_us},
+            {"top_step_us", sampled.top_step_us},
             {"tokens_per_s_at_kept",
              {{"0.5", sampled_tps(0.5)}, {"0.7", sampled_tps(0.7)}, {"0.9", sampled_tps(0.9)}}}}}};
     }
@@ -300,6 +308,10 @@ int run(const BenchArgs& a) {
     std::printf(
         "  tok/s if 50%% / 70%% / 90%% of drafts are kept: %.1f / %.1f / %.1f (plain: %.1f)\n",
         sampled_tps(0.5), sampled_tps(0.7), sampled_tps(0.9), 1e6 / sampled.step_us);
+    std::printf(
+        "  the top %d selected on the device (step_top, as generate and serve sample): step "
+        "%.1f us = %.1f tok/s\n",
+        kBenchSampling.top_k, sampled.top_step_us, 1e6 / sampled.top_step_us);
   }
   if (a.prefill > 0) {
     std::printf(

@@ -119,7 +119,9 @@ int run(const GenerateArgs& a) {
           model->config().vocab_size, prompt, o, print,
           [&](std::span<const int32_t> tokens, float* logits) {
             return engine.prefill(tokens, logits);  // batched prefill
-          });
+          },
+          0,
+          [&](int32_t token, int k, rt::TopLogits& out) { return engine.step_top(token, k, out); });
     }
   } else {
     rt::CpuEngine engine(*model, a.threads);

@@ -137,7 +137,7 @@ int run(const ServeArgs& a) {
       return rt::generate_speculative(spe.spec, prompt, go, on, nullptr);
     }
     pe.reset();
-    return rt::generate_with(pe.step, pe.vocab, prompt, go, on, pe.prefill);
+    return rt::generate_with(pe.step, pe.vocab, prompt, go, on, pe.prefill, 0, pe.top_step);
   };
 
   rt::Server server(tok, std::move(run_request), o);

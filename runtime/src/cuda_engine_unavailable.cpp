@@ -49,6 +49,9 @@ void CudaEngine::restore_snapshot() {
 int32_t CudaEngine::step(int32_t, float*) {
   unavailable();
 }
+int32_t CudaEngine::step_top(int32_t, int, TopLogits&) {
+  unavailable();
+}
 int32_t CudaEngine::step_greedy() {
   unavailable();
 }

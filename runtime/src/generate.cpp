@@ -21,6 +21,18 @@ bool report_token(GenerateResult& r, const GenerateOptions& o,
   return static_cast<int64_t>(r.ids.size()) < o.max_tokens;
 }
 
+bool report_token(GenerateResult& r, const GenerateOptions& o,
+                  const std::function<void(int32_t)>& on_token, int32_t id, const TopLogits& top) {
+  if (std::find(o.stop_ids.begin(), o.stop_ids.end(), id) != o.stop_ids.end()) {
+    r.finish_reason = "stop";
+    return false;
+  }
+  r.ids.push_back(id);
+  if (o.logprobs >= 0 && o.on_logprobs) o.on_logprobs(top_logprobs(top, id, o.logprobs));
+  on_token(id);
+  return static_cast<int64_t>(r.ids.size()) < o.max_tokens;
+}
+
 TokenChooser::TokenChooser(const GenerateOptions& o, int64_t vocab, std::span<const int32_t> prompt)
     : sampler_(o.sampling),
       processor_(o.sampling, vocab, prompt),
@@ -29,6 +41,11 @@ TokenChooser::TokenChooser(const GenerateOptions& o, int64_t vocab, std::span<co
   if (o.logprobs > kMaxLogprobs) {
     throw Error(Errc::kUsage, "at most " + std::to_string(kMaxLogprobs) +
                                   " logprobs a token, asked for " + std::to_string(o.logprobs));
+  }
+  if (!processor_.identity()) return;
+  if (greedy_ && o.logprobs >= 0) top_candidates_ = std::max(o.logprobs, 1);
+  if (!greedy_ && o.sampling.top_k > 0 && o.sampling.top_k <= kTopKCandidates) {
+    top_candidates_ = std::max(o.sampling.top_k, o.logprobs);
   }
 }
 
@@ -47,6 +64,11 @@ int32_t TokenChooser::choose(std::span<const float> raw, std::span<const int32_t
   return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
 }
 
+int32_t TokenChooser::choose(const TopLogits& top) {
+  if (greedy_) return top.ids.front();
+  return top.ids[static_cast<size_t>(sampler_.sample(top.logits))];
+}
+
 void TokenChooser::distribution(std::span<const float> raw, std::span<const int32_t> output,
                                 TokenDist& out) {
   sampler_.distribution(process(raw, output), out);
@@ -54,7 +76,7 @@ void TokenChooser::distribution(std::span<const float> raw, std::span<const int3
 
 GenerateResult generate_with(const StepFn& step, int64_t vocab, std::span<const int32_t> prompt,
                              const GenerateOptions& o, const std::function<void(int32_t)>& on_token,
-                             const PrefillFn& prefill, size_t done) {
+                             const PrefillFn& prefill, size_t done, const TopStepFn& top_step) {
   if (prompt.empty()) throw Error(Errc::kUsage, "the prompt has no tokens");
   if (done >= prompt.size()) {
     throw Error(Errc::kUsage, std::to_string(done) + " tokens done of a prompt of " +
@@ -83,9 +105,20 @@ GenerateResult generate_with(const StepFn& step, int64_t vocab, std::span<const 
   if (o.max_tokens > 0) {
     const std::span<const float> row(logits);
     int32_t id = copy ? chooser.choose(row, r.ids) : top;
-    while (report_token(r, o, on_token, id, row)) {
-      top = step(id, out);
-      id = copy ? chooser.choose(row, r.ids) : top;
+    const int k = top_step ? chooser.top_candidates() : 0;
+    if (k > 0) {  // the first from the prefill's row, the rest from the engine's top k
+      TopLogits tops;
+      if (report_token(r, o, on_token, id, row)) {
+        do {
+          top_step(id, k, tops);
+          id = chooser.choose(tops);
+        } while (report_token(r, o, on_token, id, tops));
+      }
+    } else {
+      while (report_token(r, o, on_token, id, row)) {
+        top = step(id, out);
+        id = copy ? chooser.choose(row, r.ids) : top;
+      }
     }
   }
   r.decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();

@@ -145,4 +145,20 @@ TokenLogprobs token_logprobs(std::span<const float> row, int32_t id, int n) {
   return t;
 }
 
+TokenLogprobs top_logprobs(const TopLogits& t, int32_t id, int n) {
+  const auto at = std::find(t.ids.begin(), t.ids.end(), id);
+  if (at == t.ids.end() || n < 0 || static_cast<size_t>(n) > t.ids.size()) {
+    throw Error(Errc::kUsage, "top_logprobs: id " + std::to_string(id) + " or " +
+                                  std::to_string(n) + " alternatives outside the top " +
+                                  std::to_string(t.ids.size()));
+  }
+  const auto lp = [&](size_t i) { return static_cast<float>(t.logits[i] - t.log_z); };
+  TokenLogprobs r;
+  r.id = id;
+  r.logprob = lp(static_cast<size_t>(at - t.ids.begin()));
+  r.top.reserve(static_cast<size_t>(n));
+  for (size_t i = 0; i < static_cast<size_t>(n); ++i) r.top.emplace_back(t.ids[i], lp(i));
+  return r;
+}
+
 }  // namespace qf::rt

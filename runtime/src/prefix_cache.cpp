@@ -51,7 +51,9 @@ GenerateResult PrefixCache::generate(const PrefixEngine& e, std::span<const int3
                                      const GenerateOptions& options,
                                      const std::function<void(int32_t)>& on_token,
                                      int64_t* cached_tokens) {
-  if (prompt.empty()) return generate_with(e.step, e.vocab, prompt, options, on_token, e.prefill);
+  if (prompt.empty()) {
+    return generate_with(e.step, e.vocab, prompt, options, on_token, e.prefill, 0, e.top_step);
+  }
   const Plan p = begin(prompt, cached_tokens, e.reset, e.restore);
   size_t done = p.reuse;
   if (p.snapshot_at > 0) {
@@ -64,7 +66,8 @@ GenerateResult PrefixCache::generate(const PrefixEngine& e, std::span<const int3
     keep(prompt, done, 0);
   }
   // What follows leaves the snapshot as it is, whatever it throws (a stop string, a client gone).
-  GenerateResult r = generate_with(e.step, e.vocab, prompt, options, on_token, e.prefill, done);
+  GenerateResult r =
+      generate_with(e.step, e.vocab, prompt, options, on_token, e.prefill, done, e.top_step);
   r.cached_tokens = static_cast<int64_t>(p.reuse);
   return r;
 }
@@ -107,6 +110,9 @@ PrefixEngine prefix_engine(CudaEngine& engine) {
   e.step = [&engine](int32_t token, float* logits) { return engine.step(token, logits); };
   e.prefill = [&engine](std::span<const int32_t> t, float* logits) {
     return engine.prefill(t, logits);
+  };
+  e.top_step = [&engine](int32_t token, int k, TopLogits& out) {
+    return engine.step_top(token, k, out);
   };
   return e;
 }

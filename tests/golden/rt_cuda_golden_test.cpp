@@ -17,6 +17,8 @@
 #include "qf/rt/cpu_engine.h"
 #include "qf/rt/cuda_engine.h"
 #include "qf/rt/generate.h"
+#include "qf/rt/logits.h"
+#include "qf/rt/sampler.h"
 #include "qf/rt/speculative.h"
 
 namespace qf::rt {
@@ -383,13 +385,80 @@ TEST(CudaGoldenTiny, LongPromptInLargePassesEqualsTheCpuReference) {
     prompt[i] = static_cast<int32_t>((i * 7919 + 13) % vocab);
   CpuEngine cpu(*model, 2);
   const std::vector<float> c = prompt_logits(cpu, prompt, vocab);
-  for (const int chunk : {1024, CudaOptions{}.prefill_chunk}) {
+  for (const int chunk : {1024, 256}) {
     CudaOptions o;
     o.max_context = static_cast<int64_t>(prompt.size()) + 1;
     o.prefill_chunk = chunk;
     CudaEngine gpu(*model, o);
     expect_same(c, prefill_logits(gpu, prompt, vocab), vocab, 5e-4,
                 "tiny hybrid, 1300 tokens in passes of " + std::to_string(chunk));
+  }
+}
+
+// CudaEngine::step_top (the row's top k selected on the device) against step's whole row: the
+// same ids and logit bits, the normalizer within 1e-5, and generation that samples (Qwen3.5's
+// defaults, top-k 128 with min-p, top-k 5 with logprobs) or reports greedy logprobs choosing the
+// same ids from the top k as from the row, seed for seed.
+TEST(CudaGoldenTiny, TopStepChoosesAsTheWholeRow) {
+  std::string why;
+  if (!CudaEngine::available(&why)) GTEST_SKIP() << why;
+  test::TempDir tmp;
+  const fs::path dir = tmp / "tiny-int4";
+  const test::CommandResult r = test::run_command(
+      std::string(QF_BIN) + " synth " + dir.string() +
+      " --preset tiny --layout intel-int4 --layers 4 --no-mtp --no-vision --seed 13");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::unique_ptr<Model> model = Model::load(dir);
+  const int64_t vocab = model->config().vocab_size;
+  CudaOptions o;
+  o.max_context = 128;
+  CudaEngine a(*model, o), b(*model, o);
+  std::vector<float> row(static_cast<size_t>(vocab));
+  TopLogits top;
+  for (const int32_t token : {1, 17, 300, 5, 42}) {
+    const int32_t want = a.step(token, row.data());
+    EXPECT_EQ(b.step_top(token, 20, top), want);
+    std::vector<int32_t> ids;
+    top_k_ids(row, 20, ids);
+    EXPECT_EQ(top.ids, ids);
+    for (size_t j = 0; j < ids.size(); ++j) EXPECT_EQ(top.logits[j], row[ids[j]]) << j;
+    const TokenLogprobs lp = token_logprobs(row, ids[0], 1);
+    EXPECT_NEAR(static_cast<double>(top.logits[0]) - top.log_z, lp.logprob, 1e-5);
+  }
+  EXPECT_THROW(b.step_top(1, 0, top), Error);
+  EXPECT_THROW(b.step_top(1, 129, top), Error);
+  EXPECT_THROW(b.step_top(static_cast<int32_t>(vocab), 20, top), Error);
+  struct Case {
+    SamplingOptions s;
+    int logprobs;
+  };
+  for (const Case& c : {Case{{.temperature = 0.6f, .top_p = 0.95f, .top_k = 20, .seed = 1}, -1},
+                        Case{{.temperature = 1.0f, .top_k = 128, .seed = 2, .min_p = 0.02f}, -1},
+                        Case{{.temperature = 1.2f, .top_k = 5, .seed = 3}, 5}, Case{{}, 3}}) {
+    GenerateOptions g;
+    g.max_tokens = 48;
+    g.sampling = c.s;
+    g.logprobs = c.logprobs;
+    std::vector<TokenLogprobs> want_lp, got_lp;
+    const std::vector<int32_t> prompt = {1, 17, 300, 5, 42, 99, 7, 250};
+    a.reset();
+    g.on_logprobs = [&](const TokenLogprobs& t) { want_lp.push_back(t); };
+    const GenerateResult want = generate_with([&](int32_t t, float* l) { return a.step(t, l); },
+                                              vocab, prompt, g, [](int32_t) {});
+    b.reset();
+    g.on_logprobs = [&](const TokenLogprobs& t) { got_lp.push_back(t); };
+    const GenerateResult got = generate_with(
+        [&](int32_t t, float* l) { return b.step(t, l); }, vocab, prompt, g, [](int32_t) {}, {}, 0,
+        [&](int32_t t, int k, TopLogits& out) { return b.step_top(t, k, out); });
+    EXPECT_EQ(got.ids, want.ids) << "top-k " << c.s.top_k;
+    ASSERT_EQ(got_lp.size(), want_lp.size());
+    for (size_t i = 0; i < got_lp.size(); ++i) {
+      EXPECT_NEAR(got_lp[i].logprob, want_lp[i].logprob, 1e-5) << i;
+      ASSERT_EQ(got_lp[i].top.size(), want_lp[i].top.size());
+      for (size_t j = 0; j < got_lp[i].top.size(); ++j) {
+        EXPECT_EQ(got_lp[i].top[j].first, want_lp[i].top[j].first);
+      }
+    }
   }
 }
 

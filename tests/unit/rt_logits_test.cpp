@@ -202,5 +202,99 @@ TEST(Generate, PenaltiesChangeGreedyChoicesAndLogprobsFollowTheRawRows) {
   EXPECT_THROW(generate_with(step, kV, prompt, o, [](int32_t) {}), Error);
 }
 
+// Decode steps that bring back only the row's top k (TopLogits, as CudaEngine::step_top) choose
+// the same ids as the whole row, seed for seed, with the same logprobs: a toy engine whose rows
+// are random, in steps of 1/4 so that equal logits are common, against the same engine's rows.
+TEST(Generate, TopCandidatesChooseWhatTheWholeRowWould) {
+  constexpr int64_t kV = 3000;
+  const auto row_after = [](int32_t token) {
+    std::mt19937_64 g(static_cast<uint64_t>(token) * 7919 + 1);
+    std::normal_distribution<float> d(0.0f, 2.5f);
+    std::vector<float> l(kV);
+    for (float& x : l) x = std::round(d(g) * 4.0f) / 4.0f;
+    return l;
+  };
+  const StepFn step = [&](int32_t token, float* out) {
+    const std::vector<float> l = row_after(token);
+    if (out) std::copy(l.begin(), l.end(), out);
+    return static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+  };
+  int top_calls = 0;
+  const TopStepFn top_step = [&](int32_t token, int k, TopLogits& out) {
+    ++top_calls;
+    const std::vector<float> l = row_after(token);
+    top_k_ids(l, k, out.ids);
+    out.logits.clear();
+    for (const int32_t id : out.ids) out.logits.push_back(l[id]);
+    const double m = *std::max_element(l.begin(), l.end());
+    double sum = 0;
+    for (const float x : l) sum += std::exp(x - m);
+    out.log_z = m + std::log(sum);
+    return out.ids[0];
+  };
+  struct Case {
+    SamplingOptions s;
+    int logprobs;
+  };
+  const std::vector<Case> cases = {
+      {{.temperature = 0.6f, .top_p = 0.95f, .top_k = 20, .seed = 1}, -1},  // Qwen3.5's default
+      {{.temperature = 1.0f, .top_k = 1, .seed = 2}, -1},
+      {{.temperature = 0.8f, .top_k = 128, .seed = 3, .min_p = 0.05f}, -1},
+      {{.temperature = 1.3f, .top_p = 0.5f, .top_k = 5, .seed = 4}, 3},
+      {{.temperature = 0.7f, .top_k = 3, .seed = 5}, 8},  // more alternatives than top-k keeps
+      {{.temperature = 2.0f, .top_k = 40, .seed = 6}, 0},
+      {{}, 5},  // greedy with logprobs
+      {{}, 0},
+  };
+  for (size_t c = 0; c < cases.size(); ++c) {
+    GenerateOptions o;
+    o.max_tokens = 64;
+    o.sampling = cases[c].s;
+    o.logprobs = cases[c].logprobs;
+    std::vector<TokenLogprobs> row_lps, top_lps;
+    o.on_logprobs = [&](const TokenLogprobs& t) { row_lps.push_back(t); };
+    const std::vector<int32_t> prompt = {7, 11};
+    const GenerateResult want = generate_with(step, kV, prompt, o, [](int32_t) {});
+    o.on_logprobs = [&](const TokenLogprobs& t) { top_lps.push_back(t); };
+    top_calls = 0;
+    const GenerateResult got = generate_with(
+        step, kV, prompt, o, [](int32_t) {}, {}, 0, top_step);
+    EXPECT_EQ(got.ids, want.ids) << "case " << c;
+    ASSERT_EQ(want.ids.size(), 64u) << "case " << c;
+    EXPECT_EQ(top_calls, 63) << "case " << c << ": the top path was not taken";
+    ASSERT_EQ(top_lps.size(), row_lps.size()) << "case " << c;
+    for (size_t i = 0; i < top_lps.size(); ++i) {
+      EXPECT_EQ(top_lps[i].id, row_lps[i].id);
+      EXPECT_NEAR(top_lps[i].logprob, row_lps[i].logprob, 1e-5) << "case " << c << ", " << i;
+      ASSERT_EQ(top_lps[i].top.size(), row_lps[i].top.size());
+      for (size_t j = 0; j < top_lps[i].top.size(); ++j) {
+        EXPECT_EQ(top_lps[i].top[j].first, row_lps[i].top[j].first);
+        EXPECT_NEAR(top_lps[i].top[j].second, row_lps[i].top[j].second, 1e-5);
+      }
+    }
+  }
+}
+
+// Where the top ids cannot decide as the row would, the loops take the row.
+TEST(Generate, TopCandidatesOnlyWhereTheyDecide) {
+  const auto k = [](SamplingOptions s, int logprobs) {
+    GenerateOptions o;
+    o.sampling = s;
+    o.logprobs = logprobs;
+    return TokenChooser(o, 1000, std::vector<int32_t>{1}).top_candidates();
+  };
+  EXPECT_EQ(k({}, -1), 0);  // plain greedy: the engine's argmax, no copy at all
+  EXPECT_EQ(k({}, 0), 1);
+  EXPECT_EQ(k({}, 7), 7);
+  EXPECT_EQ(k({.temperature = 1.0f, .top_k = 20}, -1), 20);
+  EXPECT_EQ(k({.temperature = 1.0f, .top_k = 20}, 20), 20);
+  EXPECT_EQ(k({.temperature = 1.0f, .top_k = 128}, -1), 128);
+  EXPECT_EQ(k({.temperature = 1.0f, .top_k = 129}, -1), 0);  // more than an engine selects
+  EXPECT_EQ(k({.temperature = 1.0f}, -1), 0);                // top-k off: the whole row
+  EXPECT_EQ(k({.temperature = 1.0f, .top_k = 20, .presence_penalty = 0.5f}, -1), 0);
+  EXPECT_EQ(k({.temperature = 1.0f, .top_k = 20, .logit_bias = {{3, 1.0f}}}, -1), 0);
+  EXPECT_EQ(k({.repetition_penalty = 1.1f}, 3), 0);
+}
+
 }  // namespace
 }  // namespace qf::rt

@@ -13,6 +13,8 @@
 #include "qf/error.h"
 #include "qf/kern/attention.h"
 #include "qf/kern/gdn.h"
+#include "qf/kern/topk.h"
+#include "qf/rt/generate.h"
 
 namespace qf::rt {
 
@@ -111,6 +113,47 @@ int32_t CudaEngine::step(int32_t token, float* logits) {
   cuda::check(cudaStreamSynchronize(s.stream), "decode step");
   if (logits) s.take_logits(logits, 1);
   ++s.position;
+  return s.pinned[1];
+}
+
+static_assert(kTopKCandidates == kern::kTopKMax, "generate asks step_top for what it selects");
+
+int32_t CudaEngine::step_top(int32_t token, int k, TopLogits& out) {
+  Impl& s = *impl_;
+  if (k < 1 || k > kern::kTopKMax) {
+    throw Error(Errc::kUsage, "step_top: k must be 1 to " + std::to_string(kern::kTopKMax) +
+                                  ", not " + std::to_string(k));
+  }
+  const int64_t vocab = s.m->config.vocab_size;
+  if (token < 0 || token >= vocab) {
+    throw Error(Errc::kUsage, "token id " + std::to_string(token) +
+                                  " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  }
+  s.can_reject = false;
+  s.before_step(s.position);
+  s.pinned[0] = token;
+  cuda::check(cudaMemcpyAsync(s.token, s.pinned, sizeof(int), cudaMemcpyHostToDevice, s.stream),
+              "copy");
+  s.run_step();
+  int* const ids = s.top_out;
+  float* const vals = reinterpret_cast<float*>(ids + kern::kTopKMax);
+  float* const stats = vals + kern::kTopKMax;
+  cuda::check(kern::logits_topk(s.logits, static_cast<int>(vocab), k, ids, vals, stats,
+                                s.top_scratch, s.stream),
+              "logits_topk");
+  cuda::check(cudaMemcpyAsync(s.pinned + 1, s.next, sizeof(int), cudaMemcpyDeviceToHost, s.stream),
+              "copy");
+  cuda::check(cudaMemcpyAsync(s.pinned_top, s.top_out, (2 * kern::kTopKMax + 2) * sizeof(int),
+                              cudaMemcpyDeviceToHost, s.stream),
+              "copy");
+  cuda::check(cudaStreamSynchronize(s.stream), "decode step");
+  ++s.position;
+  const int* h_ids = s.pinned_top;
+  const float* h_vals = reinterpret_cast<const float*>(h_ids + kern::kTopKMax);
+  const float* h_stats = h_vals + kern::kTopKMax;
+  out.ids.assign(h_ids, h_ids + k);
+  out.logits.assign(h_vals, h_vals + k);
+  out.log_z = static_cast<double>(h_stats[0]) + std::log(static_cast<double>(h_stats[1]));
   return s.pinned[1];
 }
 

@@ -3,6 +3,7 @@
 #include <numeric>
 
 #include "engine_impl.h"
+#include "qf/kern/topk.h"
 
 namespace qf::rt {
 
@@ -76,6 +77,12 @@ CudaEngine::Impl::Impl(std::unique_ptr<cuda::DeviceModel> model, const CudaOptio
       cudaMemcpy(ids, distinct.data(), distinct.size() * sizeof(int), cudaMemcpyHostToDevice),
       "cudaMemcpy");
   argmax_scratch = i(kern::argmax_scratch_ints(static_cast<int>(c.vocab_size)));
+  const size_t top_bytes = (2 * kern::kTopKMax + 2) * sizeof(int);
+  top_out = i(2 * kern::kTopKMax + 2);
+  const size_t scratch_bytes = kern::logits_topk_scratch_bytes(static_cast<int>(c.vocab_size));
+  top_scratch = m->alloc(scratch_bytes);
+  cuda::check(cudaMemset(top_scratch, 0, scratch_bytes), "cudaMemset");
+  cuda::check(cudaMallocHost(&pinned_top, top_bytes), "cudaMallocHost");
   // The verify pass's copies of the DeltaNet states (speculative decoding: with the MTP head).
   for (float* state : ssm) ssm_saved.push_back(state && m->mtp ? f(ssm_floats()) : nullptr);
   for (size_t l = 0; l < ssm.size() && o.snapshots; ++l) {
@@ -111,6 +118,7 @@ CudaEngine::Impl::~Impl() {
   if (pf.pinned) cudaFreeHost(pf.pinned);
   if (pinned) cudaFreeHost(pinned);
   if (pinned_logits) cudaFreeHost(pinned_logits);
+  if (pinned_top) cudaFreeHost(pinned_top);
   if (fork) cudaEventDestroy(fork);
   if (join) cudaEventDestroy(join);
   if (side) cudaStreamDestroy(side);

@@ -78,6 +78,11 @@ struct CudaEngine::Impl {
   // a fraction of the link's speed (H100: ~340 against ~100 us for 248320 floats, with the
   // memcpy after it).
   float* pinned_logits = nullptr;
+  // step_top: kern::logits_topk's outputs (ids, then logits, then the normalizer's two floats),
+  // on the device and pinned on the host, and its scratch.
+  int* top_out = nullptr;
+  int* pinned_top = nullptr;
+  void* top_scratch = nullptr;
   // The two-token verify (speculative decoding): its tokens, positions and argmaxes, a word that
   // its memset nodes write (a full dependency between two launches, pdl.cuh), and each DeltaNet
   // layer's state after the first token, for a rejected second one.

@@ -16,12 +16,14 @@
 
 namespace qf::kern {
 
-inline constexpr int kTopKMax = 256;
+inline constexpr int kTopKMax = 128;
+inline constexpr int kTopKMaxN = 524288;  // the longest row
 
 // Bytes of the scratch logits_topk needs for a row of n logits.
 size_t logits_topk_scratch_bytes(int n);
 
-// ids[0, k), vals[0, k) and stats[0, 2) of logits[0, n) as above, 1 <= k <= kTopKMax, n >= 1.
+// ids[0, k), vals[0, k) and stats[0, 2) of logits[0, n) as above, 1 <= k <= kTopKMax,
+// 1 <= n <= kTopKMaxN.
 // scratch: logits_topk_scratch_bytes(n) bytes, 16-byte aligned, zero-filled once before its
 // first use (a launch leaves it ready for the next, so a captured graph replays the launch); one
 // launch at a time per scratch. Device pointers; stream-ordered, allocates nothing.

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "qf/ckpt/qwen35_config.h"
+#include "qf/rt/logits.h"
 #include "qf/rt/model.h"
 
 namespace qf::rt {
@@ -108,6 +109,11 @@ class CudaEngine {
   // returns the argmax of the logits (lowest id among equal maxima). Throws Error(kUsage) for a
   // token outside the vocabulary or a full context.
   int32_t step(int32_t token, float* logits);
+  // step() that copies, instead of the logits, their top `k` (1 .. 128) ids and logits and the
+  // row's log-normalizer (TopLogits, selected on the device by kern::logits_topk: a few KB to
+  // copy rather than the whole row); returns the argmax. Error(kUsage) for k out of range, as
+  // step() for the token.
+  int32_t step_top(int32_t token, int k, TopLogits& out);
   // Feeds the previous step's argmax back in without leaving the device; returns the new argmax.
   int32_t step_greedy();
   // The last step's hidden state after the final norm [H], copied to `out`.

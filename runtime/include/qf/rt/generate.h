@@ -42,6 +42,9 @@ struct GenerateResult {
 bool report_token(GenerateResult& r, const GenerateOptions& options,
                   const std::function<void(int32_t)>& on_token, int32_t id,
                   std::span<const float> raw = {});
+// The same with the logprobs from the row's top ids (TopLogits).
+bool report_token(GenerateResult& r, const GenerateOptions& options,
+                  const std::function<void(int32_t)>& on_token, int32_t id, const TopLogits& top);
 
 // How the generation loops choose each token from a row of logits: the request's bias and
 // penalties (LogitsProcessor, given the ids generated so far), then greedy argmax or the
@@ -52,11 +55,19 @@ class TokenChooser {
   // False when the engine's argmax of the raw logits is the choice (greedy, no bias or penalty)
   // and no logprobs are asked: the loops then pass null logits, and a GPU engine copies none.
   bool needs_logits() const { return needs_logits_; }
+  // When the row's top k ids and their logits (TopLogits) decide as the whole row would: the k
+  // (1 .. kTopKCandidates) that the choice and the logprobs need, else 0. Nothing to process
+  // (no bias or penalty), and top-k sampling or greedy choice with logprobs.
+  int top_candidates() const { return top_candidates_; }
   bool greedy() const { return greedy_; }
   // The row as sampling sees it; `raw` itself when nothing applies, else a buffer that the next
   // call overwrites.
   std::span<const float> process(std::span<const float> raw, std::span<const int32_t> output);
   int32_t choose(std::span<const float> raw, std::span<const int32_t> output);
+  // choose() from the top top_candidates() ids of the raw row: the same id as from the row
+  // (the Sampler sees the candidates' logits in the order it would visit them, draws the same
+  // random number and maps the position back).
+  int32_t choose(const TopLogits& top);
   // The Sampler's distribution of the processed row (temperature > 0).
   void distribution(std::span<const float> raw, std::span<const int32_t> output, TokenDist& out);
   Sampler& sampler() { return sampler_; }
@@ -65,12 +76,20 @@ class TokenChooser {
   Sampler sampler_;
   LogitsProcessor processor_;
   bool greedy_, needs_logits_;
+  int top_candidates_ = 0;
   std::vector<float> work_;
 };
 
 // One decode step of some engine: consume `token`, write the logits [vocab] when `logits` is not
 // null, return their argmax.
 using StepFn = std::function<int32_t(int32_t token, float* logits)>;
+
+// The most candidates a TopStepFn is asked for (kern::kTopKMax, the CUDA engine's limit).
+constexpr int kTopKCandidates = 128;
+
+// A decode step that returns the logits' top `k` ids (TopLogits) instead of the whole row, where
+// an engine selects them itself (CudaEngine::step_top); returns the argmax.
+using TopStepFn = std::function<int32_t(int32_t token, int k, TopLogits& out)>;
 
 // Many prompt tokens in one call, where an engine has a prefill (CudaEngine::prefill): consume
 // `tokens` at the next positions, write the last one's logits [vocab] to `logits` when it is not
@@ -80,11 +99,13 @@ using PrefillFn = std::function<int32_t(std::span<const int32_t> tokens, float* 
 // The loop over any engine, from a fresh state or one that has consumed prompt[0, done)
 // already (PrefixCache; done < the prompt's length). Unless TokenChooser::needs_logits, it
 // passes null logits, so an engine that computes the argmax on its device copies nothing back.
-// With `prefill`, the prompt goes through it in one call; else step by step.
+// With `prefill`, the prompt goes through it in one call; else step by step. With `top_step`,
+// decode steps use it wherever TokenChooser::top_candidates says the top ids suffice.
 GenerateResult generate_with(const StepFn& step, int64_t vocab, std::span<const int32_t> prompt,
                              const GenerateOptions& options,
                              const std::function<void(int32_t)>& on_token,
-                             const PrefillFn& prefill = {}, size_t done = 0);
+                             const PrefillFn& prefill = {}, size_t done = 0,
+                             const TopStepFn& top_step = {});
 
 // The CPU engine's step as a StepFn (its own logits buffer; the argmax on the host).
 StepFn cpu_step(CpuEngine& engine);

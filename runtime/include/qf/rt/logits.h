@@ -62,6 +62,19 @@ struct TokenLogprobs {
   std::vector<std::pair<int32_t, float>> top;
 };
 
+// The k most likely ids of a row of logits (by decreasing logit, then increasing id: top_k_ids'
+// order) with their logits, and the row's log-normalizer: all that greedy choice, sampling with
+// top-k <= k and logprobs of up to k alternatives need, without the whole row (a GPU engine
+// selects them on the device: CudaEngine::step_top).
+struct TopLogits {
+  std::vector<int32_t> ids;
+  std::vector<float> logits;
+  double log_z = 0;  // log of the sum of exp(logit) over the whole row
+};
+
+// token_logprobs from `t`: `id` must be one of t.ids, n <= t.ids.size().
+TokenLogprobs top_logprobs(const TopLogits& t, int32_t id, int n);
+
 // log-softmax of `row` at `id`, and its top `n` (n >= 0). The normalizer is within 1e-7
 // relative of the exact sum, so each logprob is within 1e-7 (plus f32 rounding) of log-softmax.
 TokenLogprobs token_logprobs(std::span<const float> row, int32_t id, int n);

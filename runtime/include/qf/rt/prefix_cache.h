@@ -27,7 +27,8 @@ namespace qf::rt {
 struct PrefixEngine {
   std::function<void()> reset, snapshot, restore;
   StepFn step;
-  PrefillFn prefill;  // may be empty
+  PrefillFn prefill;   // may be empty
+  TopStepFn top_step;  // may be empty
   int64_t vocab = 0;
 };
 
