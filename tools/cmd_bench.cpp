@@ -74,7 +74,7 @@ int run(const BenchArgs& a) {
   // --mtp also times speculative decoding's steps and verify passes (two positions each), greedy
   // and sampled.
   o.max_context =
-      std::max<int64_t>(a.context + a.steps + 2 + (a.mtp ? 8 * a.steps + 17 : 0), a.prefill + 1);
+      std::max<int64_t>(a.context + a.steps + 2 + (a.mtp ? 10 * a.steps + 19 : 0), a.prefill + 1);
   o.prefill_chunk = a.prefill_chunk;
   o.parallel_shared = !a.serial_shared;
   o.shared_in_experts = a.shared_in_experts;
@@ -124,7 +124,9 @@ int run(const BenchArgs& a) {
   double sync_step_us = 0, verify_us = 0, reject_us = 0;
   struct {
     double step_us = 0, verify_us = 0, draft_us = 0, sample_us = 0;
-    double top_step_us = 0;  // the top k selected on the device (CudaEngine::step_top)
+    // The same with the top k selected on the device (CudaEngine::step_top, verify2_top,
+    // draft_top).
+    double top_step_us = 0, top_verify_us = 0, top_draft_us = 0;
   } sampled;
   if (a.mtp) {
     const auto per_call = [&](const std::function<void()>& f) {
@@ -161,6 +163,17 @@ int run(const BenchArgs& a) {
     sampled.top_step_us = per_call([&] {
       engine->step_top(1, kBenchSampling.top_k, tops);
       top_sampler.sample(tops.logits);
+    });
+    rt::TopLogits rows[2];
+    rt::TokenDist top_dist;
+    sampled.top_verify_us = per_call([&] {
+      engine->verify2_top(tokens, top, kBenchSampling.top_k, rows);
+      top_sampler.distribution(rows[0].logits, top_dist);
+    });
+    sampled.top_draft_us = per_call([&] {
+      engine->draft_top(0, 1, kBenchSampling.top_k, tops);
+      top_sampler.distribution(tops.logits, top_dist);
+      top_sampler.draw(top_dist);
     });
     sampled.verify_us = per_call([&] {
       engine->verify2(tokens, top, logits.data());
@@ -221,6 +234,10 @@ int run(const BenchArgs& a) {
            (sampled.verify_us + sampled.draft_us + kept * (mtp_us + sampled.sample_us) +
             (1 - kept) * reject_us);
   };
+  const auto top_tps = [&](double kept) {  // a draw from 20 candidates: no time worth counting
+    return (1 + kept) * 1e6 /
+           (sampled.top_verify_us + sampled.top_draft_us + kept * mtp_us + (1 - kept) * reject_us);
+  };
 
   if (a.json) {
     nlohmann::json j = {{"device", ls.device_name},
@@ -261,6 +278,10 @@ int run(const BenchArgs& a) {
             {"draft_us", sampled.draft_us},
             {"sample_us", sampled.sample_us},
             {"top_step_us", sampled.top_step_us},
+            {"top_verify_us", sampled.top_verify_us},
+            {"top_draft_us", sampled.top_draft_us},
+            {"top_tok_s_if_kept",
+             {{"0.5", top_tps(0.5)}, {"0.7", top_tps(0.7)}, {"0.9", top_tps(0.9)}}},
             {"tokens_per_s_at_kept",
              {{"0.5", sampled_tps(0.5)}, {"0.7", sampled_tps(0.7)}, {"0.9", sampled_tps(0.9)}}}}}};
     }
@@ -309,9 +330,12 @@ int run(const BenchArgs& a) {
         "  tok/s if 50%% / 70%% / 90%% of drafts are kept: %.1f / %.1f / %.1f (plain: %.1f)\n",
         sampled_tps(0.5), sampled_tps(0.7), sampled_tps(0.9), 1e6 / sampled.step_us);
     std::printf(
-        "  the top %d selected on the device (step_top, as generate and serve sample): step "
-        "%.1f us = %.1f tok/s\n",
-        kBenchSampling.top_k, sampled.top_step_us, 1e6 / sampled.top_step_us);
+        "  the top %d selected on the device (as generate and serve sample): step %.1f us = "
+        "%.1f tok/s, verify %.1f us, draft %.1f us\n",
+        kBenchSampling.top_k, sampled.top_step_us, 1e6 / sampled.top_step_us, sampled.top_verify_us,
+        sampled.top_draft_us);
+    std::printf("  tok/s if 50%% / 70%% / 90%% of drafts are kept: %.1f / %.1f / %.1f\n",
+                top_tps(0.5), top_tps(0.7), top_tps(0.9));
   }
   if (a.prefill > 0) {
     std::printf(

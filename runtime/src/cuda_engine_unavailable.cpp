@@ -52,6 +52,12 @@ int32_t CudaEngine::step(int32_t, float*) {
 int32_t CudaEngine::step_top(int32_t, int, TopLogits&) {
   unavailable();
 }
+void CudaEngine::verify2_top(const int32_t*, int32_t*, int, TopLogits*) {
+  unavailable();
+}
+int32_t CudaEngine::draft_top(int, int32_t, int, TopLogits&) {
+  unavailable();
+}
 int32_t CudaEngine::step_greedy() {
   unavailable();
 }

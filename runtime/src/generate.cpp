@@ -44,7 +44,9 @@ TokenChooser::TokenChooser(const GenerateOptions& o, int64_t vocab, std::span<co
   }
   if (!processor_.identity()) return;
   if (greedy_ && o.logprobs >= 0) top_candidates_ = std::max(o.logprobs, 1);
-  if (!greedy_ && o.sampling.top_k > 0 && o.sampling.top_k <= kTopKCandidates) {
+  // Top-k at least the vocabulary keeps every id, which the Sampler visits in id order.
+  if (!greedy_ && o.sampling.top_k > 0 && o.sampling.top_k <= kTopKCandidates &&
+      o.sampling.top_k < vocab) {
     top_candidates_ = std::max(o.sampling.top_k, o.logprobs);
   }
 }
@@ -67,6 +69,11 @@ int32_t TokenChooser::choose(std::span<const float> raw, std::span<const int32_t
 int32_t TokenChooser::choose(const TopLogits& top) {
   if (greedy_) return top.ids.front();
   return top.ids[static_cast<size_t>(sampler_.sample(top.logits))];
+}
+
+void TokenChooser::distribution(const TopLogits& top, TokenDist& out) {
+  sampler_.distribution(top.logits, out);
+  for (int32_t& id : out.ids) id = top.ids[static_cast<size_t>(id)];
 }
 
 void TokenChooser::distribution(std::span<const float> raw, std::span<const int32_t> output,

@@ -61,48 +61,75 @@ GenerateResult generate_speculative(const SpecEngine& e, std::span<const int32_t
   const auto pick = [&](int32_t top, std::span<const float> raw) {
     return copy ? chooser.choose(raw, r.ids) : top;
   };
-  const auto emit = [&](int32_t id, std::span<const float> raw) {
-    return report_token(r, o, on_token, id, raw);
+  // Decode rounds with the rows' top k (no bias or penalty, so no ids before them matter), where
+  // the engine selects them and they decide as the rows would.
+  const int k = e.verify_top && e.draft_top ? chooser.top_candidates() : 0;
+  TopLogits draft_top, verify_top[2];
+  // Round row `i` of the verify: the choice from it, its distribution, the report of `id`.
+  const auto pick_row = [&](int i, int32_t top) {
+    if (k == 0) return pick(top, i == 0 ? row0 : row1);
+    return greedy ? verify_top[i].ids.front() : chooser.choose(verify_top[i]);
+  };
+  const auto emit_row = [&](int32_t id, int i) {
+    if (k > 0) return report_token(r, o, on_token, id, verify_top[i]);
+    return report_token(r, o, on_token, id, i == 0 ? row0 : row1);
   };
   // `next` is chosen but not consumed; the MTP head drafts from the hidden state of the token
   // before it, row `row` of the last verify.
-  std::span<const float> next_row = row == 0 ? row0 : row1;
+  const std::span<const float> next_row = row == 0 ? row0 : row1;
   int32_t next = pick(tops[static_cast<size_t>(row)], next_row);
-  if (o.max_tokens > 0 && emit(next, next_row)) {
+  if (o.max_tokens > 0 && report_token(r, o, on_token, next, next_row)) {
     while (true) {
       // The draft and the verify's first row both follow `next`: the same ids before them.
-      int32_t draft = e.draft(row, next, copy ? draft_logits.data() : nullptr);
-      if (copy && greedy) {
-        draft = chooser.choose(draft_logits, r.ids);
-      } else if (!greedy) {
-        chooser.distribution(draft_logits, r.ids, q);
-        draft = chooser.sampler().draw(q);
+      int32_t draft;
+      if (k > 0) {
+        draft = e.draft_top(row, next, k, draft_top);
+        if (!greedy) {
+          chooser.distribution(draft_top, q);
+          draft = chooser.sampler().draw(q);
+        }
+      } else {
+        draft = e.draft(row, next, copy ? draft_logits.data() : nullptr);
+        if (copy && greedy) {
+          draft = chooser.choose(draft_logits, r.ids);
+        } else if (!greedy) {
+          chooser.distribution(draft_logits, r.ids, q);
+          draft = chooser.sampler().draw(q);
+        }
       }
       ++st.mtp_steps;
       const std::array<int32_t, 2> in = {next, draft};
       std::array<int32_t, 2> got{};
-      e.verify(in, got.data(), copy ? logits.data() : nullptr);
+      if (k > 0) {
+        e.verify_top(in.data(), got.data(), k, verify_top);
+      } else {
+        e.verify(in, got.data(), copy ? logits.data() : nullptr);
+      }
       ++st.rounds;
       DraftChoice choice;
       if (greedy) {
-        choice.id = pick(got[0], row0);
+        choice.id = pick_row(0, got[0]);
         choice.accepted = choice.id == draft;
       } else {
-        chooser.distribution(row0, r.ids, p);
+        if (k > 0) {
+          chooser.distribution(verify_top[0], p);
+        } else {
+          chooser.distribution(row0, r.ids, p);
+        }
         choice = chooser.sampler().resolve_draft(p, q, draft);
       }
       if (choice.accepted) {
         ++st.accepted;
-        if (!emit(draft, row0)) break;
-        const int32_t after = pick(got[1], row1);  // after the draft, now reported
-        if (!emit(after, row1)) break;
+        if (!emit_row(draft, 0)) break;
+        const int32_t after = pick_row(1, got[1]);  // after the draft, now reported
+        if (!emit_row(after, 1)) break;
         e.draft(0, draft, nullptr);  // the MTP head's entry for the accepted draft's position
         ++st.mtp_steps;
         next = after;
         row = 1;
       } else {
         e.reject_last();
-        if (!emit(choice.id, row0)) break;
+        if (!emit_row(choice.id, 0)) break;
         next = choice.id;
         row = 0;
       }
@@ -167,6 +194,12 @@ SpecEngine speculative_engine(CudaEngine& engine) {
   e.reject_last = [&engine] { engine.reject_last(); };
   e.draft = [&engine](int row, int32_t next_token, float* logits) {
     return engine.draft(row, next_token, logits);
+  };
+  e.verify_top = [&engine](const int32_t tokens[2], int32_t top[2], int k, TopLogits out[2]) {
+    engine.verify2_top(tokens, top, k, out);
+  };
+  e.draft_top = [&engine](int row, int32_t next_token, int k, TopLogits& out) {
+    return engine.draft_top(row, next_token, k, out);
   };
   return e;
 }

@@ -244,19 +244,38 @@ void check(const fs::path& model_dir, const fs::path& reference, const std::stri
   EXPECT_EQ(kept.ids, want.ids) << name << ": speculative continuation with kept drafts";
   EXPECT_EQ(st.accepted, st.rounds) << name;
   // Sampling at top-k 1 (every distribution one-hot): the greedy ids through the sampling path,
-  // the verify's and the head's logits copied back.
+  // with the rows' top 1 selected on the device (verify2_top, draft_top) and with the verify's
+  // and the head's logits copied back.
   GenerateOptions top1 = greedy;
   top1.sampling = {.temperature = 0.8f, .top_k = 1, .seed = 3};
-  const GenerateResult s1 = generate_speculative(
-      speculative_engine(gpu), prompt, top1, [](int32_t) {}, nullptr);
-  EXPECT_EQ(s1.ids, want.ids) << name << ": sampled speculative continuation at top-k 1";
-  oracle = speculative_engine(gpu);
-  p = 0;
-  oracle.draft = test::oracle_drafts(seq, p, vocab);
-  const GenerateResult o1 = generate_speculative(
-      oracle, prompt, top1, [](int32_t) {}, &st);
-  EXPECT_EQ(o1.ids, want.ids) << name << ": sampled, with kept drafts";
-  EXPECT_EQ(st.accepted, st.rounds) << name;
+  for (const bool tops : {true, false}) {
+    SpecEngine e = speculative_engine(gpu);
+    if (!tops) e.verify_top = nullptr, e.draft_top = nullptr;
+    const GenerateResult s1 = generate_speculative(
+        e, prompt, top1, [](int32_t) {}, nullptr);
+    EXPECT_EQ(s1.ids, want.ids) << name << ": sampled speculative continuation at top-k 1"
+                                << (tops ? ", top k on the device" : "");
+    oracle = speculative_engine(gpu);
+    p = 0;
+    oracle.draft = test::oracle_drafts(seq, p, vocab);
+    if (tops) {
+      oracle.draft_top = [&](int row, int32_t next, int k, TopLogits& out) {
+        std::vector<float> l(static_cast<size_t>(vocab));
+        const int32_t id = oracle.draft(row, next, l.data());
+        top_k_ids(l, k, out.ids);
+        out.logits.assign(static_cast<size_t>(k), 0.0f);
+        for (int j = 0; j < k; ++j) out.logits[j] = l[out.ids[j]];
+        out.log_z = std::log(std::exp(1.0) + static_cast<double>(vocab - 1));
+        return id;
+      };
+    } else {
+      oracle.verify_top = nullptr, oracle.draft_top = nullptr;
+    }
+    const GenerateResult o1 = generate_speculative(
+        oracle, prompt, top1, [](int32_t) {}, &st);
+    EXPECT_EQ(o1.ids, want.ids) << name << ": sampled, with kept drafts";
+    EXPECT_EQ(st.accepted, st.rounds) << name;
+  }
 
   gpu.step(prompt[0], nullptr);  // a rollback is only for verify2's second token
   EXPECT_THROW(gpu.reject_last(), Error) << name;

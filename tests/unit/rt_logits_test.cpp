@@ -289,8 +289,9 @@ TEST(Generate, TopCandidatesOnlyWhereTheyDecide) {
   EXPECT_EQ(k({.temperature = 1.0f, .top_k = 20}, -1), 20);
   EXPECT_EQ(k({.temperature = 1.0f, .top_k = 20}, 20), 20);
   EXPECT_EQ(k({.temperature = 1.0f, .top_k = 128}, -1), 128);
-  EXPECT_EQ(k({.temperature = 1.0f, .top_k = 129}, -1), 0);  // more than an engine selects
-  EXPECT_EQ(k({.temperature = 1.0f}, -1), 0);                // top-k off: the whole row
+  EXPECT_EQ(k({.temperature = 1.0f, .top_k = 129}, -1), 0);   // more than an engine selects
+  EXPECT_EQ(k({.temperature = 1.0f}, -1), 0);                 // top-k off: the whole row
+  EXPECT_EQ(k({.temperature = 1.0f, .top_k = 1000}, -1), 0);  // the whole vocabulary
   EXPECT_EQ(k({.temperature = 1.0f, .top_k = 20, .presence_penalty = 0.5f}, -1), 0);
   EXPECT_EQ(k({.temperature = 1.0f, .top_k = 20, .logit_bias = {{3, 1.0f}}}, -1), 0);
   EXPECT_EQ(k({.repetition_penalty = 1.1f}, 3), 0);

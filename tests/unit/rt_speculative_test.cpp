@@ -10,9 +10,12 @@
 #include <cmath>
 #include <cstdio>
 #include <numeric>
+#include <utility>
 #include <vector>
 
 #include "qf/error.h"
+#include "qf/rt/logits.h"
+#include "qf/rt/sampler.h"
 #include "qf/rt/speculative.h"
 
 namespace qf::rt {
@@ -353,6 +356,80 @@ TEST(Speculative, TopKOneSamplingIsGreedy) {
   const GenerateResult got = generate_speculative(
       b.engine(), prompt, o, [](int32_t) {}, nullptr);
   EXPECT_EQ(got.ids, want.ids);
+}
+
+// `e` with verify_top and draft_top made from its own rows (top_k_ids, the exact normalizer), as
+// an engine that selects the top k itself gives them; *calls counts their calls.
+SpecEngine with_tops(SpecEngine e, int* calls) {
+  const auto top_of = [](const float* row, int k, TopLogits& out) {
+    const std::span<const float> l(row, kSmall);
+    top_k_ids(l, k, out.ids);
+    out.logits.clear();
+    for (const int32_t id : out.ids) out.logits.push_back(l[id]);
+    const double m = *std::max_element(l.begin(), l.end());
+    double sum = 0;
+    for (const float x : l) sum += std::exp(x - m);
+    out.log_z = m + std::log(sum);
+  };
+  const SpecEngine plain = e;
+  e.verify_top = [plain, top_of, calls](const int32_t tokens[2], int32_t top[2], int k,
+                                        TopLogits out[2]) {
+    ++*calls;
+    float rows[2 * kSmall];
+    plain.verify(std::span(tokens, 2), top, rows);
+    top_of(rows, k, out[0]);
+    top_of(rows + kSmall, k, out[1]);
+  };
+  e.draft_top = [plain, top_of, calls](int row, int32_t next, int k, TopLogits& out) {
+    ++*calls;
+    float l[kSmall];
+    const int32_t top = plain.draft(row, next, l);
+    top_of(l, k, out);
+    return top;
+  };
+  return e;
+}
+
+// Rounds from the rows' top k (an engine's verify_top and draft_top) choose what the whole rows
+// choose, seed for seed, with the same logprobs: sampled with top-k (ties common: the toy's
+// logits are multiples of 0.9), and greedy with logprobs.
+TEST(Speculative, TopCandidatesChooseWhatTheRowsWould) {
+  const std::vector<int32_t> prompt = {3, 0, 1};
+  for (const auto& [sampling, logprobs] : std::vector<std::pair<SamplingOptions, int>>{
+           {{.temperature = 1.0f, .top_k = 2}, -1},
+           {{.temperature = 0.7f, .top_p = 0.8f, .top_k = 3}, 2},
+           {{.temperature = 1.5f, .top_k = kSmall - 1, .min_p = 0.1f}, kSmall},
+           {{}, 2}}) {
+    for (uint64_t seed = 0; seed < 50; ++seed) {
+      GenerateOptions o;
+      o.max_tokens = 16;
+      o.sampling = sampling;
+      o.sampling.seed = seed;
+      o.logprobs = logprobs;
+      std::vector<TokenLogprobs> want_lp, got_lp;
+      o.on_logprobs = [&](const TokenLogprobs& t) { want_lp.push_back(t); };
+      SampledToy a, b;
+      SpecStats sa, sb;
+      const GenerateResult want = generate_speculative(
+          a.engine(), prompt, o, [](int32_t) {}, &sa);
+      o.on_logprobs = [&](const TokenLogprobs& t) { got_lp.push_back(t); };
+      int calls = 0;
+      const GenerateResult got = generate_speculative(
+          with_tops(b.engine(), &calls), prompt, o, [](int32_t) {}, &sb);
+      ASSERT_EQ(got.ids, want.ids) << "top-k " << sampling.top_k << ", seed " << seed;
+      EXPECT_EQ(sb.accepted, sa.accepted);
+      EXPECT_EQ(calls, 2 * sb.rounds) << "the top path was not taken";
+      ASSERT_EQ(got_lp.size(), want_lp.size());
+      for (size_t i = 0; i < got_lp.size(); ++i) {
+        EXPECT_EQ(got_lp[i].id, want_lp[i].id);
+        EXPECT_NEAR(got_lp[i].logprob, want_lp[i].logprob, 1e-5);
+        ASSERT_EQ(got_lp[i].top.size(), want_lp[i].top.size());
+        for (size_t j = 0; j < got_lp[i].top.size(); ++j) {
+          EXPECT_EQ(got_lp[i].top[j].first, want_lp[i].top[j].first);
+        }
+      }
+    }
+  }
 }
 
 // generate_with with a PrefillFn: the prompt in one call gives the ids single steps give,

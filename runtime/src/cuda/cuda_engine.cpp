@@ -95,23 +95,27 @@ void CudaEngine::restore_snapshot() {
 }
 
 int32_t CudaEngine::step(int32_t token, float* logits) {
-  Impl& s = *impl_;
+  return impl_->step(token, {logits, 0, nullptr});
+}
+
+int32_t CudaEngine::Impl::step(int32_t id, const Out& out) {
+  Impl& s = *this;
   s.can_reject = false;
   const int64_t vocab = s.m->config.vocab_size;
-  if (token < 0 || token >= vocab) {
-    throw Error(Errc::kUsage, "token id " + std::to_string(token) +
-                                  " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  if (id < 0 || id >= vocab) {
+    throw Error(Errc::kUsage, "token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                                  std::to_string(vocab) + ")");
   }
   s.before_step(s.position);
-  s.pinned[0] = token;
+  s.pinned[0] = id;
   cuda::check(cudaMemcpyAsync(s.token, s.pinned, sizeof(int), cudaMemcpyHostToDevice, s.stream),
               "copy");
   s.run_step();
   cuda::check(cudaMemcpyAsync(s.pinned + 1, s.next, sizeof(int), cudaMemcpyDeviceToHost, s.stream),
               "copy");
-  if (logits) s.queue_logits(s.logits, 1);
+  s.queue_out(s.logits, 1, out);
   cuda::check(cudaStreamSynchronize(s.stream), "decode step");
-  if (logits) s.take_logits(logits, 1);
+  s.take_out(1, out);
   ++s.position;
   return s.pinned[1];
 }
@@ -119,42 +123,8 @@ int32_t CudaEngine::step(int32_t token, float* logits) {
 static_assert(kTopKCandidates == kern::kTopKMax, "generate asks step_top for what it selects");
 
 int32_t CudaEngine::step_top(int32_t token, int k, TopLogits& out) {
-  Impl& s = *impl_;
-  if (k < 1 || k > kern::kTopKMax) {
-    throw Error(Errc::kUsage, "step_top: k must be 1 to " + std::to_string(kern::kTopKMax) +
-                                  ", not " + std::to_string(k));
-  }
-  const int64_t vocab = s.m->config.vocab_size;
-  if (token < 0 || token >= vocab) {
-    throw Error(Errc::kUsage, "token id " + std::to_string(token) +
-                                  " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
-  }
-  s.can_reject = false;
-  s.before_step(s.position);
-  s.pinned[0] = token;
-  cuda::check(cudaMemcpyAsync(s.token, s.pinned, sizeof(int), cudaMemcpyHostToDevice, s.stream),
-              "copy");
-  s.run_step();
-  int* const ids = s.top_out;
-  float* const vals = reinterpret_cast<float*>(ids + kern::kTopKMax);
-  float* const stats = vals + kern::kTopKMax;
-  cuda::check(kern::logits_topk(s.logits, static_cast<int>(vocab), k, ids, vals, stats,
-                                s.top_scratch, s.stream),
-              "logits_topk");
-  cuda::check(cudaMemcpyAsync(s.pinned + 1, s.next, sizeof(int), cudaMemcpyDeviceToHost, s.stream),
-              "copy");
-  cuda::check(cudaMemcpyAsync(s.pinned_top, s.top_out, (2 * kern::kTopKMax + 2) * sizeof(int),
-                              cudaMemcpyDeviceToHost, s.stream),
-              "copy");
-  cuda::check(cudaStreamSynchronize(s.stream), "decode step");
-  ++s.position;
-  const int* h_ids = s.pinned_top;
-  const float* h_vals = reinterpret_cast<const float*>(h_ids + kern::kTopKMax);
-  const float* h_stats = h_vals + kern::kTopKMax;
-  out.ids.assign(h_ids, h_ids + k);
-  out.logits.assign(h_vals, h_vals + k);
-  out.log_z = static_cast<double>(h_stats[0]) + std::log(static_cast<double>(h_stats[1]));
-  return s.pinned[1];
+  Impl::check_top_k(k);
+  return impl_->step(token, {nullptr, k, &out});
 }
 
 int32_t CudaEngine::step_greedy() {
@@ -187,11 +157,21 @@ int64_t CudaEngine::mtp_position() const {
 int32_t CudaEngine::mtp_step(int32_t next_token, const float* hidden, float* logits) {
   Impl& s = *impl_;
   return s.mtp_step(next_token, hidden ? hidden : s.hidden,
-                    hidden ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToDevice, logits);
+                    hidden ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToDevice,
+                    {logits, 0, nullptr});
 }
 
 void CudaEngine::verify2(const int32_t tokens[2], int32_t top[2], float* logits) {
-  Impl& s = *impl_;
+  impl_->verify2(tokens, top, {logits, 0, nullptr});
+}
+
+void CudaEngine::verify2_top(const int32_t tokens[2], int32_t top[2], int k, TopLogits out[2]) {
+  Impl::check_top_k(k);
+  impl_->verify2(tokens, top, {nullptr, k, out});
+}
+
+void CudaEngine::Impl::verify2(const int32_t tokens[2], int32_t top[2], const Out& out) {
+  Impl& s = *this;
   const int64_t vocab = s.m->config.vocab_size;
   for (int r = 0; r < 2; ++r) {
     if (tokens[r] < 0 || tokens[r] >= vocab) {
@@ -213,9 +193,9 @@ void CudaEngine::verify2(const int32_t tokens[2], int32_t top[2], float* logits)
   cuda::check(cudaMemcpyAsync(s.pos, p + 6, sizeof(int), cudaMemcpyHostToDevice, s.stream), "copy");
   cuda::check(cudaMemcpyAsync(p + 4, s.vnext, 2 * sizeof(int), cudaMemcpyDeviceToHost, s.stream),
               "copy");
-  if (logits) s.queue_logits(s.logits, 2);
+  s.queue_out(s.logits, 2, out);
   cuda::check(cudaStreamSynchronize(s.stream), "verify");
-  if (logits) s.take_logits(logits, 2);
+  s.take_out(2, out);
   s.position += 2;
   s.can_reject = s.m->mtp.has_value();  // the DeltaNet states' copies are kept with it only
   top[0] = p[4], top[1] = p[5];
@@ -263,7 +243,15 @@ int32_t CudaEngine::draft(int row, int32_t next_token, float* logits) {
   Impl& s = *impl_;
   if (row < 0 || row > 1) throw Error(Errc::kUsage, "draft: row must be 0 or 1");
   return s.mtp_step(next_token, s.hidden + static_cast<int64_t>(row) * s.m->config.hidden_size,
-                    cudaMemcpyDeviceToDevice, logits);
+                    cudaMemcpyDeviceToDevice, {logits, 0, nullptr});
+}
+
+int32_t CudaEngine::draft_top(int row, int32_t next_token, int k, TopLogits& out) {
+  Impl& s = *impl_;
+  if (row < 0 || row > 1) throw Error(Errc::kUsage, "draft: row must be 0 or 1");
+  Impl::check_top_k(k);
+  return s.mtp_step(next_token, s.hidden + static_cast<int64_t>(row) * s.m->config.hidden_size,
+                    cudaMemcpyDeviceToDevice, {nullptr, k, &out});
 }
 
 namespace {

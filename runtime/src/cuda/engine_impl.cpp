@@ -1,5 +1,6 @@
 // CudaEngine::Impl's buffers and state: allocation at load, the bytes a step reads, reset, and
 // the MTP head's step (engine_impl.h).
+#include <cmath>
 #include <numeric>
 
 #include "engine_impl.h"
@@ -77,8 +78,8 @@ CudaEngine::Impl::Impl(std::unique_ptr<cuda::DeviceModel> model, const CudaOptio
       cudaMemcpy(ids, distinct.data(), distinct.size() * sizeof(int), cudaMemcpyHostToDevice),
       "cudaMemcpy");
   argmax_scratch = i(kern::argmax_scratch_ints(static_cast<int>(c.vocab_size)));
-  const size_t top_bytes = (2 * kern::kTopKMax + 2) * sizeof(int);
-  top_out = i(2 * kern::kTopKMax + 2);
+  const size_t top_bytes = 2 * kTopSlot * sizeof(int);
+  top_out = i(2 * kTopSlot);
   const size_t scratch_bytes = kern::logits_topk_scratch_bytes(static_cast<int>(c.vocab_size));
   top_scratch = m->alloc(scratch_bytes);
   cuda::check(cudaMemset(top_scratch, 0, scratch_bytes), "cudaMemset");
@@ -149,8 +150,40 @@ uint64_t CudaEngine::Impl::mtp_weight_bytes() const {
          kern::weight_bytes(m->lm_head) + row;
 }
 
+void CudaEngine::Impl::check_top_k(int k) {
+  if (k < 1 || k > kern::kTopKMax) {
+    throw Error(Errc::kUsage, "the top k of the logits: k must be 1 to " +
+                                  std::to_string(kern::kTopKMax) + ", not " + std::to_string(k));
+  }
+}
+
+void CudaEngine::Impl::queue_top(const float* dev, int rows, int k) {
+  const int vocab = static_cast<int>(m->config.vocab_size);
+  for (int r = 0; r < rows; ++r) {  // one launch at a time on the scratch: stream order
+    int* row_ids = top_out + r * kTopSlot;
+    float* vals = reinterpret_cast<float*>(row_ids + kern::kTopKMax);
+    cuda::check(kern::logits_topk(dev + static_cast<int64_t>(r) * vocab, vocab, k, row_ids, vals,
+                                  vals + kern::kTopKMax, top_scratch, stream),
+                "logits_topk");
+  }
+  cuda::check(cudaMemcpyAsync(pinned_top, top_out, static_cast<size_t>(rows * kTopSlot) * 4,
+                              cudaMemcpyDeviceToHost, stream),
+              "copy");
+}
+
+void CudaEngine::Impl::take_top(int rows, int k, TopLogits* out) const {
+  for (int r = 0; r < rows; ++r) {
+    const int* row_ids = pinned_top + r * kTopSlot;
+    const float* vals = reinterpret_cast<const float*>(row_ids + kern::kTopKMax);
+    const float* norm = vals + kern::kTopKMax;
+    out[r].ids.assign(row_ids, row_ids + k);
+    out[r].logits.assign(vals, vals + k);
+    out[r].log_z = static_cast<double>(norm[0]) + std::log(static_cast<double>(norm[1]));
+  }
+}
+
 int32_t CudaEngine::Impl::mtp_step(int32_t next_token, const float* src, cudaMemcpyKind kind,
-                                   float* out) {
+                                   const Out& out) {
   if (!m->mtp) {
     throw Error(Errc::kUnsupported, o.mtp ? "the checkpoint has no MTP head (mtp.* tensors)"
                                           : "the MTP head is not loaded (CudaOptions::mtp)");
@@ -169,9 +202,9 @@ int32_t CudaEngine::Impl::mtp_step(int32_t next_token, const float* src, cudaMem
   run(mtp_graph, [&] { launch_mtp(); });
   cuda::check(cudaMemcpyAsync(pinned + 3, mtp_next, sizeof(int), cudaMemcpyDeviceToHost, stream),
               "copy");
-  if (out) queue_logits(mtp_logits, 1);
+  queue_out(mtp_logits, 1, out);
   cuda::check(cudaStreamSynchronize(stream), "MTP step");
-  if (out) take_logits(out, 1);
+  take_out(1, out);
   ++mtp_position;
   return pinned[3];
 }

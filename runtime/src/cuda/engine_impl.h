@@ -19,6 +19,7 @@
 #include "qf/error.h"
 #include "qf/kern/attention.h"
 #include "qf/kern/gdn.h"
+#include "qf/kern/topk.h"
 #include "qf/rt/cuda_engine.h"
 
 namespace qf::rt {
@@ -78,8 +79,10 @@ struct CudaEngine::Impl {
   // a fraction of the link's speed (H100: ~340 against ~100 us for 248320 floats, with the
   // memcpy after it).
   float* pinned_logits = nullptr;
-  // step_top: kern::logits_topk's outputs (ids, then logits, then the normalizer's two floats),
-  // on the device and pinned on the host, and its scratch.
+  // step_top and its kin: kern::logits_topk's outputs for up to two rows (each kTopSlot words:
+  // ids, then logits, then the normalizer's two floats), on the device and pinned on the host,
+  // and its scratch.
+  static constexpr int kTopSlot = 2 * kern::kTopKMax + 2;
   int* top_out = nullptr;
   int* pinned_top = nullptr;
   void* top_scratch = nullptr;
@@ -286,8 +289,32 @@ struct CudaEngine::Impl {
   void take_logits(float* out, int rows) const {
     std::memcpy(out, pinned_logits, static_cast<size_t>(rows * m->config.vocab_size) * 4);
   }
+  // The same for the top k of each row (step_top and its kin): kern::logits_topk on the stream,
+  // the copies queued after it; take_top after the stream's synchronization.
+  void queue_top(const float* dev, int rows, int k);
+  void take_top(int rows, int k, TopLogits* out) const;
+  // Where a call's logits go: the whole rows to `logits`, or their top `k` to `tops`, or
+  // nowhere.
+  struct Out {
+    float* logits = nullptr;
+    int k = 0;
+    TopLogits* tops = nullptr;
+  };
+  void queue_out(const float* dev, int rows, const Out& out) {
+    if (out.logits) queue_logits(dev, rows);
+    if (out.tops) queue_top(dev, rows, out.k);
+  }
+  void take_out(int rows, const Out& out) const {
+    if (out.logits) take_logits(out.logits, rows);
+    if (out.tops) take_top(rows, out.k, out.tops);
+  }
+  static void check_top_k(int k);
   // CudaEngine::mtp_step from the hidden state at `src` (host or device, as `kind` says).
-  int32_t mtp_step(int32_t next_token, const float* src, cudaMemcpyKind kind, float* out);
+  int32_t mtp_step(int32_t next_token, const float* src, cudaMemcpyKind kind, const Out& out);
+  // CudaEngine::step and step_top.
+  int32_t step(int32_t id, const Out& out);
+  // CudaEngine::verify2 and verify2_top.
+  void verify2(const int32_t tokens[2], int32_t top[2], const Out& out);
 
   void before_step(int64_t at) {
     if (at >= o.max_context) {

@@ -140,6 +140,9 @@ class CudaEngine {
   // mtp_step from the hidden state of token `row` of the last verify2 (row 0 is also the last
   // step's); it returns the argmax; Error(kUnsupported) without the MTP head.
   void verify2(const int32_t tokens[2], int32_t top[2], float* logits = nullptr);
+  // verify2 and draft with each row's top `k` (1 .. 128) instead of the logits, as step_top.
+  void verify2_top(const int32_t tokens[2], int32_t top[2], int k, TopLogits out[2]);
+  int32_t draft_top(int row, int32_t next_token, int k, TopLogits& out);
   // One token (step), two (verify2) or more (batched prefill, below) at the next positions: each
   // one's argmax to top, their logits [n][V] to `logits` when not null (more than two: the LM
   // head runs once per token). Error(kUsage) for none.

@@ -70,6 +70,8 @@ class TokenChooser {
   int32_t choose(const TopLogits& top);
   // The Sampler's distribution of the processed row (temperature > 0).
   void distribution(std::span<const float> raw, std::span<const int32_t> output, TokenDist& out);
+  // The same from the row's top top_candidates() ids: the same ids and weights in the same order.
+  void distribution(const TopLogits& top, TokenDist& out);
   Sampler& sampler() { return sampler_; }
 
  private:

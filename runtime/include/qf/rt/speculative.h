@@ -41,6 +41,11 @@ struct SpecEngine {
   // `next_token`; returns the argmax of its logits and writes them [vocab] to `logits` when not
   // null.
   std::function<int32_t(int row, int32_t next_token, float* logits)> draft;
+  // Optional, for an engine that selects the top k of its logits itself (CudaEngine): verify of
+  // two tokens and draft with each row's top `k` (TopLogits) instead of the logits. The loop
+  // uses them wherever TokenChooser::top_candidates says the top k decide.
+  std::function<void(const int32_t tokens[2], int32_t top[2], int k, TopLogits out[2])> verify_top;
+  std::function<int32_t(int row, int32_t next_token, int k, TopLogits& out)> draft_top;
 };
 
 struct SpecStats {
