@@ -8,29 +8,33 @@
 
 namespace qf::rt {
 
-bool report_token(GenerateResult& r, const GenerateOptions& o,
-                  const std::function<void(int32_t)>& on_token, int32_t id,
-                  std::span<const float> raw) {
+namespace {
+
+// report_token with the logprobs from `logprobs()`, called only when they are asked for.
+template <class Logprobs>
+bool report(GenerateResult& r, const GenerateOptions& o,
+            const std::function<void(int32_t)>& on_token, int32_t id, const Logprobs& logprobs) {
   if (std::find(o.stop_ids.begin(), o.stop_ids.end(), id) != o.stop_ids.end()) {
     r.finish_reason = "stop";
     return false;
   }
   r.ids.push_back(id);
-  if (o.logprobs >= 0 && o.on_logprobs) o.on_logprobs(token_logprobs(raw, id, o.logprobs));
+  if (o.logprobs >= 0 && o.on_logprobs) o.on_logprobs(logprobs());
   on_token(id);
   return static_cast<int64_t>(r.ids.size()) < o.max_tokens;
 }
 
+}  // namespace
+
+bool report_token(GenerateResult& r, const GenerateOptions& o,
+                  const std::function<void(int32_t)>& on_token, int32_t id,
+                  std::span<const float> raw) {
+  return report(r, o, on_token, id, [&] { return token_logprobs(raw, id, o.logprobs); });
+}
+
 bool report_token(GenerateResult& r, const GenerateOptions& o,
                   const std::function<void(int32_t)>& on_token, int32_t id, const TopLogits& top) {
-  if (std::find(o.stop_ids.begin(), o.stop_ids.end(), id) != o.stop_ids.end()) {
-    r.finish_reason = "stop";
-    return false;
-  }
-  r.ids.push_back(id);
-  if (o.logprobs >= 0 && o.on_logprobs) o.on_logprobs(top_logprobs(top, id, o.logprobs));
-  on_token(id);
-  return static_cast<int64_t>(r.ids.size()) < o.max_tokens;
+  return report(r, o, on_token, id, [&] { return top_logprobs(top, id, o.logprobs); });
 }
 
 TokenChooser::TokenChooser(const GenerateOptions& o, int64_t vocab, std::span<const int32_t> prompt)

@@ -289,6 +289,14 @@ std::vector<float> prompt_logits(Engine& e, const std::vector<int32_t>& prompt, 
   return out;
 }
 
+// A 4-layer tiny-preset checkpoint in `dir` (qforge synth; no MTP head, no vision tower).
+void synth_tiny(const fs::path& dir, const std::string& layout, int seed) {
+  const test::CommandResult r = test::run_command(
+      std::string(QF_BIN) + " synth " + dir.string() + " --preset tiny --layout " + layout +
+      " --layers 4 --no-mtp --no-vision --seed " + std::to_string(seed));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+}
+
 class CudaGolden : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
@@ -318,10 +326,7 @@ TEST(CudaGoldenTiny, PairedSwigluExpertsEqualUnfusedAndTheCpuReference) {
   if (!CudaEngine::available(&why)) GTEST_SKIP() << why;
   test::TempDir tmp;
   const fs::path dir = tmp / "tiny-int4";
-  const test::CommandResult r = test::run_command(
-      std::string(QF_BIN) + " synth " + dir.string() +
-      " --preset tiny --layout intel-int4 --layers 4 --no-mtp --no-vision --seed 3");
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_NO_FATAL_FAILURE(synth_tiny(dir, "intel-int4", 3));
   const std::unique_ptr<Model> model = Model::load(dir);
   const int64_t vocab = model->config().vocab_size;
   const std::vector<int32_t> prompt = {1, 17, 300, 5, 42, 99, 7, 250};
@@ -355,10 +360,7 @@ TEST(CudaGoldenTiny, SharedExpertInTheExpertLaunchesEqualsTheCpuReference) {
   if (!CudaEngine::available(&why)) GTEST_SKIP() << why;
   test::TempDir tmp;
   const fs::path src = tmp / "tiny-bf16";
-  const test::CommandResult r =
-      test::run_command(std::string(QF_BIN) + " synth " + src.string() +
-                        " --preset tiny --layout bf16 --layers 4 --no-mtp --no-vision --seed 5");
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_NO_FATAL_FAILURE(synth_tiny(src, "bf16", 5));
   const std::unique_ptr<Model> bf16 = Model::load(src);
   ASSERT_NO_FATAL_FAILURE(test::build_hybrid(QF_BIN, src, tmp.path(), bf16->config().vocab_size));
   const std::unique_ptr<Model> model = Model::load(tmp / "hybrid");
@@ -391,10 +393,7 @@ TEST(CudaGoldenTiny, LongPromptInLargePassesEqualsTheCpuReference) {
   if (!CudaEngine::available(&why)) GTEST_SKIP() << why;
   test::TempDir tmp;
   const fs::path src = tmp / "tiny-bf16";
-  const test::CommandResult r =
-      test::run_command(std::string(QF_BIN) + " synth " + src.string() +
-                        " --preset tiny --layout bf16 --layers 4 --no-mtp --no-vision --seed 9");
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_NO_FATAL_FAILURE(synth_tiny(src, "bf16", 9));
   ASSERT_NO_FATAL_FAILURE(
       test::build_hybrid(QF_BIN, src, tmp.path(), Model::load(src)->config().vocab_size));
   const std::unique_ptr<Model> model = Model::load(tmp / "hybrid");
@@ -423,10 +422,7 @@ TEST(CudaGoldenTiny, TopStepChoosesAsTheWholeRow) {
   if (!CudaEngine::available(&why)) GTEST_SKIP() << why;
   test::TempDir tmp;
   const fs::path dir = tmp / "tiny-int4";
-  const test::CommandResult r = test::run_command(
-      std::string(QF_BIN) + " synth " + dir.string() +
-      " --preset tiny --layout intel-int4 --layers 4 --no-mtp --no-vision --seed 13");
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_NO_FATAL_FAILURE(synth_tiny(dir, "intel-int4", 13));
   const std::unique_ptr<Model> model = Model::load(dir);
   const int64_t vocab = model->config().vocab_size;
   CudaOptions o;

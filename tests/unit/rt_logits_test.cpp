@@ -12,6 +12,7 @@
 #include "qf/rt/generate.h"
 #include "qf/rt/logits.h"
 #include "qf/rt/sampler.h"
+#include "top_logits.h"
 
 namespace qf::rt {
 namespace {
@@ -222,14 +223,7 @@ TEST(Generate, TopCandidatesChooseWhatTheWholeRowWould) {
   int top_calls = 0;
   const TopStepFn top_step = [&](int32_t token, int k, TopLogits& out) {
     ++top_calls;
-    const std::vector<float> l = row_after(token);
-    top_k_ids(l, k, out.ids);
-    out.logits.clear();
-    for (const int32_t id : out.ids) out.logits.push_back(l[id]);
-    const double m = *std::max_element(l.begin(), l.end());
-    double sum = 0;
-    for (const float x : l) sum += std::exp(x - m);
-    out.log_z = m + std::log(sum);
+    test::top_logits_of(row_after(token), k, out);
     return out.ids[0];
   };
   struct Case {

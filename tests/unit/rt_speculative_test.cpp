@@ -17,6 +17,7 @@
 #include "qf/rt/logits.h"
 #include "qf/rt/sampler.h"
 #include "qf/rt/speculative.h"
+#include "top_logits.h"
 
 namespace qf::rt {
 namespace {
@@ -362,14 +363,7 @@ TEST(Speculative, TopKOneSamplingIsGreedy) {
 // an engine that selects the top k itself gives them; *calls counts their calls.
 SpecEngine with_tops(SpecEngine e, int* calls) {
   const auto top_of = [](const float* row, int k, TopLogits& out) {
-    const std::span<const float> l(row, kSmall);
-    top_k_ids(l, k, out.ids);
-    out.logits.clear();
-    for (const int32_t id : out.ids) out.logits.push_back(l[id]);
-    const double m = *std::max_element(l.begin(), l.end());
-    double sum = 0;
-    for (const float x : l) sum += std::exp(x - m);
-    out.log_z = m + std::log(sum);
+    test::top_logits_of(std::span(row, kSmall), k, out);
   };
   const SpecEngine plain = e;
   e.verify_top = [plain, top_of, calls](const int32_t tokens[2], int32_t top[2], int k,
