@@ -53,6 +53,7 @@ TokenChooser::TokenChooser(const GenerateOptions& o, int64_t vocab, std::span<co
       o.sampling.top_k < vocab) {
     top_candidates_ = std::max(o.sampling.top_k, o.logprobs);
   }
+  if (top_candidates_ > vocab) top_candidates_ = 0;  // more logprobs than ids: the whole row
 }
 
 std::span<const float> TokenChooser::process(std::span<const float> raw,

@@ -289,6 +289,11 @@ TEST(Generate, TopCandidatesOnlyWhereTheyDecide) {
   EXPECT_EQ(k({.temperature = 1.0f, .top_k = 20, .presence_penalty = 0.5f}, -1), 0);
   EXPECT_EQ(k({.temperature = 1.0f, .top_k = 20, .logit_bias = {{3, 1.0f}}}, -1), 0);
   EXPECT_EQ(k({.repetition_penalty = 1.1f}, 3), 0);
+  // More alternatives than the vocabulary has ids: the whole row, which lists them all.
+  GenerateOptions few;
+  few.logprobs = 5;
+  EXPECT_EQ(TokenChooser(few, 4, std::vector<int32_t>{1}).top_candidates(), 0);
+  EXPECT_EQ(TokenChooser(few, 5, std::vector<int32_t>{1}).top_candidates(), 5);
 }
 
 }  // namespace
