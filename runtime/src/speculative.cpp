@@ -67,8 +67,7 @@ GenerateResult generate_speculative(const SpecEngine& e, std::span<const int32_t
   TopLogits draft_top, verify_top[2];
   // Round row `i` of the verify: the choice from it, its distribution, the report of `id`.
   const auto pick_row = [&](int i, int32_t top) {
-    if (k == 0) return pick(top, i == 0 ? row0 : row1);
-    return greedy ? verify_top[i].ids.front() : chooser.choose(verify_top[i]);
+    return k == 0 ? pick(top, i == 0 ? row0 : row1) : chooser.choose(verify_top[i]);
   };
   const auto emit_row = [&](int32_t id, int i) {
     if (k > 0) return report_token(r, o, on_token, id, verify_top[i]);
@@ -82,12 +81,12 @@ GenerateResult generate_speculative(const SpecEngine& e, std::span<const int32_t
     while (true) {
       // The draft and the verify's first row both follow `next`: the same ids before them.
       int32_t draft;
-      if (k > 0) {
-        draft = e.draft_top(row, next, k, draft_top);
-        if (!greedy) {
-          chooser.distribution(draft_top, q);
-          draft = chooser.sampler().draw(q);
-        }
+      if (k > 0 && !greedy) {
+        e.draft_top(row, next, k, draft_top);
+        chooser.distribution(draft_top, q);
+        draft = chooser.sampler().draw(q);
+      } else if (k > 0) {  // greedy with nothing to process: the head's argmax, nothing copied
+        draft = e.draft(row, next, nullptr);
       } else {
         draft = e.draft(row, next, copy ? draft_logits.data() : nullptr);
         if (copy && greedy) {

@@ -13,7 +13,6 @@
 #include "qf/error.h"
 #include "qf/kern/attention.h"
 #include "qf/kern/gdn.h"
-#include "qf/kern/topk.h"
 #include "qf/rt/generate.h"
 
 namespace qf::rt {

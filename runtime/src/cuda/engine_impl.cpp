@@ -4,7 +4,6 @@
 #include <numeric>
 
 #include "engine_impl.h"
-#include "qf/kern/topk.h"
 
 namespace qf::rt {
 
