@@ -7,11 +7,13 @@
 #include <random>
 
 #include "commands.h"
+#include "qf/ckpt/file_io.h"
 #include "qf/error.h"
 #include "qf/rt/chat.h"
 #include "qf/rt/cuda_engine.h"
 #include "qf/rt/generate.h"
 #include "qf/rt/generation_config.h"
+#include "qf/rt/json_constraint.h"
 #include "qf/rt/speculative.h"
 #include "qf/rt/tokenizer.h"
 #include "token_args.h"
@@ -20,14 +22,14 @@ namespace qf::tools {
 namespace {
 
 struct GenerateArgs {
-  std::string model, prompt, chat, system, tokens, device = "cpu";
+  std::string model, prompt, chat, system, tokens, device = "cpu", json_schema;
   int64_t max_tokens = 256;
   std::optional<float> temperature, top_p, min_p, repetition_penalty;
   float presence_penalty = 0, frequency_penalty = 0;
   std::optional<int> top_k;
   int logprobs = -1;
   std::optional<uint64_t> seed;
-  bool no_think = false, ignore_eos = false, json = false, speculative = false;
+  bool no_think = false, ignore_eos = false, json = false, speculative = false, json_object = false;
   int threads = 0;
 };
 
@@ -53,6 +55,25 @@ int run(const GenerateArgs& a) {
   }
   if (a.max_tokens < 0) throw Error(Errc::kUsage, "--max-tokens must be >= 0");
   if (a.logprobs >= 0 && !a.json) throw Error(Errc::kUsage, "--logprobs needs --json");
+  if (a.json_object && !a.json_schema.empty())
+    throw Error(Errc::kUsage, "give at most one of --json-object and --json-schema");
+  // Structured output: the schema checked before the model loads.
+  std::shared_ptr<const rt::JsonGrammar> grammar;
+  if (a.json_object)
+    grammar = std::make_shared<const rt::JsonGrammar>(rt::JsonGrammar::any_object());
+  if (!a.json_schema.empty()) {
+    nlohmann::ordered_json schema;
+    try {
+      schema = nlohmann::ordered_json::parse(ckpt::read_text_file(a.json_schema));
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(Errc::kUsage, a.json_schema + ": not JSON (" + e.what() + ")");
+    }
+    try {
+      grammar = std::make_shared<const rt::JsonGrammar>(rt::JsonGrammar::from_schema(schema));
+    } catch (const Error& e) {
+      throw Error(Errc::kUsage, a.json_schema + ": " + e.what());
+    }
+  }
   const std::filesystem::path dir(a.model);
   const std::unique_ptr<rt::Model> model = rt::Model::load(dir);
   // --tokens needs no tokenizer: without tokenizer.json the output is token ids.
@@ -90,6 +111,12 @@ int run(const GenerateArgs& a) {
   if (!a.ignore_eos) {
     o.stop_ids = gen.eos_token_ids;
     o.stop_ids.push_back(static_cast<int32_t>(model->config().eos_token_id));
+  }
+  if (grammar) {
+    if (!tok) throw Error(Errc::kUsage, "--json-object and --json-schema need tokenizer.json");
+    o.constraint =
+        std::make_shared<rt::JsonConstraint>(std::make_shared<const rt::TokenTrie>(*tok), grammar,
+                                             o.stop_ids, !a.chat.empty() && !a.no_think);
   }
   std::optional<rt::StreamDecoder> stream;
   if (tok) stream.emplace(*tok, /*skip_special=*/true);
@@ -213,6 +240,10 @@ Command add_generate(CLI::App& app) {
                 "plain sampling's");
   sub->add_option("--threads", a->threads, "worker threads (default: all cores)");
   sub->add_flag("--ignore-eos", a->ignore_eos, "do not stop at generation_config's eos tokens");
+  sub->add_flag("--json-object", a->json_object,
+                "the reply (after the think block with --chat) is a JSON object");
+  sub->add_option("--json-schema", a->json_schema,
+                  "FILE: the reply is JSON that this JSON schema allows (subset: README)");
   sub->add_flag("--json", a->json, "print one JSON object at the end instead of streaming");
   sub->footer(
       "Stops at the eos tokens of generation_config.json (and config.json's eos_token_id) or\n"

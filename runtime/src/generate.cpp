@@ -40,13 +40,14 @@ bool report_token(GenerateResult& r, const GenerateOptions& o,
 TokenChooser::TokenChooser(const GenerateOptions& o, int64_t vocab, std::span<const int32_t> prompt)
     : sampler_(o.sampling),
       processor_(o.sampling, vocab, prompt),
+      constraint_(o.constraint),
       greedy_(o.sampling.temperature == 0.0f),
-      needs_logits_(!greedy_ || !processor_.identity() || o.logprobs >= 0) {
+      needs_logits_(!greedy_ || !processor_.identity() || o.logprobs >= 0 || constraint_) {
   if (o.logprobs > kMaxLogprobs) {
     throw Error(Errc::kUsage, "at most " + std::to_string(kMaxLogprobs) +
                                   " logprobs a token, asked for " + std::to_string(o.logprobs));
   }
-  if (!processor_.identity()) return;
+  if (!processor_.identity() || constraint_) return;
   if (greedy_ && o.logprobs >= 0) top_candidates_ = std::max(o.logprobs, 1);
   // Top-k at least the vocabulary keeps every id, which the Sampler visits in id order.
   if (!greedy_ && o.sampling.top_k > 0 && o.sampling.top_k <= kTopKCandidates &&
@@ -56,8 +57,12 @@ TokenChooser::TokenChooser(const GenerateOptions& o, int64_t vocab, std::span<co
   if (top_candidates_ > vocab) top_candidates_ = 0;  // more logprobs than ids: the whole row
 }
 
-std::span<const float> TokenChooser::process(std::span<const float> raw,
-                                             std::span<const int32_t> output) {
+void TokenChooser::sync_constraint(std::span<const int32_t> output) {
+  for (; constrained_ < output.size(); ++constrained_) constraint_->accept(output[constrained_]);
+}
+
+std::span<const float> TokenChooser::unmasked(std::span<const float> raw,
+                                              std::span<const int32_t> output) {
   if (processor_.identity()) return raw;
   processor_.sync(output);
   work_.resize(raw.size());
@@ -65,10 +70,29 @@ std::span<const float> TokenChooser::process(std::span<const float> raw,
   return work_;
 }
 
+std::span<const float> TokenChooser::process(std::span<const float> raw,
+                                             std::span<const int32_t> output) {
+  if (!constraint_) return unmasked(raw, output);
+  sync_constraint(output);
+  const std::span<const float> row = unmasked(raw, output);
+  if (row.data() != work_.data()) work_.assign(row.begin(), row.end());
+  constraint_->mask(work_);
+  return work_;
+}
+
 int32_t TokenChooser::choose(std::span<const float> raw, std::span<const int32_t> output) {
+  const auto argmax = [](std::span<const float> row) {
+    return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+  };
+  if (greedy_ && constraint_) {
+    // The unmasked argmax is the masked one whenever the constraint allows it (the lowest id
+    // of the maxima either way): no mask to build, the usual case.
+    sync_constraint(output);
+    const int32_t best = argmax(unmasked(raw, output));
+    if (constraint_->allows(best)) return best;
+  }
   const std::span<const float> row = process(raw, output);
-  if (!greedy_) return sampler_.sample(row);
-  return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+  return greedy_ ? argmax(row) : sampler_.sample(row);
 }
 
 int32_t TokenChooser::choose(const TopLogits& top) {

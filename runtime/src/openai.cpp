@@ -61,6 +61,32 @@ std::optional<bool> boolean(const Json& body, const char* name) {
   bad_request(what + " is not supported by this server", param);
 }
 
+// The reply's shape that `response_format` asks for (null for text).
+std::shared_ptr<const JsonGrammar> response_format(const Json& f) {
+  const char* param = "response_format";
+  if (!f.is_object()) bad_request("'response_format' must be an object, got " + got(f), param);
+  const Json type = f.value("type", Json());
+  if (type == "text") return nullptr;
+  if (type == "json_object") return std::make_shared<const JsonGrammar>(JsonGrammar::any_object());
+  if (type != "json_schema") {
+    bad_request(
+        "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\", "
+        "got " +
+            type.dump(),
+        param);
+  }
+  const Json* js = field(f, "json_schema");
+  if (!js || !js->is_object())
+    bad_request("'response_format.json_schema' must be an object with a 'schema'", param);
+  const Json* schema = field(*js, "schema");
+  if (!schema) bad_request("'response_format.json_schema.schema' is required", param);
+  try {
+    return std::make_shared<const JsonGrammar>(JsonGrammar::from_schema(*schema));
+  } catch (const Error& e) {
+    bad_request("'response_format.json_schema': " + std::string(e.what()), param);
+  }
+}
+
 // The fields both endpoints share.
 void parse_common(const Json& body, const SamplingOptions& defaults, ApiRequest& r) {
   if (!body.is_object()) bad_request("the request body must be a JSON object, got " + got(body));
@@ -126,11 +152,7 @@ void parse_common(const Json& body, const SamplingOptions& defaults, ApiRequest&
       r.sampling.logit_bias.emplace_back(static_cast<int32_t>(std::stoll(key)), value.get<float>());
     }
   }
-  if (const Json* f = field(body, "response_format")) {
-    if (!f->is_object() || f->value("type", Json()) != "text") {
-      unsupported("'response_format' other than {\"type\": \"text\"}", "response_format");
-    }
-  }
+  if (const Json* f = field(body, "response_format")) r.grammar = response_format(*f);
   r.stream = boolean(body, "stream").value_or(false);
   if (const Json* o = field(body, "stream_options")) {
     if (!r.stream)

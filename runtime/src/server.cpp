@@ -17,6 +17,7 @@
 
 #include "qf/error.h"
 #include "qf/rt/chat_output.h"
+#include "qf/rt/json_constraint.h"
 #include "qf/rt/openai.h"
 
 namespace qf::rt {
@@ -68,6 +69,13 @@ struct Server::Impl {
   std::mutex engine_mutex;  // one request on the engine at a time
   std::mutex rng_mutex;
   std::mt19937_64 rng{std::random_device{}()};
+  std::once_flag trie_once;
+  std::shared_ptr<const TokenTrie> trie;  // built for the first structured-output request
+
+  std::shared_ptr<const TokenTrie> token_trie() {
+    std::call_once(trie_once, [this] { trie = std::make_shared<const TokenTrie>(tok); });
+    return trie;
+  }
 
   std::string random_hex(int n) {
     std::lock_guard<std::mutex> lock(rng_mutex);
@@ -202,6 +210,10 @@ void Server::Impl::handle(const httplib::Request& req, httplib::Response& res, b
   o.sampling = r->sampling;
   o.logprobs = r->logprobs;
   if (!r->ignore_eos) o.stop_ids = opt.eos_ids;
+  if (r->grammar) {
+    o.constraint = std::make_shared<JsonConstraint>(token_trie(), r->grammar, o.stop_ids,
+                                                    r->chat && r->thinking);
+  }
 
   const std::string id = (chat ? "chatcmpl-" : "cmpl-") + random_hex(24);
   const auto created = static_cast<int64_t>(std::time(nullptr));

@@ -179,6 +179,55 @@ TEST(EngineCli, CudaLogprobsAreTheReferencesLogSoftmax) {
   expect_reference_logprobs("cuda");
 }
 
+// --json-schema on every generation path of `device` (greedy and sampled, plain and
+// speculative): the text is one of the schema's values, and generation stops at an eos token
+// once it is complete. --json-object likewise; a schema outside the subset is refused naming
+// the keyword.
+void expect_structured_output(const std::string& device) {
+  TempDir tmp;
+  write_file(tmp / "enum.json", R"({"enum": ["yes", "no", {"maybe": [1, 2]}]})");
+  const std::string base = "generate --model " + kModel.string() + " --device " + device +
+                           " --prompt 'Is it?' --max-tokens 100 --json";
+  for (const std::string mode : {" --temperature 0", " --temperature 1 --seed 3"}) {
+    for (const std::string spec : {"", " --speculative"}) {
+      const CommandResult r =
+          qforge_split(base + " --json-schema " + (tmp / "enum.json").string() + mode + spec);
+      ASSERT_EQ(r.exit_code, 0) << mode << spec << r.err;
+      const nlohmann::json j = nlohmann::json::parse(r.out);
+      EXPECT_EQ(j["finish_reason"], "stop") << mode << spec << r.out;
+      const nlohmann::json v = nlohmann::json::parse(j["text"].get<std::string>());
+      EXPECT_TRUE(v == "yes" || v == "no" || v == nlohmann::json::parse(R"({"maybe":[1,2]})"))
+          << mode << spec << r.out;
+    }
+  }
+  const CommandResult obj = qforge_split("generate --model " + kModel.string() + " --device " +
+                                         device + " --prompt 'Is it?' --max-tokens 300 --json" +
+                                         " --json-object --temperature 1 --seed 4");
+  ASSERT_EQ(obj.exit_code, 0) << obj.err;
+  const nlohmann::json j = nlohmann::json::parse(obj.out);
+  const std::string text = j["text"];
+  // Whole (it stopped) or cut by --max-tokens: an object, or the start of one.
+  if (j["finish_reason"] == "stop") {
+    EXPECT_TRUE(nlohmann::json::parse(text).is_object()) << text;
+  } else {
+    EXPECT_NE(text.find('{'), std::string::npos) << text;
+  }
+  write_file(tmp / "bad.json", R"({"type": "string", "pattern": "^a"})");
+  const CommandResult bad = qforge(base + " --json-schema " + (tmp / "bad.json").string());
+  EXPECT_EQ(bad.exit_code, 1) << bad.out;
+  EXPECT_NE(bad.out.find("the keyword 'pattern' is not supported"), std::string::npos) << bad.out;
+}
+
+TEST(EngineCli, StructuredOutputOnEveryPath) {
+  expect_structured_output("cpu");
+}
+
+TEST(EngineCli, CudaStructuredOutputOnEveryPath) {
+  std::string why;
+  if (!rt::CudaEngine::available(&why)) GTEST_SKIP() << "no GPU: " << why;
+  expect_structured_output("cuda");
+}
+
 // Penalties reach the sampler (a presence penalty changes greedy ids), and values out of range
 // are refused naming them.
 TEST(EngineCli, PenaltiesChangeGreedyIdsAndBadValuesAreRefused) {

@@ -129,6 +129,37 @@ TEST(OpenAiRequest, PenaltiesBiasAndLogprobs) {
 // Logprobs in the replies' shapes, over the example model's tokenizer: token strings from the
 // tokens' bytes (U+FFFD for part of a character, whose exact bytes chat gives), offsets in
 // characters.
+// response_format: text means no grammar; json_object any object; json_schema the schema's
+// (its own checks in rt_json_grammar_test), on both endpoints.
+TEST(OpenAiRequest, ResponseFormat) {
+  EXPECT_EQ(parse_chat_request(chat_body(), {}).grammar, nullptr);
+  EXPECT_EQ(parse_chat_request(chat_body({{"response_format", {{"type", "text"}}}}), {}).grammar,
+            nullptr);
+  const auto object =
+      parse_chat_request(chat_body({{"response_format", {{"type", "json_object"}}}}), {}).grammar;
+  ASSERT_NE(object, nullptr);
+  EXPECT_EQ(object->root(), JsonGrammar::kAnyObject);
+  const Json schema = {{"type", "array"}, {"items", {{"type", "integer"}}}, {"maxItems", 2}};
+  const Json format = {{"type", "json_schema"},
+                       {"json_schema", {{"name", "ids"}, {"schema", schema}, {"strict", true}}}};
+  for (const bool chat : {true, false}) {
+    const Json body = chat ? chat_body({{"response_format", format}})
+                           : Json{{"prompt", "x"}, {"response_format", format}};
+    const auto g =
+        chat ? parse_chat_request(body, {}).grammar : parse_completion_request(body, {}).grammar;
+    ASSERT_NE(g, nullptr);
+    EXPECT_EQ(g->shape(g->root()).kind, JsonShape::Kind::kArray);
+    EXPECT_EQ(g->shape(g->root()).max_items, 2);
+  }
+  const ApiError e = error_of(chat_body(
+      {{"response_format",
+        {{"type", "json_schema"},
+         {"json_schema", {{"schema", {{"properties", {{"a", {{"format", "date"}}}}}}}}}}}}));
+  EXPECT_NE(std::string(e.what()).find("schema.properties.a: the keyword 'format'"),
+            std::string::npos)
+      << e.what();
+}
+
 TEST(OpenAiReply, LogprobsJson) {
   const Tokenizer tok =
       Tokenizer::load(std::string(QF_SOURCE_DIR) + "/models/tiny/model/tokenizer.json");
@@ -211,7 +242,15 @@ TEST(OpenAiRequest, BadChatFieldsNameTheField) {
       {{{"logprobs", true}, {"top_logprobs", 21}}, "top_logprobs"},
       {{{"logprobs", true}, {"top_logprobs", -1}}, "top_logprobs"},
       {{{"top_logprobs", 2}}, "top_logprobs"},  // without logprobs
-      {{{"response_format", {{"type", "json_object"}}}}, "response_format"},
+      {{{"response_format", {{"type", "xml"}}}}, "response_format"},
+      {{{"response_format", {{"type", "json_schema"}}}}, "response_format"},
+      {{{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}}}}}},
+       "response_format"},
+      {{{"response_format",
+         {{"type", "json_schema"},
+          {"json_schema", {{"schema", {{"type", "integer"}, {"maximum", 3}}}}}}}},
+       "response_format"},
+      {{{"response_format", "json"}}, "response_format"},
       {{{"tools", "f"}}, "tools"},
       {{{"tool_choice", "required"}}, "tool_choice"},
       {{{"chat_template_kwargs", {{"enable_thinking", "no"}}}}, "enable_thinking"},

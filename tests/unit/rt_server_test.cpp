@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <thread>
 
 #include "qf/error.h"
@@ -147,6 +148,94 @@ TEST(Server, OpenAiClientReadsLogprobs) {
     expect["bytes"].push_back(std::vector<uint8_t>(b.begin(), b.end()));
   }
   expect_client_check("logprobs", s, expect);
+}
+
+// response_format through the server: an engine of random logits (favouring the end of the
+// think block, closing quotes and brackets, and the end) run by generate_with, which the
+// request's constraint steers; the reply's content parses and has the schema's keys and types,
+// with thinking on (the value after `</think>`) and off, whole and streamed.
+TEST(Server, StructuredOutputFollowsTheSchema) {
+  const Tokenizer tok =
+      Tokenizer::load(std::string(QF_SOURCE_DIR) + "/models/tiny/model/tokenizer.json");
+  const int64_t vocab = 4096;
+  const int32_t im_end = *tok.token_id("<|im_end|>"), think_end = *tok.token_id("</think>");
+  std::vector<float> boost(vocab, 0.0f);
+  for (int32_t id = 0; id < tok.n_ids(); ++id) {
+    if (tok.token_bytes(id).find_first_of("\"]},") != std::string::npos) boost[id] = 6.0f;
+  }
+  boost[think_end] = 14.0f;  // the think block ends first, if there is one
+  boost[im_end] = 8.0f;
+  std::mt19937 rng(5);
+  ServeOptions o;
+  o.port = 0;
+  o.model_name = "random";
+  o.max_model_len = 4096;
+  o.vocab_size = vocab;
+  o.eos_ids = {im_end};
+  Server server(
+      tok,
+      [&](std::span<const int32_t> prompt, const GenerateOptions& go,
+          const std::function<void(int32_t)>& on_token, int64_t* cached) {
+        *cached = 0;
+        std::normal_distribution<float> normal(0.0f, 2.0f);
+        const StepFn step = [&](int32_t, float* logits) {
+          if (!logits) return 0;
+          for (int64_t i = 0; i < vocab; ++i) logits[i] = normal(rng) + boost[i];
+          return 0;
+        };
+        return generate_with(step, vocab, prompt, go, on_token);
+      },
+      o);
+  const int port = server.bind();
+  struct Running {  // stopped and joined however the test ends
+    Server& server;
+    std::thread thread;
+    ~Running() {
+      server.stop();
+      thread.join();
+    }
+  } running{server, std::thread([&] { server.run(); })};
+  const Json schema = Json::parse(R"({"type": "object", "properties": {
+      "city": {"type": "string", "maxLength": 12}, "days": {"type": "integer"},
+      "ok": {"type": "boolean"}}, "required": ["city", "days", "ok"]})");
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(60);
+  for (const bool thinking : {false, true}) {
+    for (const bool stream : {false, true}) {
+      const Json body = {
+          {"messages", kMessages},
+          {"max_tokens", 300},
+          {"stream", stream},
+          {"chat_template_kwargs", {{"enable_thinking", thinking}}},
+          {"response_format",
+           {{"type", "json_schema"}, {"json_schema", {{"name", "trip"}, {"schema", schema}}}}}};
+      const auto res = c.Post("/v1/chat/completions", body.dump(), "application/json");
+      ASSERT_TRUE(res);
+      ASSERT_EQ(res->status, 200) << res->body;
+      std::string content;
+      if (stream) {
+        for (size_t at = 0; (at = res->body.find("data: {", at)) != std::string::npos; ++at) {
+          const Json e = Json::parse(res->body.substr(at + 6, res->body.find('\n', at) - at - 6));
+          content += e["choices"][0]["delta"].value("content", "");
+        }
+      } else {
+        content = Json::parse(res->body)["choices"][0]["message"]["content"];
+      }
+      ASSERT_TRUE(Json::accept(content)) << thinking << stream << ": " << res->body;
+      const Json v = Json::parse(content);
+      EXPECT_TRUE(v["city"].is_string() && v["days"].is_number_integer() && v["ok"].is_boolean())
+          << content;
+    }
+  }
+  // A schema outside the subset: refused, naming the keyword.
+  const Json bad = {{"messages", kMessages},
+                    {"response_format",
+                     {{"type", "json_schema"},
+                      {"json_schema", {{"schema", {{"type", "string"}, {"pattern", "x"}}}}}}}};
+  const auto res = c.Post("/v1/chat/completions", bad.dump(), "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+  EXPECT_NE(res->body.find("'pattern'"), std::string::npos) << res->body;
 }
 
 TEST(Server, RequestsTakeTurnsOnTheEngine) {

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -13,6 +14,17 @@
 #include "qf/rt/sampler.h"
 
 namespace qf::rt {
+
+// A rule on which ids may come next (structured output: JsonConstraint, json_constraint.h). The
+// generation loops give it every id they report, in order, and mask every row they choose from
+// with it, before the request's bias and penalties; one object serves one generation.
+class TokenConstraint {
+ public:
+  virtual ~TokenConstraint() = default;
+  virtual void accept(int32_t id) = 0;                // `id` was generated
+  virtual bool allows(int32_t id) const = 0;          // whether `id` may come next
+  virtual void mask(std::span<float> row) const = 0;  // -inf at every id that may not
+};
 
 struct GenerateOptions {
   int64_t max_tokens = 256;
@@ -24,6 +36,8 @@ struct GenerateOptions {
   // (logits.h) go to on_logprobs, just before on_token gets the id. -1: none.
   int logprobs = -1;
   std::function<void(const TokenLogprobs&)> on_logprobs;
+  // Null: any id. Logprobs stay those of the unmasked row (vLLM's raw logprobs).
+  std::shared_ptr<TokenConstraint> constraint;
 };
 
 struct GenerateResult {
@@ -57,11 +71,11 @@ class TokenChooser {
   bool needs_logits() const { return needs_logits_; }
   // When the row's top k ids and their logits (TopLogits) decide as the whole row would: the k
   // (1 .. kTopKCandidates) that the choice and the logprobs need, else 0. Nothing to process
-  // (no bias or penalty), and top-k sampling or greedy choice with logprobs.
+  // (no bias, penalty or constraint), and top-k sampling or greedy choice with logprobs.
   int top_candidates() const { return top_candidates_; }
   bool greedy() const { return greedy_; }
-  // The row as sampling sees it; `raw` itself when nothing applies, else a buffer that the next
-  // call overwrites.
+  // The row as sampling sees it (the constraint's mask, bias and penalties applied); `raw`
+  // itself when nothing applies, else a buffer that the next call overwrites.
   std::span<const float> process(std::span<const float> raw, std::span<const int32_t> output);
   int32_t choose(std::span<const float> raw, std::span<const int32_t> output);
   // choose() from the top top_candidates() ids of the raw row: the same id as from the row
@@ -75,8 +89,14 @@ class TokenChooser {
   Sampler& sampler() { return sampler_; }
 
  private:
+  // The row after bias and penalties, before the constraint's mask.
+  std::span<const float> unmasked(std::span<const float> raw, std::span<const int32_t> output);
+  void sync_constraint(std::span<const int32_t> output);
+
   Sampler sampler_;
   LogitsProcessor processor_;
+  std::shared_ptr<TokenConstraint> constraint_;
+  size_t constrained_ = 0;  // output ids the constraint has been given
   bool greedy_, needs_logits_;
   int top_candidates_ = 0;
   std::vector<float> work_;

@@ -5,12 +5,15 @@
 // enable_thinking`). Sampling fields a request leaves out take the model's generation_config.json
 // defaults, as vLLM does; so do vLLM's `repetition_penalty` and `min_p`. Unknown fields are
 // ignored (as vLLM does); known ones of the wrong type or range, and features this runtime lacks
-// (n > 1, echo, suffix, guided decoding), are refused with an ApiError naming the field.
+// (n > 1, echo, suffix), are refused with an ApiError naming the field. `response_format`:
+// "text", "json_object" or "json_schema" ({"json_schema": {"name", "schema", "strict"}}, the
+// schema in JsonGrammar's subset; one outside it is refused naming the keyword).
 // Logprobs: chat's `logprobs` + `top_logprobs`, completions' integer `logprobs`, at most
 // kMaxLogprobs alternatives.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
@@ -19,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "qf/rt/json_grammar.h"
 #include "qf/rt/logits.h"
 #include "qf/rt/sampler.h"
 #include "qf/rt/tokenizer.h"
@@ -55,6 +59,8 @@ struct ApiRequest {
   SamplingOptions sampling;  // logit_bias ids not yet checked against the vocabulary
   int logprobs = -1;         // >= 0: each token's logprob and this many alternatives
   std::vector<std::string> stop;
+  // response_format json_object or json_schema: what the reply's content must be (null: text).
+  std::shared_ptr<const JsonGrammar> grammar;
   bool stream = false, include_usage = false, ignore_eos = false;
 };
 

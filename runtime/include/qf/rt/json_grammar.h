@@ -1,0 +1,94 @@
+// Structured output (OpenAI's `response_format`): the JSON values a reply may be, as a small
+// grammar of shapes compiled from a JSON schema, or "any JSON object" for {"type":
+// "json_object"}. json_matcher.h walks it byte by byte; json_constraint.h turns that into the
+// tokens that may come next.
+//
+// The schema subset (draft 2020-12 keywords; anything else that constrains values is refused,
+// naming the keyword and where it is, so that no output can break a rule we did not enforce):
+//   * `type`: object, array, string, number, integer, boolean, null, or a list of them;
+//   * objects: `properties` (written in the schema's order; those in `required` always, the
+//     others optional), `required`, `additionalProperties` (false, or with no `properties` a
+//     schema or true for the values of any keys);
+//   * arrays: `items`, `minItems`, `maxItems`;
+//   * strings: `minLength`, `maxLength` (characters; an escape counts as one);
+//   * `enum`, `const` (any JSON values, written as nlohmann::json dumps them), `anyOf`, `allOf`
+//     of one schema, `$ref` to a JSON pointer in the document (`#`, `#/$defs/Name`, ...),
+//     recursion included;
+//   * annotations (title, description, default, examples, $schema, $id, $comment, ...) ignored.
+// What the matcher lets through is stricter than the schema where JSON allows choices: keys in
+// the schema's order, each at most once, enum and const values in their compact form, at most
+// kMaxJsonWhitespace whitespace bytes between tokens (and after the value), numbers of at most
+// kMaxJsonNumberBytes with at most two exponent digits (so none overflows a double), \u
+// escapes of surrogates only in pairs. Strings are not checked for valid UTF-8 (the tokens'
+// bytes are the model's own).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace qf::rt {
+
+constexpr int kMaxJsonWhitespace = 32;
+constexpr int kMaxJsonNumberBytes = 40;
+
+struct JsonShape {
+  enum class Kind : uint8_t {
+    kAny,      // any JSON value
+    kObject,   // closed (properties) or open (any keys, `values`)
+    kArray,    // `items`, min_items .. max_items
+    kString,   // min_length .. max_length characters
+    kNumber,   // JSON's number grammar
+    kInteger,  // a number without fraction or exponent
+    kLiteral,  // one of `literals`, written exactly
+    kAnyOf,    // one of `alternatives`
+  };
+  struct Property {
+    std::string key;  // as written in the output, quotes included: "\"name\""
+    int32_t shape = 0;
+    bool required = false;
+  };
+  Kind kind = Kind::kAny;
+  // kObject. Closed: `properties` in order, first_required[i] the first required index >= i
+  // (properties.size() when none). Open: any keys, each value a `values`.
+  bool open = false;
+  std::vector<Property> properties;
+  std::vector<uint32_t> first_required;  // [properties.size() + 1]
+  int32_t values = 0;
+  // kArray
+  int32_t items = 0;
+  int64_t min_items = 0, max_items = -1;  // -1: no limit
+  // kString
+  int64_t min_length = 0, max_length = -1;
+  // kLiteral
+  std::vector<std::string> literals;
+  // kAnyOf
+  std::vector<int32_t> alternatives;
+};
+
+class JsonGrammar {
+ public:
+  // Shapes every grammar has, at these indices: any value, and the shapes it opens by its
+  // first byte.
+  static constexpr int32_t kAnyValue = 0, kAnyObject = 1, kAnyArray = 2, kAnyString = 3,
+                           kAnyNumber = 4, kBoolean = 5, kNull = 6;
+
+  // {"type": "json_object"}: a JSON object, anything in it.
+  static JsonGrammar any_object();
+  // Throws Error(kUsage) for a schema outside the subset or one that nothing satisfies,
+  // naming the keyword and its place ("schema.properties.tags.items: ...").
+  static JsonGrammar from_schema(const nlohmann::ordered_json& schema);
+
+  const JsonShape& shape(int32_t i) const { return shapes_[static_cast<size_t>(i)]; }
+  int32_t root() const { return root_; }
+  size_t size() const { return shapes_.size(); }
+
+ private:
+  JsonGrammar();
+  friend class SchemaCompiler;
+  std::vector<JsonShape> shapes_;
+  int32_t root_ = kAnyValue;
+};
+
+}  // namespace qf::rt

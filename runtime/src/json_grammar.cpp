@@ -1,0 +1,279 @@
+// JSON schemas to JsonGrammar shapes (json_grammar.h): one pass over the schema, `$ref`s
+// compiled once each (so recursive schemas close on themselves).
+#include "qf/rt/json_grammar.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "qf/error.h"
+
+namespace qf::rt {
+
+using Json = nlohmann::ordered_json;
+using Kind = JsonShape::Kind;
+
+namespace {
+
+JsonShape of_kind(Kind k) {
+  JsonShape s;
+  s.kind = k;
+  return s;
+}
+
+JsonShape literal(std::vector<std::string> values) {
+  JsonShape s = of_kind(Kind::kLiteral);
+  s.literals = std::move(values);
+  return s;
+}
+
+// Keywords that only annotate: they never make a value invalid.
+const std::set<std::string>& annotations() {
+  static const std::set<std::string> k = {
+      "title",         "description", "default",          "examples",
+      "$schema",       "$id",         "$comment",         "deprecated",
+      "readOnly",      "writeOnly",   "contentMediaType", "contentEncoding",
+      "$defs",         "definitions", "$anchor",          "nullable",
+      "discriminator", "$vocabulary", "$dynamicAnchor"};
+  return k;
+}
+
+// The keywords this compiler enforces; any other key that is not an annotation is refused.
+const std::set<std::string>& enforced() {
+  static const std::set<std::string> k = {
+      "type",      "properties", "required", "additionalProperties",
+      "items",     "minItems",   "maxItems", "minLength",
+      "maxLength", "enum",       "const",    "anyOf",
+      "allOf",     "$ref"};
+  return k;
+}
+
+}  // namespace
+
+class SchemaCompiler {
+ public:
+  SchemaCompiler(JsonGrammar& g, const Json& doc) : g_(g), doc_(doc) {}
+
+  int32_t compile(const Json& s, const std::string& at) {
+    if (s.is_boolean()) {
+      if (!s.get<bool>()) fail(at, "the schema false admits no value");
+      return JsonGrammar::kAnyValue;
+    }
+    if (!s.is_object()) fail(at, "a schema must be an object or a boolean, got " + dump(s));
+    for (const auto& [key, value] : s.items()) {
+      if (!enforced().count(key) && !annotations().count(key)) {
+        fail(at, "the keyword '" + key + "' is not supported (supported: type, properties, " +
+                     "required, additionalProperties, items, minItems, maxItems, minLength, " +
+                     "maxLength, enum, const, anyOf, allOf of one schema, $ref)");
+      }
+    }
+    if (const auto r = s.find("$ref"); r != s.end()) {
+      for (const auto& [key, value] : s.items()) {
+        if (key != "$ref" && enforced().count(key))
+          fail(at, "'" + key + "' beside '$ref' is not supported");
+      }
+      return reference(*r, at + ".$ref");
+    }
+    if (const auto a = s.find("allOf"); a != s.end()) {
+      if (!a->is_array() || a->size() != 1)
+        fail(at + ".allOf", "only an allOf of exactly one schema is supported");
+      for (const auto& [key, value] : s.items()) {
+        if (key != "allOf" && enforced().count(key))
+          fail(at, "'" + key + "' beside 'allOf' is not supported");
+      }
+      return compile((*a)[0], at + ".allOf[0]");
+    }
+    if (const auto c = s.find("const"); c != s.end()) return add(literal({c->dump()}));
+    if (const auto e = s.find("enum"); e != s.end()) {
+      if (!e->is_array() || e->empty()) fail(at + ".enum", "must be a non-empty array");
+      std::vector<std::string> values;
+      for (const Json& v : *e) values.push_back(v.dump());
+      return add(literal(std::move(values)));
+    }
+    if (const auto a = s.find("anyOf"); a != s.end()) {
+      if (!a->is_array() || a->empty()) fail(at + ".anyOf", "must be a non-empty array");
+      if (s.contains("type")) fail(at, "'type' beside 'anyOf' is not supported");
+      JsonShape any = of_kind(Kind::kAnyOf);
+      for (size_t i = 0; i < a->size(); ++i)
+        any.alternatives.push_back(compile((*a)[i], at + ".anyOf[" + std::to_string(i) + "]"));
+      return add(std::move(any));
+    }
+    const auto t = s.find("type");
+    if (t == s.end()) return typed(s, implied_type(s), at);
+    if (t->is_string()) return typed(s, t->get<std::string>(), at);
+    if (!t->is_array() || t->empty())
+      fail(at + ".type", "must be a type name or a non-empty array of them");
+    JsonShape any = of_kind(Kind::kAnyOf);
+    for (const Json& name : *t) {
+      if (!name.is_string()) fail(at + ".type", "must hold type names, got " + dump(name));
+      any.alternatives.push_back(typed(s, name.get<std::string>(), at));
+    }
+    return any.alternatives.size() == 1 ? any.alternatives[0] : add(std::move(any));
+  }
+
+ private:
+  [[noreturn]] static void fail(const std::string& at, const std::string& what) {
+    throw Error(Errc::kUsage, at + ": " + what);
+  }
+  static std::string dump(const Json& v) {
+    std::string d = v.dump();
+    return d.size() > 60 ? d.substr(0, 57) + "..." : d;
+  }
+
+  int32_t add(JsonShape s) {
+    g_.shapes_.push_back(std::move(s));
+    return static_cast<int32_t>(g_.shapes_.size() - 1);
+  }
+
+  // With no `type`, what the other keywords imply ("" for any value).
+  static std::string implied_type(const Json& s) {
+    if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties"))
+      return "object";
+    if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) return "array";
+    if (s.contains("minLength") || s.contains("maxLength")) return "string";
+    return "";
+  }
+
+  int64_t count(const Json& s, const char* key, int64_t none, const std::string& at) const {
+    const auto it = s.find(key);
+    if (it == s.end()) return none;
+    if (!it->is_number_integer() || it->get<int64_t>() < 0)
+      fail(at + "." + key, "must be a non-negative integer, got " + dump(*it));
+    return it->get<int64_t>();
+  }
+
+  int32_t typed(const Json& s, const std::string& type, const std::string& at) {
+    if (type.empty()) return JsonGrammar::kAnyValue;
+    if (type == "object") return object(s, at);
+    if (type == "array") {
+      JsonShape a = of_kind(Kind::kArray);
+      const auto items = s.find("items");
+      a.items = items == s.end() ? JsonGrammar::kAnyValue : compile(*items, at + ".items");
+      a.min_items = count(s, "minItems", 0, at);
+      a.max_items = count(s, "maxItems", -1, at);
+      if (a.max_items >= 0 && a.min_items > a.max_items)
+        fail(at, "minItems " + std::to_string(a.min_items) + " > maxItems " +
+                     std::to_string(a.max_items));
+      return add(std::move(a));
+    }
+    if (type == "string") {
+      JsonShape str = of_kind(Kind::kString);
+      str.min_length = count(s, "minLength", 0, at);
+      str.max_length = count(s, "maxLength", -1, at);
+      if (str.max_length >= 0 && str.min_length > str.max_length)
+        fail(at, "minLength " + std::to_string(str.min_length) + " > maxLength " +
+                     std::to_string(str.max_length));
+      if (str.min_length == 0 && str.max_length < 0) return JsonGrammar::kAnyString;
+      return add(std::move(str));
+    }
+    if (type == "number") return JsonGrammar::kAnyNumber;
+    if (type == "integer") return add(of_kind(Kind::kInteger));
+    if (type == "boolean") return JsonGrammar::kBoolean;
+    if (type == "null") return JsonGrammar::kNull;
+    fail(at + ".type", "unknown type \"" + type + "\"");
+  }
+
+  int32_t object(const Json& s, const std::string& at) {
+    JsonShape o = of_kind(Kind::kObject);
+    const auto props = s.find("properties");
+    const auto extra = s.find("additionalProperties");
+    if (props != s.end() && !props->is_object())
+      fail(at + ".properties", "must be an object, got " + dump(*props));
+    const bool listed = props != s.end();
+    if (extra != s.end() && !extra->is_boolean() && !extra->is_object())
+      fail(at + ".additionalProperties", "must be a boolean or a schema");
+    const bool closed_extra = extra != s.end() && extra->is_boolean() && !extra->get<bool>();
+    if (listed && extra != s.end() && !closed_extra) {
+      fail(at + ".additionalProperties",
+           "keys beyond 'properties' are not supported (set it to false or leave it out)");
+    }
+    std::set<std::string> required;
+    if (const auto r = s.find("required"); r != s.end()) {
+      if (!r->is_array()) fail(at + ".required", "must be an array of property names");
+      for (const Json& name : *r) {
+        if (!name.is_string()) fail(at + ".required", "must hold strings, got " + dump(name));
+        if (!listed || !props->contains(name.get<std::string>())) {
+          fail(at + ".required",
+               "names \"" + name.get<std::string>() + "\", which 'properties' does not list");
+        }
+        required.insert(name.get<std::string>());
+      }
+    }
+    if (!listed && !closed_extra) {  // any keys: their values as additionalProperties says
+      o.open = true;
+      o.values = extra == s.end() || extra->is_boolean()
+                     ? JsonGrammar::kAnyValue
+                     : compile(*extra, at + ".additionalProperties");
+      return add(std::move(o));
+    }
+    if (listed) {
+      for (const auto& [key, value] : props->items()) {
+        JsonShape::Property p;
+        p.key = Json(key).dump();
+        p.required = required.count(key) > 0;
+        p.shape = compile(value, at + ".properties." + key);
+        o.properties.push_back(std::move(p));
+      }
+    }
+    const size_t n = o.properties.size();
+    o.first_required.assign(n + 1, static_cast<uint32_t>(n));
+    for (size_t i = n; i-- > 0;)
+      o.first_required[i] =
+          o.properties[i].required ? static_cast<uint32_t>(i) : o.first_required[i + 1];
+    return add(std::move(o));
+  }
+
+  int32_t reference(const Json& ref, const std::string& at) {
+    if (!ref.is_string() || ref.get<std::string>().rfind('#', 0) != 0)
+      fail(at, "only references within the document (\"#...\") are supported, got " + dump(ref));
+    const std::string target = ref.get<std::string>();
+    if (const auto it = refs_.find(target); it != refs_.end()) return it->second;
+    const Json* t = nullptr;
+    try {
+      t = &doc_.at(Json::json_pointer(target.substr(1)));
+    } catch (const Json::exception&) {
+      fail(at, "\"" + target + "\" names nothing in the schema");
+    }
+    // An anyOf of one alternative stands for the target, so a recursive reference can name it
+    // before it is compiled.
+    JsonShape forward = of_kind(Kind::kAnyOf);
+    const int32_t id = add(std::move(forward));
+    refs_[target] = id;
+    const int32_t body = compile(*t, "schema" + std::string(target.begin() + 1, target.end()));
+    g_.shapes_[static_cast<size_t>(id)].alternatives = {body};
+    return id;
+  }
+
+  JsonGrammar& g_;
+  const Json& doc_;
+  std::map<std::string, int32_t> refs_;
+};
+
+JsonGrammar::JsonGrammar() {
+  shapes_.resize(7);
+  shapes_[kAnyValue] = of_kind(Kind::kAny);
+  shapes_[kAnyObject] = of_kind(Kind::kObject);
+  shapes_[kAnyObject].open = true;
+  shapes_[kAnyObject].values = kAnyValue;
+  shapes_[kAnyArray] = of_kind(Kind::kArray);
+  shapes_[kAnyArray].items = kAnyValue;
+  shapes_[kAnyString] = of_kind(Kind::kString);
+  shapes_[kAnyNumber] = of_kind(Kind::kNumber);
+  shapes_[kBoolean] = literal({"true", "false"});
+  shapes_[kNull] = literal({"null"});
+}
+
+JsonGrammar JsonGrammar::any_object() {
+  JsonGrammar g;
+  g.root_ = kAnyObject;
+  return g;
+}
+
+JsonGrammar JsonGrammar::from_schema(const Json& schema) {
+  JsonGrammar g;
+  SchemaCompiler c(g, schema);
+  g.root_ = c.compile(schema, "schema");
+  return g;
+}
+
+}  // namespace qf::rt

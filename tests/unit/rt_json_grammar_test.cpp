@@ -1,0 +1,361 @@
+// JsonGrammar (schemas compiled, refused with the keyword's place) and JsonMatcher: for "any
+// JSON object", every text's verdict against nlohmann::json's parser, mutated documents
+// included; for schemas, texts written by a random walk of the matcher's allowed bytes,
+// parsed by nlohmann::json and checked against the schema by the checker below, written from
+// the JSON Schema rules and not from the matcher.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+
+#include "qf/error.h"
+#include "qf/rt/json_grammar.h"
+#include "qf/rt/json_matcher.h"
+
+namespace qf::rt {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// 1: the whole text is a complete value; 0: a valid prefix only; -1: rejected.
+int verdict(const JsonGrammar& g, std::string_view text) {
+  JsonMatcher m(g, false);
+  JsonFrameArena a;
+  JsonState s = m.start(a), next;
+  for (const char c : text) {
+    if (!m.feed(s, static_cast<uint8_t>(c), a, next)) return -1;
+    s.swap(next);
+  }
+  for (const JsonFrame* f : s) {
+    if (m.can_end(f, a)) return 1;
+  }
+  return 0;
+}
+
+std::string compile_error(const std::string& schema) {
+  try {
+    JsonGrammar::from_schema(Json::parse(schema));
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::kUsage);
+    return e.what();
+  }
+  return "";
+}
+
+TEST(JsonGrammar, RefusesWhatItCannotEnforceNamingThePlace) {
+  EXPECT_NE(compile_error(R"({"type": "object", "properties": {"a": {"type": "string",
+            "pattern": "^x"}}})")
+                .find("schema.properties.a: the keyword 'pattern'"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "integer", "minimum": 3})").find("'minimum'"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})")
+                .find("schema.required: names \"b\""),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "array", "minItems": 3, "maxItems": 2})")
+                .find("minItems 3 > maxItems 2"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"$ref": "#/$defs/missing"})").find("names nothing"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "object", "properties": {"a": {}},
+            "additionalProperties": true})")
+                .find("additionalProperties"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "strin"})").find("unknown type \"strin\""),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"enum": []})").find("schema.enum"), std::string::npos);
+  EXPECT_NE(compile_error("false").find("admits no value"), std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "array", "items": {"type": "number", "multipleOf": 2}})")
+                .find("schema.items: the keyword 'multipleOf'"),
+            std::string::npos);
+  EXPECT_EQ(compile_error(R"({"type": "object", "title": "T", "description": "d",
+            "properties": {"a": {"type": "string", "default": "x"}}})"),
+            "");
+}
+
+// Valid documents, each a JSON object as nlohmann::json accepts it.
+const char* const kObjects[] = {
+    "{}",
+    "{ }",
+    R"({"a":1})",
+    R"({"a": [1, 2.5, -3e+2, 0, -0.0, 1E5], "b": {"c": null, "d": [true, false, []]}})",
+    R"({"s": "esc \" \\ \/ \b \f \n \r \t \u00e9 \uD83D\uDE00", "": ""})",
+    "{\n  \"k\": \"v\",\n  \"n\": {\n    \"deep\": [ {}, { \"x\": 1 } ]\n  }\n}",
+    R"({"a":"b","a":"c"})",
+    R"({"num": 123456789012345678901234567890})",
+};
+
+TEST(JsonMatcher, AnyObjectAgreesWithAJsonParser) {
+  const JsonGrammar g = JsonGrammar::any_object();
+  for (const char* doc : kObjects) {
+    ASSERT_TRUE(Json::accept(doc)) << doc;
+    EXPECT_EQ(verdict(g, doc), 1) << doc;
+    // Every proper prefix is alive and not complete (an object ends at its '}').
+    const std::string d = doc;
+    for (size_t n = 0; n < d.size(); ++n)
+      EXPECT_EQ(verdict(g, d.substr(0, n)), 0) << d.substr(0, n);
+  }
+  // Not objects, or not JSON.
+  for (const char* bad : {"[]",
+                          "1",
+                          "\"s\"",
+                          "null",
+                          "{",
+                          "{\"a\"}",
+                          "{\"a\":}",
+                          "{,}",
+                          "{\"a\":1,}",
+                          "{\"a\":01}",
+                          "{\"a\":1.}",
+                          "{\"a\":.5}",
+                          "{\"a\":tru}",
+                          "{\"a\":\"\\x\"}",
+                          "{\"a\":\"\\u12g4\"}",
+                          "{\"a\":\"\t\"}",
+                          "{} {}",
+                          "{\"a\":-}",
+                          "{\"a\":1e}",
+                          "{'a':1}",
+                          "{\"a\":+1}",
+                          "{\"a\" 1}"}) {
+    EXPECT_NE(verdict(g, bad), 1) << bad;
+  }
+  // Mutated documents (ASCII edits, whitespace runs short): whatever the parser says.
+  std::mt19937 rng(7);
+  const std::string alphabet = "{}[]\":,.-+0123456789eEtrufalsn\\/ \nabx";
+  int complete = 0, checked = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    std::string d = kObjects[trial % std::size(kObjects)];
+    const int edits = 1 + static_cast<int>(rng() % 3);
+    for (int e = 0; e < edits; ++e) {
+      const size_t at = rng() % (d.size() + 1);
+      const char c = alphabet[rng() % alphabet.size()];
+      switch (rng() % 3) {
+        case 0:
+          d.insert(d.begin() + static_cast<std::ptrdiff_t>(at), c);
+          break;
+        case 1:
+          if (at < d.size()) d.erase(at, 1);
+          break;
+        default:
+          if (at < d.size()) d[at] = c;
+      }
+    }
+    Json parsed;
+    const bool object = Json::accept(d) && Json::parse(d).is_object();
+    EXPECT_EQ(verdict(g, d) == 1, object) << d;
+    complete += object;
+    ++checked;
+  }
+  EXPECT_GT(complete, 1000);  // the test saw both verdicts often
+  EXPECT_LT(complete, checked - 1000);
+}
+
+TEST(JsonMatcher, SurrogatesOnlyInPairsAndExponentsOfTwoDigits) {
+  const JsonGrammar g = JsonGrammar::any_object();
+  EXPECT_EQ(verdict(g, R"({"e":"\uD83D\uDE00"})"), 1);
+  EXPECT_EQ(verdict(g, R"({"e":"\ud83d\ude00x"})"), 1);
+  EXPECT_EQ(verdict(g, R"({"e":"\uDE)"), -1);     // a low half alone, refused at once
+  EXPECT_EQ(verdict(g, R"({"e":"\uD83D")"), -1);  // a high half must be followed by one
+  EXPECT_EQ(verdict(g, R"({"e":"\uD83D\u00)"), -1);
+  EXPECT_EQ(verdict(g, R"({"e":"\uE000\uFFFF"})"), 1);
+  EXPECT_EQ(verdict(g, R"({"n":1e99,"m":-2.5E-07})"), 1);
+  EXPECT_EQ(verdict(g, R"({"n":1e100})"), -1);
+}
+
+// Strings hold valid UTF-8 only: each case against the UTF-8 standard's table of
+// well-formed byte sequences (Unicode 15, table 3-7).
+TEST(JsonMatcher, StringsAreValidUtf8) {
+  const JsonGrammar g = JsonGrammar::any_object();
+  const auto in_string = [&](const std::string& bytes) {
+    return verdict(g, "{\"s\":\"" + bytes + "\"}");
+  };
+  for (const char* ok :
+       {"\x7F", "\xC2\x80", "\xDF\xBF", "\xE0\xA0\x80", "\xED\x9F\xBF", "\xEE\x80\x80",
+        "\xF0\x90\x80\x80", "\xF4\x8F\xBF\xBF", "caf\xC3\xA9 \xF0\x9F\x98\x80"}) {
+    EXPECT_EQ(in_string(ok), 1) << ok;
+  }
+  for (const char* bad :
+       {"\x80", "\xBF", "\xC0\x80", "\xC1\xBF", "\xE0\x9F\xBF", "\xED\xA0\x80", "\xF0\x8F\xBF\xBF",
+        "\xF4\x90\x80\x80", "\xF5\x80\x80\x80", "\xFF", "\xC3", "\xE2\x82", "\xC3\\n"}) {
+    EXPECT_EQ(in_string(bad), -1) << bad;
+  }
+}
+
+TEST(JsonMatcher, LimitsWhitespaceAndNumberLength) {
+  const JsonGrammar g = JsonGrammar::any_object();
+  const std::string ws(kMaxJsonWhitespace, ' ');
+  EXPECT_EQ(verdict(g, "{" + ws + "}"), 1);
+  EXPECT_EQ(verdict(g, "{" + ws + " }"), -1);
+  const std::string digits(kMaxJsonNumberBytes, '7');
+  EXPECT_EQ(verdict(g, "{\"n\":" + digits + "}"), 1);
+  EXPECT_EQ(verdict(g, "{\"n\":" + digits + "7}"), -1);
+}
+
+// Whether `v` satisfies `schema` (the keywords JsonGrammar takes), by the JSON Schema rules;
+// `doc` resolves $ref.
+bool satisfies(const Json& v, const Json& schema, const Json& doc) {
+  if (schema.is_boolean()) return schema.get<bool>();
+  if (schema.contains("$ref"))
+    return satisfies(v, doc.at(Json::json_pointer(schema["$ref"].get<std::string>().substr(1))),
+                     doc);
+  if (schema.contains("allOf")) return satisfies(v, schema["allOf"][0], doc);
+  if (schema.contains("const")) return v == schema["const"];
+  if (schema.contains("enum")) {
+    for (const Json& e : schema["enum"]) {
+      if (v == e) return true;
+    }
+    return false;
+  }
+  if (schema.contains("anyOf")) {
+    for (const Json& alt : schema["anyOf"]) {
+      if (satisfies(v, alt, doc)) return true;
+    }
+    return false;
+  }
+  if (schema.contains("type")) {
+    const Json t = schema["type"].is_array() ? schema["type"] : Json::array({schema["type"]});
+    bool typed = false;
+    for (const Json& name : t) {
+      typed = typed || (name == "object" && v.is_object()) || (name == "array" && v.is_array()) ||
+              (name == "string" && v.is_string()) || (name == "number" && v.is_number()) ||
+              (name == "integer" && v.is_number() &&  // a whole number, however large
+               (v.is_number_integer() || std::floor(v.get<double>()) == v.get<double>())) ||
+              (name == "boolean" && v.is_boolean()) || (name == "null" && v.is_null());
+    }
+    if (!typed) return false;
+  }
+  if (v.is_object()) {
+    const Json props = schema.value("properties", Json::object());
+    for (const Json& r : schema.value("required", Json::array())) {
+      if (!v.contains(r.get<std::string>())) return false;
+    }
+    for (const auto& [key, value] : v.items()) {
+      if (props.contains(key)) {
+        if (!satisfies(value, props[key], doc)) return false;
+      } else if (schema.contains("additionalProperties")) {
+        if (!satisfies(value, schema["additionalProperties"], doc)) return false;
+      }
+    }
+  }
+  if (v.is_array()) {
+    if (v.size() < schema.value("minItems", size_t{0})) return false;
+    if (schema.contains("maxItems") && v.size() > schema["maxItems"].get<size_t>()) return false;
+    for (const Json& item : v) {
+      if (schema.contains("items") && !satisfies(item, schema["items"], doc)) return false;
+    }
+  }
+  if (v.is_string()) {
+    size_t chars = 0;  // code points
+    for (const char c : v.get<std::string>()) chars += (static_cast<uint8_t>(c) & 0xC0) != 0x80;
+    if (chars < schema.value("minLength", size_t{0})) return false;
+    if (schema.contains("maxLength") && chars > schema["maxLength"].get<size_t>()) return false;
+  }
+  return true;
+}
+
+// A text the matcher accepts, written byte by byte: a random printable ASCII byte among those
+// allowed, a string's closing quote now and then, and the end as soon as it is allowed half the
+// time. "" when it ran past 4000 bytes.
+std::string random_text(const JsonGrammar& g, std::mt19937& rng) {
+  JsonMatcher m(g, false);
+  JsonFrameArena a;
+  JsonState s = m.start(a), next;
+  std::string text;
+  while (text.size() < 4000) {
+    bool can_end = false;
+    for (const JsonFrame* f : s) can_end = can_end || m.can_end(f, a);
+    if (can_end && rng() % 2 == 0) return text;
+    std::vector<uint8_t> allowed;
+    for (int c = 0x20; c < 0x7F; ++c) {
+      JsonState probe;
+      if (m.feed(s, static_cast<uint8_t>(c), a, probe)) allowed.push_back(static_cast<uint8_t>(c));
+    }
+    if (allowed.empty()) return can_end ? text : "";
+    // Closing a string or a container often enough that texts end.
+    uint8_t c = allowed[rng() % allowed.size()];
+    for (const uint8_t close : {'"', '}', ']'}) {
+      if (allowed.size() > 3 && rng() % 8 == 0 &&
+          std::find(allowed.begin(), allowed.end(), close) != allowed.end())
+        c = close;
+    }
+    EXPECT_TRUE(m.feed(s, c, a, next));
+    s.swap(next);
+    text += static_cast<char>(c);
+  }
+  return "";
+}
+
+const char* const kSchemas[] = {
+    R"({"type": "object", "properties": {
+         "name": {"type": "string", "minLength": 2, "maxLength": 5},
+         "age": {"type": "integer"},
+         "tags": {"type": "array", "items": {"enum": ["a", "b", 1, null, {"k": [true]}]},
+                  "minItems": 1, "maxItems": 3},
+         "opt": {"type": ["number", "null"]},
+         "flag": {"type": "boolean"}},
+       "required": ["name", "tags"], "additionalProperties": false})",
+    R"({"$defs": {"node": {"type": "object", "properties": {
+         "v": {"const": {"x": [1, 2]}},
+         "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 2}},
+         "required": ["v"]}},
+       "$ref": "#/$defs/node"})",
+    R"({"anyOf": [{"type": "string", "maxLength": 3},
+                  {"type": "object", "additionalProperties": {"type": "integer"}},
+                  {"type": "array", "items": {"type": "string"}}]})",
+    R"({"type": "integer"})",
+    R"({"enum": ["red", "green", "re", 10, 1]})",
+    R"({"type": "object", "properties": {"a": {"type": "null"}, "ab": {"type": "null"},
+         "abc": {"allOf": [{"type": "boolean"}]}}, "required": ["abc"]})",
+    R"({"type": "object"})",
+    R"({"type": "array", "items": {"type": "object", "properties": {}}, "maxItems": 4})",
+};
+
+TEST(JsonMatcher, WhatASchemaAllowsSatisfiesIt) {
+  std::mt19937 rng(11);
+  for (const char* text : kSchemas) {
+    const Json schema = Json::parse(text);
+    const JsonGrammar g = JsonGrammar::from_schema(schema);
+    int ended = 0;
+    for (int trial = 0; trial < 300; ++trial) {
+      const std::string out = random_text(g, rng);
+      if (out.empty()) continue;
+      ++ended;
+      ASSERT_TRUE(Json::accept(out)) << text << "\n" << out;
+      EXPECT_TRUE(satisfies(Json::parse(out), schema, schema)) << text << "\n" << out;
+    }
+    EXPECT_GT(ended, 250) << text;
+  }
+}
+
+TEST(JsonMatcher, SchemaVerdictsByHand) {
+  const JsonGrammar person = JsonGrammar::from_schema(Json::parse(kSchemas[0]));
+  EXPECT_EQ(verdict(person, R"({"name": "Ann", "tags": ["a", 1, {"k":[true]}]})"), 1);
+  EXPECT_EQ(verdict(person, R"({"name":"Bob","age":-3,"tags":[null],"opt":null,"flag":false})"), 1);
+  EXPECT_EQ(verdict(person, R"({"tags": ["a"]})"), -1);                 // name is required
+  EXPECT_EQ(verdict(person, R"({"tags": ["a"], "name": "Ann"})"), -1);  // schema order
+  EXPECT_EQ(verdict(person, R"({"name": "Annabel")"), -1);              // maxLength 5
+  EXPECT_EQ(verdict(person, R"({"name": "A)"), 0);                      // minLength 2, so far
+  EXPECT_EQ(verdict(person, R"({"name": "A")"), -1);                    // ... and closed
+  EXPECT_EQ(verdict(person, R"({"name": "Ann", "tags": []})"), -1);     // minItems 1
+  EXPECT_EQ(verdict(person, R"({"name": "Ann", "tags": ["a","a","a","a"]})"), -1);
+  EXPECT_EQ(verdict(person, R"({"name": "Ann", "age": 1.5)"), -1);      // an integer
+  EXPECT_EQ(verdict(person, R"({"name": "Ann", "tags": ["c"]})"), -1);  // not in the enum
+  EXPECT_EQ(verdict(person, R"({"name": "Ann", "tags": ["a"], "x": 1})"), -1);
+  const JsonGrammar colors = JsonGrammar::from_schema(Json::parse(kSchemas[4]));
+  EXPECT_EQ(verdict(colors, R"("re")"), 1);
+  EXPECT_EQ(verdict(colors, R"("red")"), 1);
+  EXPECT_EQ(verdict(colors, R"("r)"), 0);
+  EXPECT_EQ(verdict(colors, "1"), 1);
+  EXPECT_EQ(verdict(colors, "10"), 1);
+  EXPECT_EQ(verdict(colors, "100"), -1);
+  const JsonGrammar integer = JsonGrammar::from_schema(Json::parse(kSchemas[3]));
+  EXPECT_EQ(verdict(integer, "-12"), 1);  // ends without a byte of its own
+  EXPECT_EQ(verdict(integer, "-"), 0);
+  EXPECT_EQ(verdict(integer, "1.0"), -1);
+}
+
+}  // namespace
+}  // namespace qf::rt
