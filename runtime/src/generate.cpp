@@ -70,29 +70,36 @@ std::span<const float> TokenChooser::unmasked(std::span<const float> raw,
   return work_;
 }
 
+std::span<const float> TokenChooser::masked(std::span<const float> row) {
+  if (row.data() != work_.data()) work_.assign(row.begin(), row.end());
+  constraint_->mask(work_);
+  return work_;
+}
+
 std::span<const float> TokenChooser::process(std::span<const float> raw,
                                              std::span<const int32_t> output) {
   if (!constraint_) return unmasked(raw, output);
   sync_constraint(output);
-  const std::span<const float> row = unmasked(raw, output);
-  if (row.data() != work_.data()) work_.assign(row.begin(), row.end());
-  constraint_->mask(work_);
-  return work_;
+  return masked(unmasked(raw, output));
 }
 
 int32_t TokenChooser::choose(std::span<const float> raw, std::span<const int32_t> output) {
   const auto argmax = [](std::span<const float> row) {
     return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
   };
-  if (greedy_ && constraint_) {
+  if (!constraint_) {
+    const std::span<const float> row = unmasked(raw, output);
+    return greedy_ ? argmax(row) : sampler_.sample(row);
+  }
+  sync_constraint(output);
+  const std::span<const float> row = unmasked(raw, output);
+  if (greedy_) {
     // The unmasked argmax is the masked one whenever the constraint allows it (the lowest id
     // of the maxima either way): no mask to build, the usual case.
-    sync_constraint(output);
-    const int32_t best = argmax(unmasked(raw, output));
-    if (constraint_->allows(best)) return best;
+    const int32_t best = argmax(row);
+    return constraint_->allows(best) ? best : argmax(masked(row));
   }
-  const std::span<const float> row = process(raw, output);
-  return greedy_ ? argmax(row) : sampler_.sample(row);
+  return sampler_.sample(masked(row));
 }
 
 int32_t TokenChooser::choose(const TopLogits& top) {

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <numeric>
 
 #include "qf/error.h"
 
@@ -51,7 +50,7 @@ TokenTrie::TokenTrie(const Tokenizer& tok) {
     nodes_[node].n_children = static_cast<uint32_t>(groups.size());
     nodes_.resize(nodes_.size() + groups.size());
     uint8_t free_from = 0xFF;
-    int max_chars = 0;
+    uint32_t max_chars = 0;
     for (size_t g = 0; g < groups.size(); ++g) {
       const uint32_t child = first + static_cast<uint32_t>(g);
       const auto byte = static_cast<uint8_t>(bytes(order[groups[g].first])[depth]);
@@ -61,10 +60,10 @@ TokenTrie::TokenTrie(const Tokenizer& tok) {
         const int next = json_string_byte(q, byte);
         if (next < 0 || !(nodes_[child].free_from >> next & 1)) free_from &= ~(1u << q);
       }
-      max_chars = std::max(max_chars, ((byte & 0xC0) != 0x80) + nodes_[child].max_chars);
+      max_chars = std::max(max_chars, ((byte & 0xC0) != 0x80 ? 1u : 0u) + nodes_[child].max_chars);
     }
     nodes_[node].free_from = free_from;
-    nodes_[node].max_chars = static_cast<uint8_t>(std::min(max_chars, 255));
+    nodes_[node].max_chars = max_chars;
     nodes_[node].end = static_cast<uint32_t>(ids_.size());
   };
   build(build, 0, 0, order.size(), 0);
@@ -89,6 +88,15 @@ bool JsonConstraint::is_end(int32_t id) const {
   return std::find(end_ids_.begin(), end_ids_.end(), id) != end_ids_.end();
 }
 
+bool JsonConstraint::feed(JsonState& s, std::string_view bytes) const {
+  JsonState next;
+  for (const char c : bytes) {
+    if (!matcher_.feed(s, static_cast<uint8_t>(c), arena_, next)) return false;
+    s.swap(next);
+  }
+  return true;
+}
+
 bool JsonConstraint::complete() const {
   if (reasoning_) return false;
   const size_t mark = arena_.mark();
@@ -101,7 +109,6 @@ bool JsonConstraint::complete() const {
 void JsonConstraint::accept(int32_t id) {
   if (id < 0 || id >= trie_->n_ids() || is_end(id)) return;
   const std::string& b = trie_->bytes(id);
-  std::string_view rest = b;
   if (reasoning_) {
     think_tail_ += b;
     const size_t at = think_tail_.find(kThinkEnd);
@@ -113,22 +120,14 @@ void JsonConstraint::accept(int32_t id) {
     reasoning_ = false;
     // What follows `</think>` in this token starts the value, if it can.
     const size_t after = at + kThinkEnd.size();
-    rest = std::string_view(b).substr(b.size() - (think_tail_.size() - after));
-    JsonState s = state_, next;
-    for (const char c : rest) {
-      if (!matcher_.feed(s, static_cast<uint8_t>(c), arena_, next)) return;
-      s.swap(next);
-    }
-    state_ = std::move(s);
+    JsonState s = state_;
+    if (feed(s, std::string_view(b).substr(b.size() - (think_tail_.size() - after))))
+      state_ = std::move(s);
     return;
   }
-  JsonState next;
-  for (const char c : rest) {
-    if (!matcher_.feed(state_, static_cast<uint8_t>(c), arena_, next)) {
-      throw Error(Errc::kUsage, "token " + std::to_string(id) +
-                                    " does not continue the JSON value (structured output)");
-    }
-    state_.swap(next);
+  if (!feed(state_, b)) {
+    throw Error(Errc::kUsage, "token " + std::to_string(id) +
+                                  " does not continue the JSON value (structured output)");
   }
 }
 
@@ -137,12 +136,8 @@ bool JsonConstraint::allows(int32_t id) const {
   if (is_end(id)) return complete();
   if (id < 0 || id >= trie_->n_ids() || trie_->bytes(id).empty()) return false;
   const size_t mark = arena_.mark();
-  JsonState cur = state_, next;
-  bool ok = true;
-  for (const char c : trie_->bytes(id)) {
-    if (!(ok = matcher_.feed(cur, static_cast<uint8_t>(c), arena_, next))) break;
-    cur.swap(next);
-  }
+  JsonState s = state_;
+  const bool ok = feed(s, trie_->bytes(id));
   arena_.rewind(mark);
   return ok;
 }
@@ -187,11 +182,10 @@ void JsonConstraint::allowed(int64_t n, std::vector<uint64_t>& bits) const {
 
 void JsonConstraint::mask(std::span<float> row) const {
   if (reasoning_) return;
-  std::vector<uint64_t> bits;
-  allowed(static_cast<int64_t>(row.size()), bits);
+  allowed(static_cast<int64_t>(row.size()), bits_);
   const float ninf = -std::numeric_limits<float>::infinity();
   for (size_t i = 0; i < row.size(); ++i) {
-    if (!(bits[i >> 6] >> (i & 63) & 1)) row[i] = ninf;
+    if (!(bits_[i >> 6] >> (i & 63) & 1)) row[i] = ninf;
   }
 }
 

@@ -2,7 +2,6 @@
 // compiled once each (so recursive schemas close on themselves).
 #include "qf/rt/json_grammar.h"
 
-#include <algorithm>
 #include <map>
 #include <set>
 

@@ -91,6 +91,8 @@ class TokenChooser {
  private:
   // The row after bias and penalties, before the constraint's mask.
   std::span<const float> unmasked(std::span<const float> raw, std::span<const int32_t> output);
+  // `row` (unmasked's) with the constraint's mask, in work_; the constraint synced first.
+  std::span<const float> masked(std::span<const float> row);
   void sync_constraint(std::span<const int32_t> output);
 
   Sampler sampler_;

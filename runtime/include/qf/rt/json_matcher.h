@@ -66,8 +66,6 @@ class JsonMatcher {
   // from its UTF-8 state (`top->aux`) continue it, up to that many characters.
   int64_t string_room(const JsonFrame* top) const;
 
-  const JsonGrammar& grammar() const { return g_; }
-
  private:
   void open_value(const JsonFrame* parent, int32_t shape, uint8_t c, JsonFrameArena& a,
                   JsonState& out) const;
