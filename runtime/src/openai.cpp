@@ -176,6 +176,82 @@ void parse_common(const Json& body, const SamplingOptions& defaults, ApiRequest&
   }
 }
 
+// `tool_choice`: "auto", "none", "required" or {"type": "function", "function": {"name"}}; the
+// last two need `tools`, and what they name must be a function in it.
+ToolChoice tool_choice(const Json& c, const Json& tools) {
+  const char* param = "tool_choice";
+  ToolChoice choice;
+  if (c == "auto") return choice;
+  if (c == "none") {
+    choice.kind = ToolChoice::Kind::kNone;
+    return choice;
+  }
+  if (c == "required") {
+    choice.kind = ToolChoice::Kind::kRequired;
+  } else if (c.is_object() && c.value("type", Json()) == "function" && c.contains("function") &&
+             c["function"].is_object() && c["function"].value("name", Json()).is_string()) {
+    choice.kind = ToolChoice::Kind::kNamed;
+    choice.name = c["function"]["name"].get<std::string>();
+  } else {
+    bad_request(
+        "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
+        "\"function\": {\"name\": ...}}, got " +
+            (c.is_object() || c.is_string() ? c.dump() : got(c)),
+        param);
+  }
+  const std::string what = choice.kind == ToolChoice::Kind::kRequired
+                               ? "'tool_choice' \"required\""
+                               : "'tool_choice' naming a function";
+  if (!tools.is_array() || tools.empty()) bad_request(what + " needs 'tools'", param);
+  bool named = false;
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const std::string at = "'tools[" + std::to_string(i) + "]";
+    const Json& t = tools[i];
+    if (!t.is_object() || t.value("type", Json()) != "function" || !t.contains("function") ||
+        !t["function"].is_object() || !t["function"].value("name", Json()).is_string()) {
+      bad_request(
+          at + "' must be {\"type\": \"function\", \"function\": {\"name\": ...}} for " + what,
+          "tools");
+    }
+    named = named || t["function"]["name"] == choice.name;
+  }
+  if (choice.kind == ToolChoice::Kind::kNamed && !named) {
+    bad_request(
+        "'tool_choice' names the function \"" + choice.name + "\", which 'tools' does not define",
+        param);
+  }
+  return choice;
+}
+
+// The grammar a forced tool choice holds the reply to. Each function's `parameters` is
+// compiled alone first, so that a schema outside the subset is refused naming its own place.
+std::shared_ptr<const JsonGrammar> forced_tool_grammar(const Json& tools, const ToolChoice& c) {
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const Json& f = tools[i]["function"];
+    if (c.kind == ToolChoice::Kind::kNamed && f["name"] != c.name) continue;
+    const std::string at = "tools[" + std::to_string(i) + "].function.parameters";
+    const auto p = f.find("parameters");
+    if (p == f.end() || p->is_null()) continue;
+    if (!p->is_object() || p->value("type", Json()) != "object") {
+      bad_request("'" + at + "' must be a JSON schema of type \"object\" for a forced tool choice",
+                  "tools");
+    }
+    try {
+      JsonGrammar::from_schema(*p);
+    } catch (const Error& e) {
+      std::string m = e.what();
+      if (m.rfind("schema", 0) == 0) m.replace(0, 6, at);
+      bad_request("'tools': " + m, "tools");
+    }
+  }
+  try {
+    return std::make_shared<const JsonGrammar>(
+        JsonGrammar::from_schema(forced_tool_schema(tools, c)));
+  } catch (const Error& e) {
+    bad_request("'tools': " + std::string(e.what()), "tools");
+  }
+}
+
 int64_t logprob_count(int64_t n, const char* name) {
   if (n < 0 || n > kMaxLogprobs) {
     bad_request(std::string("'") + name + "' must be in [0, " + std::to_string(kMaxLogprobs) +
@@ -226,15 +302,18 @@ ApiRequest parse_chat_request(const Json& body, const SamplingOptions& defaults)
     if (!t->is_array()) bad_request("'tools' must be an array, got " + got(*t), "tools");
     r.tools = *t;
   }
-  bool tools_on = true;
-  if (const Json* c = field(body, "tool_choice")) {
-    if (*c == "none") {
-      tools_on = false;
-    } else if (*c != "auto") {
-      unsupported("'tool_choice' other than \"auto\" or \"none\"", "tool_choice");
+  if (const Json* c = field(body, "tool_choice")) r.tool_choice = tool_choice(*c, r.tools);
+  if (r.tool_choice.forced()) {
+    if (r.grammar) {
+      bad_request(
+          "'response_format' cannot be combined with 'tool_choice' \"required\" or a "
+          "named function (both set what the reply must be)",
+          "response_format");
     }
+    r.grammar = forced_tool_grammar(r.tools, r.tool_choice);
   }
-  r.parse_tools = tools_on && r.tools.is_array() && !r.tools.empty();
+  r.parse_tools =
+      r.tool_choice.kind == ToolChoice::Kind::kAuto && r.tools.is_array() && !r.tools.empty();
   const auto top = integer(body, "top_logprobs");
   if (boolean(body, "logprobs").value_or(false)) {
     r.logprobs = static_cast<int>(logprob_count(top.value_or(0), "top_logprobs"));

@@ -19,6 +19,7 @@
 #include "qf/rt/chat_output.h"
 #include "qf/rt/json_constraint.h"
 #include "qf/rt/openai.h"
+#include "qf/rt/tool_choice.h"
 
 namespace qf::rt {
 namespace {
@@ -93,6 +94,8 @@ struct Server::Impl {
     StopStrings stops(r.stop);
     std::optional<ChatOutputParser> parser;
     if (r.chat) parser.emplace(r.thinking, r.tools, r.parse_tools);
+    std::optional<ForcedToolCallParser> forced;  // the content is the calls' JSON
+    if (r.tool_choice.forced()) forced.emplace(r.tool_choice);
     bool any_call = false;
     const auto place = [&](const std::string& text, bool end) {
       ChatDelta d;
@@ -101,6 +104,11 @@ struct Server::Impl {
         if (end) append(d, parser->finish());
       } else {
         d.content = text;
+      }
+      if (forced) {
+        ChatDelta calls = forced->push(std::exchange(d.content, {}));
+        if (end) append(calls, forced->finish());
+        append(d, std::move(calls));
       }
       any_call = any_call || !d.tool_calls.empty();
       if (!d.empty()) on_delta(d, std::exchange(out.logprobs, {}));
@@ -128,7 +136,8 @@ struct Server::Impl {
     } catch (const StopHit&) {
       out.finish_reason = "stop";
     }
-    if (any_call && out.finish_reason == "stop") out.finish_reason = "tool_calls";
+    // vLLM's finish reason: "tool_calls" for calls the model chose to make, not forced ones.
+    if (any_call && !forced && out.finish_reason == "stop") out.finish_reason = "tool_calls";
     out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return out;
   }

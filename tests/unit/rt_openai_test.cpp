@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <random>
 
+#include "json_schema_check.h"
 #include "qf/rt/chat.h"
 #include "qf/rt/openai.h"
 
@@ -13,6 +14,7 @@ namespace qf::rt {
 namespace {
 
 using Json = nlohmann::ordered_json;
+using test::verdict;
 
 const SamplingOptions kDefaults{0.6f, 0.95f, 20, 1234};
 
@@ -158,6 +160,77 @@ TEST(OpenAiRequest, ResponseFormat) {
   EXPECT_NE(std::string(e.what()).find("schema.properties.a: the keyword 'format'"),
             std::string::npos)
       << e.what();
+}
+
+// tool_choice: "auto" parses the model's XML calls, "none" leaves them as content, and
+// "required" or a named function hold the reply to the calls' JSON (tool_choice.h).
+TEST(OpenAiRequest, ToolChoice) {
+  const Json tools = Json::parse(R"([
+    {"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+      "properties": {"a": {"type": "integer"}}, "required": ["a"]}}},
+    {"type": "function", "function": {"name": "g"}}])");
+  ApiRequest r = parse_chat_request(chat_body({{"tools", tools}}), {});
+  EXPECT_EQ(r.tool_choice.kind, ToolChoice::Kind::kAuto);
+  EXPECT_TRUE(r.parse_tools);
+  EXPECT_EQ(r.grammar, nullptr);
+  r = parse_chat_request(chat_body({{"tools", tools}, {"tool_choice", "none"}}), {});
+  EXPECT_EQ(r.tool_choice.kind, ToolChoice::Kind::kNone);
+  EXPECT_FALSE(r.parse_tools);
+  EXPECT_EQ(r.grammar, nullptr);
+  r = parse_chat_request(chat_body({{"tools", tools}, {"tool_choice", "required"}}), {});
+  EXPECT_EQ(r.tool_choice.kind, ToolChoice::Kind::kRequired);
+  EXPECT_FALSE(r.parse_tools);
+  ASSERT_NE(r.grammar, nullptr);
+  EXPECT_EQ(
+      verdict(*r.grammar, R"([{"name":"f","parameters":{"a":1}},{"name":"g","parameters":{}}])"),
+      1);
+  EXPECT_EQ(verdict(*r.grammar, R"([{"name":"f","parameters":{}}])"), -1);  // a is required
+  const Json named = {{"type", "function"}, {"function", {{"name", "f"}}}};
+  r = parse_chat_request(chat_body({{"tools", tools}, {"tool_choice", named}}), {});
+  EXPECT_EQ(r.tool_choice.kind, ToolChoice::Kind::kNamed);
+  EXPECT_EQ(r.tool_choice.name, "f");
+  ASSERT_NE(r.grammar, nullptr);
+  EXPECT_EQ(verdict(*r.grammar, R"({"a": -3})"), 1);
+  EXPECT_EQ(verdict(*r.grammar, R"([)"), -1);
+
+  // Refused, naming the field.
+  Json bad_tools = tools;
+  bad_tools[1]["function"]["parameters"] = {{"type", "object"},
+                                            {"properties", {{"s", {{"pattern", "x"}}}}}};
+  const std::vector<std::pair<Json, std::string>> cases = {
+      {{{"tools", tools}, {"tool_choice", 3}}, "tool_choice"},
+      {{{"tools", tools}, {"tool_choice", "any"}}, "tool_choice"},
+      {{{"tools", tools}, {"tool_choice", {{"type", "function"}}}}, "tool_choice"},
+      {{{"tools", tools}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "h"}}}}}},
+       "tool_choice"},
+      {{{"tool_choice", named}}, "tool_choice"},  // no tools
+      {{{"tools", tools},
+        {"tool_choice", "required"},
+        {"response_format", {{"type", "json_object"}}}},
+       "response_format"},
+      {{{"tools", Json::array({{{"function", {{"name", "f"}}}}})}, {"tool_choice", "required"}},
+       "tools"},
+      {{{"tools", bad_tools}, {"tool_choice", "required"}}, "tools"},
+      {{{"tools", Json::parse(R"([{"type": "function", "function": {"name": "f",
+          "parameters": {"type": "string"}}}])")},
+        {"tool_choice", named}},
+       "tools"},
+  };
+  for (const auto& [extra, param] : cases) {
+    const ApiError e = error_of(chat_body(extra));
+    EXPECT_EQ(e.status(), 400) << extra.dump();
+    EXPECT_EQ(e.param(), param) << extra.dump() << ": " << e.what();
+  }
+  // A schema outside the subset is refused at its own place; with tool_choice "auto" or a
+  // named function other than its own, it is never compiled.
+  const std::string what =
+      error_of(chat_body({{"tools", bad_tools}, {"tool_choice", "required"}})).what();
+  EXPECT_NE(what.find("tools[1].function.parameters.properties.s: the keyword 'pattern'"),
+            std::string::npos)
+      << what;
+  EXPECT_NO_THROW(parse_chat_request(chat_body({{"tools", bad_tools}}), {}));
+  EXPECT_NO_THROW(
+      parse_chat_request(chat_body({{"tools", bad_tools}, {"tool_choice", named}}), {}));
 }
 
 TEST(OpenAiReply, LogprobsJson) {

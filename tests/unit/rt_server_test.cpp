@@ -37,9 +37,9 @@ const Json kMessages =
 // The server on a free port, in a thread, over a scripted engine.
 class ScriptedServer {
  public:
-  ScriptedServer()
+  explicit ScriptedServer(const std::string& reply = kReply)
       : tok_(Tokenizer::load(std::string(QF_SOURCE_DIR) + "/models/tiny/model/tokenizer.json")),
-        reply_(tok_.encode(kReply)) {
+        reply_(tok_.encode(reply)) {
     ServeOptions o;
     o.host = "127.0.0.1";
     o.port = 0;
@@ -137,6 +137,39 @@ TEST(Server, OpenAiClientReadsReasoningAndToolCalls) {
   EXPECT_EQ(s.prompt_, s.tok().encode(render_chat(kMessages, kTools)));
 }
 
+// tool_choice "required" and a named function: the reply's JSON (here scripted, as the
+// constraint would have it) read back as calls by OpenAI's client, the finish reason "stop".
+TEST(Server, OpenAiClientReadsForcedToolCalls) {
+  const Json named = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
+  const Json oslo = {{"name", "get_weather"}, {"arguments", {{"city", "Oslo"}, {"days", 3}}}};
+  const Json bergen = {{"name", "get_weather"}, {"arguments", {{"city", "Bergen"}}}};
+  {
+    ScriptedServer s(
+        "I should look it up.\n</think>\n\n[{\"name\": \"get_weather\", \"parameters\": "
+        "{\"city\": \"Oslo\", \"days\": 3}}, {\"name\": \"get_weather\", \"parameters\": "
+        "{\"city\": \"Bergen\"}}]");
+    expect_client_check(
+        "tools", s,
+        {{"model", "scripted"},
+         {"request", {{"messages", kMessages}, {"tools", kTools}, {"tool_choice", "required"}}},
+         {"finish_reason", "stop"},
+         {"message",
+          {{"reasoning_content", "I should look it up."},
+           {"content", nullptr},
+           {"tool_calls", {oslo, bergen}}}}});
+  }
+  ScriptedServer s("I should look it up.\n</think>\n\n{\"city\": \"Oslo\", \"days\": 3}");
+  expect_client_check(
+      "tools", s,
+      {{"model", "scripted"},
+       {"request", {{"messages", kMessages}, {"tools", kTools}, {"tool_choice", named}}},
+       {"finish_reason", "stop"},
+       {"message",
+        {{"reasoning_content", "I should look it up."},
+         {"content", nullptr},
+         {"tool_calls", {oslo}}}}});
+}
+
 // Every generated token's logprobs reach the client in order, whatever chunks carry the
 // text, in both endpoints' shapes (read by OpenAI's client).
 TEST(Server, OpenAiClientReadsLogprobs) {
@@ -150,78 +183,98 @@ TEST(Server, OpenAiClientReadsLogprobs) {
   expect_client_check("logprobs", s, expect);
 }
 
-// response_format through the server: an engine of random logits (favouring the end of the
-// think block, closing quotes and brackets, and the end) run by generate_with, which the
-// request's constraint steers; the reply's content parses and has the schema's keys and types,
-// with thinking on (the value after `</think>`) and off, whole and streamed.
-TEST(Server, StructuredOutputFollowsTheSchema) {
-  const Tokenizer tok =
-      Tokenizer::load(std::string(QF_SOURCE_DIR) + "/models/tiny/model/tokenizer.json");
-  const int64_t vocab = 4096;
-  const int32_t im_end = *tok.token_id("<|im_end|>"), think_end = *tok.token_id("</think>");
-  std::vector<float> boost(vocab, 0.0f);
-  for (int32_t id = 0; id < tok.n_ids(); ++id) {
-    if (tok.token_bytes(id).find_first_of("\"]},") != std::string::npos) boost[id] = 6.0f;
-  }
-  boost[think_end] = 14.0f;  // the think block ends first, if there is one
-  boost[im_end] = 8.0f;
-  std::mt19937 rng(5);
-  ServeOptions o;
-  o.port = 0;
-  o.model_name = "random";
-  o.max_model_len = 4096;
-  o.vocab_size = vocab;
-  o.eos_ids = {im_end};
-  Server server(
-      tok,
-      [&](std::span<const int32_t> prompt, const GenerateOptions& go,
-          const std::function<void(int32_t)>& on_token, int64_t* cached) {
-        *cached = 0;
-        std::normal_distribution<float> normal(0.0f, 2.0f);
-        const StepFn step = [&](int32_t, float* logits) {
-          if (!logits) return 0;
-          for (int64_t i = 0; i < vocab; ++i) logits[i] = normal(rng) + boost[i];
-          return 0;
-        };
-        return generate_with(step, vocab, prompt, go, on_token);
-      },
-      o);
-  const int port = server.bind();
-  struct Running {  // stopped and joined however the test ends
-    Server& server;
-    std::thread thread;
-    ~Running() {
-      server.stop();
-      thread.join();
+// A server over an engine of random logits run by generate_with, which a request's constraint
+// steers; the logits favour the end of the think block, closing quotes and brackets, and the
+// end, so that replies finish.
+class RandomLogitsServer {
+ public:
+  RandomLogitsServer()
+      : tok_(Tokenizer::load(std::string(QF_SOURCE_DIR) + "/models/tiny/model/tokenizer.json")),
+        boost_(kVocab, 0.0f) {
+    const int32_t im_end = *tok_.token_id("<|im_end|>");
+    for (int32_t id = 0; id < tok_.n_ids(); ++id) {
+      if (tok_.token_bytes(id).find_first_of("\"]},") != std::string::npos) boost_[id] = 6.0f;
     }
-  } running{server, std::thread([&] { server.run(); })};
+    boost_[*tok_.token_id("</think>")] = 14.0f;  // the think block ends first, if there is one
+    boost_[im_end] = 8.0f;
+    ServeOptions o;
+    o.port = 0;
+    o.model_name = "random";
+    o.max_model_len = 4096;
+    o.vocab_size = kVocab;
+    o.eos_ids = {im_end};
+    server_ = std::make_unique<Server>(
+        tok_,
+        [this](std::span<const int32_t> prompt, const GenerateOptions& go,
+               const std::function<void(int32_t)>& on_token, int64_t* cached) {
+          *cached = 0;
+          std::normal_distribution<float> normal(0.0f, 2.0f);
+          const StepFn step = [&](int32_t, float* logits) {
+            if (!logits) return 0;
+            for (int64_t i = 0; i < kVocab; ++i) logits[i] = normal(rng_) + boost_[i];
+            return 0;
+          };
+          return generate_with(step, kVocab, prompt, go, on_token);
+        },
+        o);
+    port_ = server_->bind();
+    thread_ = std::thread([this] { server_->run(); });
+  }
+  ~RandomLogitsServer() {
+    server_->stop();
+    thread_.join();
+  }
+  // A chat request's reply: 200 expected; streamed replies' deltas gathered into one message.
+  Json chat(Json body, bool stream) {
+    body["messages"] = kMessages;
+    body["stream"] = stream;
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(60);
+    const auto res = c.Post("/v1/chat/completions", body.dump(), "application/json");
+    EXPECT_TRUE(res && res->status == 200) << (res ? res->body : "no reply");
+    if (!res || res->status != 200) return Json();
+    if (!stream) return Json::parse(res->body)["choices"][0];
+    Json choice = {{"message", {{"content", ""}}}};
+    Json& m = choice["message"];
+    for (size_t at = 0; (at = res->body.find("data: {", at)) != std::string::npos; ++at) {
+      const Json e = Json::parse(res->body.substr(at + 6, res->body.find('\n', at) - at - 6));
+      if (e["choices"].empty()) continue;
+      const Json& d = e["choices"][0]["delta"];
+      m["content"] = m["content"].get<std::string>() + d.value("content", "");
+      for (const Json& call : d.value("tool_calls", Json::array())) m["tool_calls"].push_back(call);
+      if (!e["choices"][0]["finish_reason"].is_null())
+        choice["finish_reason"] = e["choices"][0]["finish_reason"];
+    }
+    return choice;
+  }
+  int port() const { return port_; }
+
+ private:
+  static constexpr int64_t kVocab = 4096;
+  Tokenizer tok_;
+  std::vector<float> boost_;
+  std::mt19937 rng_{5};
+  std::unique_ptr<Server> server_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+// response_format through the server: the reply's content parses and has the schema's keys and
+// types, with thinking on (the value after `</think>`) and off, whole and streamed.
+TEST(Server, StructuredOutputFollowsTheSchema) {
+  RandomLogitsServer server;
   const Json schema = Json::parse(R"({"type": "object", "properties": {
       "city": {"type": "string", "maxLength": 12}, "days": {"type": "integer"},
       "ok": {"type": "boolean"}}, "required": ["city", "days", "ok"]})");
-  httplib::Client c("127.0.0.1", port);
-  c.set_read_timeout(60);
   for (const bool thinking : {false, true}) {
     for (const bool stream : {false, true}) {
       const Json body = {
-          {"messages", kMessages},
           {"max_tokens", 300},
-          {"stream", stream},
           {"chat_template_kwargs", {{"enable_thinking", thinking}}},
           {"response_format",
            {{"type", "json_schema"}, {"json_schema", {{"name", "trip"}, {"schema", schema}}}}}};
-      const auto res = c.Post("/v1/chat/completions", body.dump(), "application/json");
-      ASSERT_TRUE(res);
-      ASSERT_EQ(res->status, 200) << res->body;
-      std::string content;
-      if (stream) {
-        for (size_t at = 0; (at = res->body.find("data: {", at)) != std::string::npos; ++at) {
-          const Json e = Json::parse(res->body.substr(at + 6, res->body.find('\n', at) - at - 6));
-          content += e["choices"][0]["delta"].value("content", "");
-        }
-      } else {
-        content = Json::parse(res->body)["choices"][0]["message"]["content"];
-      }
-      ASSERT_TRUE(Json::accept(content)) << thinking << stream << ": " << res->body;
+      const std::string content = server.chat(body, stream)["message"]["content"];
+      ASSERT_TRUE(Json::accept(content)) << thinking << stream << ": " << content;
       const Json v = Json::parse(content);
       EXPECT_TRUE(v["city"].is_string() && v["days"].is_number_integer() && v["ok"].is_boolean())
           << content;
@@ -232,10 +285,54 @@ TEST(Server, StructuredOutputFollowsTheSchema) {
                     {"response_format",
                      {{"type", "json_schema"},
                       {"json_schema", {{"schema", {{"type", "string"}, {"pattern", "x"}}}}}}}};
+  httplib::Client c("127.0.0.1", server.port());
   const auto res = c.Post("/v1/chat/completions", bad.dump(), "application/json");
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 400);
   EXPECT_NE(res->body.find("'pattern'"), std::string::npos) << res->body;
+}
+
+// tool_choice "required" and a named function, the constraint steering random logits: every
+// reply is calls of the tools with arguments of their parameters' types, and no content.
+TEST(Server, ForcedToolChoiceCallsTheTools) {
+  RandomLogitsServer server;
+  const Json tools = Json::parse(R"([
+    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+      "properties": {"city": {"type": "string", "maxLength": 12}, "days": {"type": "integer"}},
+      "required": ["city", "days"]}}},
+    {"type": "function", "function": {"name": "stop_all"}}])");
+  const Json named = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
+  for (const Json& choice : {Json("required"), named}) {
+    for (const bool thinking : {false, true}) {
+      for (const bool stream : {false, true}) {
+        const Json body = {{"max_tokens", 400},
+                           {"tools", tools},
+                           {"tool_choice", choice},
+                           {"chat_template_kwargs", {{"enable_thinking", thinking}}}};
+        const Json reply = server.chat(body, stream);
+        const Json& m = reply["message"];
+        const std::string what = choice.dump() + (thinking ? " thinking" : "") +
+                                 (stream ? " streamed: " : ": ") + reply.dump();
+        EXPECT_EQ(reply["finish_reason"], "stop") << what;
+        EXPECT_TRUE(m["content"].is_null() || m["content"] == "") << what;
+        ASSERT_TRUE(m.contains("tool_calls") && !m["tool_calls"].empty()) << what;
+        if (choice.is_object()) {
+          EXPECT_EQ(m["tool_calls"].size(), 1u) << what;
+        }
+        for (const Json& call : m["tool_calls"]) {
+          const Json args = Json::parse(call["function"]["arguments"].get<std::string>());
+          if (call["function"]["name"] == "stop_all") {
+            EXPECT_EQ(args, Json::object()) << what;
+            continue;
+          }
+          EXPECT_EQ(call["function"]["name"], "get_weather") << what;
+          EXPECT_TRUE(args.size() == 2 && args["city"].is_string() &&
+                      args["days"].is_number_integer())
+              << what;
+        }
+      }
+    }
+  }
 }
 
 TEST(Server, RequestsTakeTurnsOnTheEngine) {

@@ -26,6 +26,7 @@
 #include "qf/rt/logits.h"
 #include "qf/rt/sampler.h"
 #include "qf/rt/tokenizer.h"
+#include "qf/rt/tool_choice.h"
 
 namespace qf::rt {
 
@@ -54,12 +55,14 @@ struct ApiRequest {
   std::vector<int32_t> ids;      // completions given token ids (then `prompt` is empty)
   bool thinking = false;         // chat: the prompt ends inside an open think block
   nlohmann::ordered_json tools;  // chat: the tool definitions (null when none)
-  bool parse_tools = false;      // chat: tools given and tool_choice is not "none"
+  ToolChoice tool_choice;        // chat: "auto" when not given
+  bool parse_tools = false;      // chat: tools given and tool_choice "auto" (calls as XML)
   std::optional<int64_t> max_tokens;
   SamplingOptions sampling;  // logit_bias ids not yet checked against the vocabulary
   int logprobs = -1;         // >= 0: each token's logprob and this many alternatives
   std::vector<std::string> stop;
-  // response_format json_object or json_schema: what the reply's content must be (null: text).
+  // What the reply's content must be (null: anything): response_format json_object or
+  // json_schema, or the JSON of a forced tool choice (tool_choice.h).
   std::shared_ptr<const JsonGrammar> grammar;
   bool stream = false, include_usage = false, ignore_eos = false;
 };

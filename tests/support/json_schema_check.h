@@ -1,0 +1,137 @@
+// JSON schema helpers for the structured-output tests: a matcher's verdict on a text, a text
+// written by a random walk of the matcher's allowed bytes, and a checker of values against a
+// schema written from the JSON Schema rules (not from the matcher). Header-only (qf_rt).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "qf/rt/json_grammar.h"
+#include "qf/rt/json_matcher.h"
+
+namespace qf::test {
+
+using rt::JsonFrame;
+using rt::JsonFrameArena;
+using rt::JsonGrammar;
+using rt::JsonMatcher;
+using rt::JsonState;
+using Json = nlohmann::ordered_json;
+
+// 1: the whole text is a complete value; 0: a valid prefix only; -1: rejected.
+inline int verdict(const JsonGrammar& g, std::string_view text) {
+  JsonMatcher m(g, false);
+  JsonFrameArena a;
+  JsonState s = m.start(a), next;
+  for (const char c : text) {
+    if (!m.feed(s, static_cast<uint8_t>(c), a, next)) return -1;
+    s.swap(next);
+  }
+  for (const JsonFrame* f : s) {
+    if (m.can_end(f, a)) return 1;
+  }
+  return 0;
+}
+
+// Whether `v` satisfies `schema` (the keywords JsonGrammar takes), by the JSON Schema rules;
+// `doc` resolves $ref.
+inline bool satisfies(const Json& v, const Json& schema, const Json& doc) {
+  if (schema.is_boolean()) return schema.get<bool>();
+  if (schema.contains("$ref"))
+    return satisfies(v, doc.at(Json::json_pointer(schema["$ref"].get<std::string>().substr(1))),
+                     doc);
+  if (schema.contains("allOf")) return satisfies(v, schema["allOf"][0], doc);
+  if (schema.contains("const")) return v == schema["const"];
+  if (schema.contains("enum")) {
+    for (const Json& e : schema["enum"]) {
+      if (v == e) return true;
+    }
+    return false;
+  }
+  if (schema.contains("anyOf")) {
+    for (const Json& alt : schema["anyOf"]) {
+      if (satisfies(v, alt, doc)) return true;
+    }
+    return false;
+  }
+  if (schema.contains("type")) {
+    const Json t = schema["type"].is_array() ? schema["type"] : Json::array({schema["type"]});
+    bool typed = false;
+    for (const Json& name : t) {
+      typed = typed || (name == "object" && v.is_object()) || (name == "array" && v.is_array()) ||
+              (name == "string" && v.is_string()) || (name == "number" && v.is_number()) ||
+              (name == "integer" && v.is_number() &&  // a whole number, however large
+               (v.is_number_integer() || std::floor(v.get<double>()) == v.get<double>())) ||
+              (name == "boolean" && v.is_boolean()) || (name == "null" && v.is_null());
+    }
+    if (!typed) return false;
+  }
+  if (v.is_object()) {
+    const Json props = schema.value("properties", Json::object());
+    for (const Json& r : schema.value("required", Json::array())) {
+      if (!v.contains(r.get<std::string>())) return false;
+    }
+    for (const auto& [key, value] : v.items()) {
+      if (props.contains(key)) {
+        if (!satisfies(value, props[key], doc)) return false;
+      } else if (schema.contains("additionalProperties")) {
+        if (!satisfies(value, schema["additionalProperties"], doc)) return false;
+      }
+    }
+  }
+  if (v.is_array()) {
+    if (v.size() < schema.value("minItems", size_t{0})) return false;
+    if (schema.contains("maxItems") && v.size() > schema["maxItems"].get<size_t>()) return false;
+    for (const Json& item : v) {
+      if (schema.contains("items") && !satisfies(item, schema["items"], doc)) return false;
+    }
+  }
+  if (v.is_string()) {
+    size_t chars = 0;  // code points
+    for (const char c : v.get<std::string>()) chars += (static_cast<uint8_t>(c) & 0xC0) != 0x80;
+    if (chars < schema.value("minLength", size_t{0})) return false;
+    if (schema.contains("maxLength") && chars > schema["maxLength"].get<size_t>()) return false;
+  }
+  return true;
+}
+
+// A text the matcher accepts, written byte by byte: a random printable ASCII byte among those
+// allowed, a string's closing quote now and then, and the end as soon as it is allowed half the
+// time. "" when it ran past 4000 bytes.
+inline std::string random_text(const JsonGrammar& g, std::mt19937& rng) {
+  JsonMatcher m(g, false);
+  JsonFrameArena a;
+  JsonState s = m.start(a), next;
+  std::string text;
+  while (text.size() < 4000) {
+    bool can_end = false;
+    for (const JsonFrame* f : s) can_end = can_end || m.can_end(f, a);
+    if (can_end && rng() % 2 == 0) return text;
+    std::vector<uint8_t> allowed;
+    for (int c = 0x20; c < 0x7F; ++c) {
+      JsonState probe;
+      if (m.feed(s, static_cast<uint8_t>(c), a, probe)) allowed.push_back(static_cast<uint8_t>(c));
+    }
+    if (allowed.empty()) return can_end ? text : "";
+    // Closing a string or a container often enough that texts end.
+    uint8_t c = allowed[rng() % allowed.size()];
+    for (const uint8_t close : {'"', '}', ']'}) {
+      if (allowed.size() > 3 && rng() % 8 == 0 &&
+          std::find(allowed.begin(), allowed.end(), close) != allowed.end())
+        c = close;
+    }
+    EXPECT_TRUE(m.feed(s, c, a, next));
+    s.swap(next);
+    text += static_cast<char>(c);
+  }
+  return "";
+}
+
+}  // namespace qf::test
