@@ -154,24 +154,52 @@ void JsonConstraint::allowed(int64_t n, std::vector<uint64_t>& bits) const {
   const size_t mark = arena_.mark();
   scratch_[0] = state_;
   // Depth-first over the trie: a child is visited only while some alternative lives.
-  const auto visit = [&](auto& self, uint32_t node, size_t depth) -> void {
-    const TokenTrie::Node& p = nodes[node];
-    for (uint32_t c = p.first_child; c < p.first_child + p.n_children; ++c) {
-      const TokenTrie::Node& child = nodes[c];
-      const size_t at = arena_.mark();
-      JsonState& next = scratch_[depth + 1];
-      if (matcher_.feed(scratch_[depth], child.byte, arena_, next)) {
-        const bool all = std::any_of(next.begin(), next.end(), [&](const JsonFrame* f) {
-          return matcher_.string_room(f) >= child.max_chars && (child.free_from >> f->aux & 1);
-        });
-        const uint32_t stop = all ? child.end : child.own_end;
-        for (uint32_t i = child.begin; i < stop; ++i) set_bit(bits, ids[i]);
-        if (!all && child.n_children > 0) self(self, c, depth + 1);
+  const auto visit_child = [&](auto& self, uint32_t c, size_t depth) -> void {
+    const TokenTrie::Node& child = nodes[c];
+    const size_t at = arena_.mark();
+    JsonState& next = scratch_[depth + 1];
+    if (matcher_.feed(scratch_[depth], child.byte, arena_, next)) {
+      const bool all = std::any_of(next.begin(), next.end(), [&](const JsonFrame* f) {
+        return matcher_.string_room(f) >= child.max_chars && (child.free_from >> f->aux & 1);
+      });
+      const uint32_t stop = all ? child.end : child.own_end;
+      for (uint32_t i = child.begin; i < stop; ++i) set_bit(bits, ids[i]);
+      if (!all) {
+        for (uint32_t g = child.first_child; g < child.first_child + child.n_children; ++g)
+          self(self, g, depth + 1);
       }
-      arena_.rewind(at);
     }
+    arena_.rewind(at);
   };
-  visit(visit, 0, 0);
+  const ByteDfa* dfa = state_.size() == 1 ? matcher_.string_pattern(state_[0]) : nullptr;
+  if (dfa) {
+    // Inside a pattern string: its DFA alone, a table lookup per byte, up to a closing quote,
+    // from where the matcher takes over with the string's frame at the DFA's state.
+    const auto visit_dfa = [&](auto& self, uint32_t node, int32_t ds, size_t depth) -> void {
+      const TokenTrie::Node& p = nodes[node];
+      for (uint32_t c = p.first_child; c < p.first_child + p.n_children; ++c) {
+        const TokenTrie::Node& child = nodes[c];
+        if (child.byte == '"') {
+          const size_t at = arena_.mark();
+          JsonFrame f = *state_[0];
+          f.aux = static_cast<uint32_t>(ds);
+          scratch_[depth] = {arena_.make(f)};
+          visit_child(visit_child, c, depth);
+          arena_.rewind(at);
+          continue;
+        }
+        const int32_t next = dfa->next(ds, child.byte);
+        if (next == ByteDfa::kDead) continue;
+        for (uint32_t i = child.begin; i < child.own_end; ++i) set_bit(bits, ids[i]);
+        self(self, c, next, depth + 1);
+      }
+    };
+    visit_dfa(visit_dfa, 0, static_cast<int32_t>(state_[0]->aux), 0);
+  } else {
+    const TokenTrie::Node& root = nodes[0];
+    for (uint32_t c = root.first_child; c < root.first_child + root.n_children; ++c)
+      visit_child(visit_child, c, 0);
+  }
   arena_.rewind(mark);
   if (complete()) {
     for (const int32_t id : end_ids_) {

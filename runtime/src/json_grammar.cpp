@@ -43,7 +43,7 @@ const std::set<std::string>& enforced() {
       "type",      "properties", "required", "additionalProperties",
       "items",     "minItems",   "maxItems", "minLength",
       "maxLength", "enum",       "const",    "anyOf",
-      "allOf",     "$ref"};
+      "allOf",     "$ref",       "pattern",  "format"};
   return k;
 }
 
@@ -63,7 +63,8 @@ class SchemaCompiler {
       if (!enforced().count(key) && !annotations().count(key)) {
         fail(at, "the keyword '" + key + "' is not supported (supported: type, properties, " +
                      "required, additionalProperties, items, minItems, maxItems, minLength, " +
-                     "maxLength, enum, const, anyOf, allOf of one schema, $ref)");
+                     "maxLength, pattern, format, enum, const, anyOf, allOf of one schema, " +
+                     "$ref)");
       }
     }
     if (const auto r = s.find("$ref"); r != s.end()) {
@@ -129,7 +130,9 @@ class SchemaCompiler {
     if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties"))
       return "object";
     if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) return "array";
-    if (s.contains("minLength") || s.contains("maxLength")) return "string";
+    if (s.contains("minLength") || s.contains("maxLength") || s.contains("pattern") ||
+        s.contains("format"))
+      return "string";
     return "";
   }
 
@@ -162,7 +165,9 @@ class SchemaCompiler {
       if (str.max_length >= 0 && str.min_length > str.max_length)
         fail(at, "minLength " + std::to_string(str.min_length) + " > maxLength " +
                      std::to_string(str.max_length));
-      if (str.min_length == 0 && str.max_length < 0) return JsonGrammar::kAnyString;
+      str.pattern = pattern(s, str.min_length, str.max_length, at);
+      if (str.min_length == 0 && str.max_length < 0 && str.pattern < 0)
+        return JsonGrammar::kAnyString;
       return add(std::move(str));
     }
     if (type == "number") return JsonGrammar::kAnyNumber;
@@ -170,6 +175,47 @@ class SchemaCompiler {
     if (type == "boolean") return JsonGrammar::kBoolean;
     if (type == "null") return JsonGrammar::kNull;
     fail(at + ".type", "unknown type \"" + type + "\"");
+  }
+
+  // The string's `pattern` or `format` with its lengths, as a DFA of the grammar (-1: none).
+  int32_t pattern(const Json& s, int64_t min_length, int64_t max_length, const std::string& at) {
+    const auto p = s.find("pattern");
+    const auto f = s.find("format");
+    if (p == s.end() && f == s.end()) return -1;
+    if (p != s.end() && f != s.end()) fail(at, "'format' beside 'pattern' is not supported");
+    std::string where = at + ".pattern", regex;
+    if (p != s.end()) {
+      if (!p->is_string()) fail(where, "must be a string, got " + dump(*p));
+      regex = p->get<std::string>();
+    } else {
+      where = at + ".format";
+      if (!f->is_string()) fail(where, "must be a string, got " + dump(*f));
+      regex = format_pattern(f->get<std::string>(), where);
+    }
+    try {
+      g_.patterns_.push_back(ByteDfa::compile(regex, min_length, max_length));
+    } catch (const Error& e) {
+      fail(where, e.what());
+    }
+    return static_cast<int32_t>(g_.patterns_.size() - 1);
+  }
+
+  static std::string format_pattern(const std::string& format, const std::string& at) {
+    const std::string date =
+        "\\d{4}-((0[13578]|1[02])-(0[1-9]|[12]\\d|3[01])|(0[469]|11)-(0[1-9]|[12]\\d|30)|"
+        "02-(0[1-9]|1\\d|2\\d))";
+    const std::string time =
+        "([01]\\d|2[0-3]):[0-5]\\d:([0-5]\\d|60)(\\.\\d+)?([Zz]|[+-]([01]\\d|2[0-3]):[0-5]\\d)";
+    const std::string octet = "(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)";
+    if (format == "date") return "^" + date + "$";
+    if (format == "time") return "^" + time + "$";
+    if (format == "date-time") return "^" + date + "[Tt]" + time + "$";
+    if (format == "uuid") {
+      return "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
+    }
+    if (format == "ipv4") return "^(" + octet + "\\.){3}" + octet + "$";
+    fail(at, "the format \"" + format +
+                 "\" is not supported (supported: date, time, date-time, uuid, ipv4)");
   }
 
   int32_t object(const Json& s, const std::string& at) {

@@ -250,6 +250,19 @@ void JsonMatcher::feed_string(const JsonFrame* f, uint8_t c, JsonFrameArena& a,
   const JsonShape& s = g_.shape(f->shape);
   const bool room = s.max_length < 0 || static_cast<int64_t>(f->n) < s.max_length;
   JsonFrame g = *f;
+  if (s.pattern >= 0) {  // `aux`: the pattern's DFA state (it also holds the lengths)
+    const ByteDfa& d = g_.pattern(s.pattern);
+    if (c == '"') {
+      if (d.accepting(static_cast<int32_t>(f->aux))) out.push_back(value_done(f->parent, a));
+      return;
+    }
+    const int32_t next = d.next(static_cast<int32_t>(f->aux), c);
+    if (next == ByteDfa::kDead) return;
+    g.aux = static_cast<uint32_t>(next);
+    g.n += (c & 0xC0) != 0x80;
+    out.push_back(a.make(g));
+    return;
+  }
   switch (f->phase) {
     case kChars: {
       if (f->aux == 0 && c == '"') {
@@ -408,8 +421,14 @@ bool JsonMatcher::can_end(const JsonFrame* f, JsonFrameArena& a) const {
   return f->kind == kRoot && f->phase == kDone;
 }
 
+const ByteDfa* JsonMatcher::string_pattern(const JsonFrame* f) const {
+  if (f->kind != kString || f->phase != kChars) return nullptr;
+  const int32_t p = g_.shape(f->shape).pattern;
+  return p < 0 ? nullptr : &g_.pattern(p);
+}
+
 int64_t JsonMatcher::string_room(const JsonFrame* f) const {
-  if (f->kind != kString || f->phase != kChars) return -1;
+  if (f->kind != kString || f->phase != kChars || g_.shape(f->shape).pattern >= 0) return -1;
   const int64_t max = g_.shape(f->shape).max_length;
   return max < 0 ? INT64_MAX : max - static_cast<int64_t>(f->n);
 }

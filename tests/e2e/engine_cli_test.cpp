@@ -212,10 +212,11 @@ void expect_structured_output(const std::string& device) {
   } else {
     EXPECT_NE(text.find('{'), std::string::npos) << text;
   }
-  write_file(tmp / "bad.json", R"({"type": "string", "pattern": "^a"})");
+  write_file(tmp / "bad.json", R"({"type": "array", "uniqueItems": true})");
   const CommandResult bad = qforge(base + " --json-schema " + (tmp / "bad.json").string());
   EXPECT_EQ(bad.exit_code, 1) << bad.out;
-  EXPECT_NE(bad.out.find("the keyword 'pattern' is not supported"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("the keyword 'uniqueItems' is not supported"), std::string::npos)
+      << bad.out;
 }
 
 TEST(EngineCli, StructuredOutputOnEveryPath) {

@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <regex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,6 +40,70 @@ inline int verdict(const JsonGrammar& g, std::string_view text) {
     if (m.can_end(f, a)) return 1;
   }
   return 0;
+}
+
+// Whether `s` is what JSON Schema's `format` names (RFC 3339 date, time, date-time with
+// February 29 in any year; RFC 4122 uuid; dotted-quad ipv4).
+inline bool has_format(const std::string& s, const std::string& format) {
+  const auto digits = [&](size_t at, size_t n) {
+    if (at + n > s.size()) return -1;
+    int v = 0;
+    for (size_t i = at; i < at + n; ++i) {
+      if (s[i] < '0' || s[i] > '9') return -1;
+      v = v * 10 + (s[i] - '0');
+    }
+    return v;
+  };
+  const auto date = [&](size_t at) {  // yyyy-mm-dd at `at`
+    const int y = digits(at, 4), m = digits(at + 5, 2), d = digits(at + 8, 2);
+    const int days[] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    return y >= 0 && s.size() >= at + 10 && s[at + 4] == '-' && s[at + 7] == '-' && m >= 1 &&
+           m <= 12 && d >= 1 && d <= days[m - 1];
+  };
+  const auto time = [&](size_t at) {  // hh:mm:ss[.f+](Z|+hh:mm) from `at` to the end
+    const int h = digits(at, 2), m = digits(at + 3, 2), sec = digits(at + 6, 2);
+    if (h < 0 || h > 23 || m < 0 || m > 59 || sec < 0 || sec > 60 || s[at + 2] != ':' ||
+        s[at + 5] != ':')
+      return false;
+    size_t i = at + 8;
+    if (i < s.size() && s[i] == '.') {
+      const size_t f = ++i;
+      while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i;
+      if (i == f) return false;
+    }
+    if (i + 1 == s.size() && (s[i] == 'Z' || s[i] == 'z')) return true;
+    const int oh = digits(i + 1, 2), om = digits(i + 4, 2);
+    return i + 6 == s.size() && (s[i] == '+' || s[i] == '-') && oh >= 0 && oh <= 23 &&
+           s[i + 3] == ':' && om >= 0 && om <= 59;
+  };
+  if (format == "date") return s.size() == 10 && date(0);
+  if (format == "time") return time(0);
+  if (format == "date-time")
+    return s.size() > 11 && date(0) && (s[10] == 'T' || s[10] == 't') && time(11);
+  if (format == "uuid") {
+    if (s.size() != 36) return false;
+    for (size_t i = 0; i < 36; ++i) {
+      const bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+      if (dash != (s[i] == '-') || (!dash && !std::isxdigit(static_cast<unsigned char>(s[i]))))
+        return false;
+    }
+    return true;
+  }
+  if (format == "ipv4") {
+    size_t at = 0;
+    for (int part = 0; part < 4; ++part) {
+      size_t end = at;
+      while (end < s.size() && s[end] >= '0' && s[end] <= '9') ++end;
+      const size_t n = end - at;
+      if (n == 0 || n > 3 || (n > 1 && s[at] == '0') || std::stoi(s.substr(at, n)) > 255)
+        return false;
+      if (part < 3 && (end >= s.size() || s[end] != '.')) return false;
+      at = end + 1;
+    }
+    return at == s.size() + 1;
+  }
+  ADD_FAILURE() << "no check for the format " << format;
+  return false;
 }
 
 // Whether `v` satisfies `schema` (the keywords JsonGrammar takes), by the JSON Schema rules;
@@ -98,6 +164,12 @@ inline bool satisfies(const Json& v, const Json& schema, const Json& doc) {
     for (const char c : v.get<std::string>()) chars += (static_cast<uint8_t>(c) & 0xC0) != 0x80;
     if (chars < schema.value("minLength", size_t{0})) return false;
     if (schema.contains("maxLength") && chars > schema["maxLength"].get<size_t>()) return false;
+    if (schema.contains("pattern") &&
+        !std::regex_search(v.get<std::string>(), std::regex(schema["pattern"].get<std::string>(),
+                                                            std::regex::ECMAScript)))
+      return false;
+    if (schema.contains("format") && !has_format(v.get<std::string>(), schema["format"]))
+      return false;
   }
   return true;
 }

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <random>
+#include <regex>
 
 #include "qf/error.h"
 #include "qf/rt/generate.h"
@@ -43,8 +44,10 @@ int32_t im_end() {
 const char* const kSchema = R"({"type": "object", "properties": {
     "city": {"type": "string"}, "days": {"type": "integer"},
     "codes": {"type": "array", "items": {"enum": ["x1", "y22", null]}, "maxItems": 2},
-    "note": {"type": "string", "maxLength": 4}},
-    "required": ["city", "days"], "additionalProperties": false})";
+    "note": {"type": "string", "maxLength": 4},
+    "zip": {"type": "string", "pattern": "^[0-9]{4} ?[A-Z]{2}$"},
+    "when": {"type": "string", "format": "date"}},
+    "required": ["city", "days", "zip"], "additionalProperties": false})";
 
 std::shared_ptr<JsonConstraint> constraint(const char* schema, bool reasoning = false) {
   auto g = std::make_shared<const JsonGrammar>(
@@ -144,6 +147,15 @@ TEST(JsonConstraint, MaskIsEachIdsVerdict) {
     expect_mask_is_each_ids_verdict(*c, "schema: in an enum string");
     accept_text(*c, "22\"], \"note\": \"ab");
     expect_mask_is_each_ids_verdict(*c, "schema: in a maxLength string");
+    accept_text(*c, "\", \"zip\": \"12");
+    expect_mask_is_each_ids_verdict(*c, "schema: in a pattern string");
+    accept_text(*c, "34 NL\", \"when\": \"2024-0");
+    expect_mask_is_each_ids_verdict(*c, "schema: in a date string");
+  }
+  {  // a pattern most strings match: the walk goes byte by byte through most of the trie
+    auto c = constraint(R"({"type": "string", "pattern": "[a-z]", "maxLength": 40})");
+    accept_text(*c, "\"Ab");
+    expect_mask_is_each_ids_verdict(*c, "schema: in a loose pattern");
   }
 }
 
@@ -164,7 +176,7 @@ TEST(JsonConstraint, StartsAfterTheThinkBlock) {
   EXPECT_TRUE(c->allows(qwen().encode("{")[0]));
   EXPECT_FALSE(c->allows(qwen().encode("Sure")[0]));
   EXPECT_FALSE(c->allows(*qwen().token_id("<tool_call>")));
-  accept_text(*c, "{\"city\": \"Rome\", \"days\": 2}");
+  accept_text(*c, "{\"city\": \"Rome\", \"days\": 2, \"zip\": \"1234AB\"}");
   EXPECT_TRUE(c->complete());
   EXPECT_THROW(c->accept(qwen().encode("x")[0]), Error);
 }
@@ -203,6 +215,13 @@ TEST(JsonConstraint, GenerationsFromRandomLogitsAreValid) {
       const Json v = Json::parse(text);
       EXPECT_TRUE(v.contains("city") && v["city"].is_string()) << text;
       EXPECT_TRUE(v.contains("days") && v["days"].is_number_integer()) << text;
+      EXPECT_TRUE(std::regex_match(v["zip"].get<std::string>(), std::regex("[0-9]{4} ?[A-Z]{2}")))
+          << text;
+      if (v.contains("when")) {
+        EXPECT_TRUE(std::regex_match(v["when"].get<std::string>(),
+                                     std::regex("[0-9]{4}-[01][0-9]-[0-3][0-9]")))
+            << text;
+      }
       if (v.contains("note")) {  // maxLength 4: code points
         size_t chars = 0;
         for (const char c : v["note"].get<std::string>())

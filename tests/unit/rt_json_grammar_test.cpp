@@ -34,9 +34,21 @@ std::string compile_error(const std::string& schema) {
 }
 
 TEST(JsonGrammar, RefusesWhatItCannotEnforceNamingThePlace) {
-  EXPECT_NE(compile_error(R"({"type": "object", "properties": {"a": {"type": "string",
-            "pattern": "^x"}}})")
-                .find("schema.properties.a: the keyword 'pattern'"),
+  EXPECT_NE(compile_error(R"({"type": "object", "properties": {"a": {"type": "array",
+            "uniqueItems": true}}})")
+                .find("schema.properties.a: the keyword 'uniqueItems'"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"j({"type": "object", "properties": {"a": {"type": "string",
+            "pattern": "(?=x)"}}})j")
+                .find("schema.properties.a.pattern: at character 2 of the pattern: lookarounds"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "string", "pattern": "^abc$", "maxLength": 2})")
+                .find("schema.pattern: no string"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "string", "format": "email"})")
+                .find("schema.format: the format \"email\" is not supported"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"format": "date", "pattern": "x"})").find("'format' beside"),
             std::string::npos);
   EXPECT_NE(compile_error(R"({"type": "integer", "minimum": 3})").find("'minimum'"),
             std::string::npos);
@@ -206,6 +218,16 @@ const char* const kSchemas[] = {
          "abc": {"allOf": [{"type": "boolean"}]}}, "required": ["abc"]})",
     R"({"type": "object"})",
     R"({"type": "array", "items": {"type": "object", "properties": {}}, "maxItems": 4})",
+    R"({"type": "object", "properties": {
+         "id": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3}$"},
+         "tag": {"type": "string", "pattern": "ab|c", "minLength": 2, "maxLength": 4},
+         "word": {"type": ["string", "null"], "pattern": "^\\w+$", "maxLength": 6},
+         "n": {"type": "integer", "format": "int64"}},
+       "required": ["id", "tag", "word", "n"]})",
+    R"({"type": "array", "minItems": 5, "maxItems": 5, "items": {"anyOf": [
+         {"type": "string", "format": "date"}, {"type": "string", "format": "time"},
+         {"type": "string", "format": "date-time"}, {"type": "string", "format": "uuid"},
+         {"type": "string", "format": "ipv4"}]}})",
 };
 
 TEST(JsonMatcher, WhatASchemaAllowsSatisfiesIt) {

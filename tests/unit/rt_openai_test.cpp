@@ -156,8 +156,8 @@ TEST(OpenAiRequest, ResponseFormat) {
   const ApiError e = error_of(chat_body(
       {{"response_format",
         {{"type", "json_schema"},
-         {"json_schema", {{"schema", {{"properties", {{"a", {{"format", "date"}}}}}}}}}}}}));
-  EXPECT_NE(std::string(e.what()).find("schema.properties.a: the keyword 'format'"),
+         {"json_schema", {{"schema", {{"properties", {{"a", {{"uniqueItems", true}}}}}}}}}}}}));
+  EXPECT_NE(std::string(e.what()).find("schema.properties.a: the keyword 'uniqueItems'"),
             std::string::npos)
       << e.what();
 }
@@ -196,7 +196,7 @@ TEST(OpenAiRequest, ToolChoice) {
   // Refused, naming the field.
   Json bad_tools = tools;
   bad_tools[1]["function"]["parameters"] = {{"type", "object"},
-                                            {"properties", {{"s", {{"pattern", "x"}}}}}};
+                                            {"properties", {{"s", {{"uniqueItems", true}}}}}};
   const std::vector<std::pair<Json, std::string>> cases = {
       {{{"tools", tools}, {"tool_choice", 3}}, "tool_choice"},
       {{{"tools", tools}, {"tool_choice", "any"}}, "tool_choice"},
@@ -225,7 +225,7 @@ TEST(OpenAiRequest, ToolChoice) {
   // named function other than its own, it is never compiled.
   const std::string what =
       error_of(chat_body({{"tools", bad_tools}, {"tool_choice", "required"}})).what();
-  EXPECT_NE(what.find("tools[1].function.parameters.properties.s: the keyword 'pattern'"),
+  EXPECT_NE(what.find("tools[1].function.parameters.properties.s: the keyword 'uniqueItems'"),
             std::string::npos)
       << what;
   EXPECT_NO_THROW(parse_chat_request(chat_body({{"tools", bad_tools}}), {}));

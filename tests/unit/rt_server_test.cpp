@@ -9,6 +9,7 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <regex>
 #include <thread>
 
 #include "qf/error.h"
@@ -265,7 +266,8 @@ TEST(Server, StructuredOutputFollowsTheSchema) {
   RandomLogitsServer server;
   const Json schema = Json::parse(R"({"type": "object", "properties": {
       "city": {"type": "string", "maxLength": 12}, "days": {"type": "integer"},
-      "ok": {"type": "boolean"}}, "required": ["city", "days", "ok"]})");
+      "ok": {"type": "boolean"}, "code": {"type": "string", "pattern": "^[A-Z]{3}\\d?$"}},
+      "required": ["city", "days", "ok", "code"]})");
   for (const bool thinking : {false, true}) {
     for (const bool stream : {false, true}) {
       const Json body = {
@@ -278,18 +280,20 @@ TEST(Server, StructuredOutputFollowsTheSchema) {
       const Json v = Json::parse(content);
       EXPECT_TRUE(v["city"].is_string() && v["days"].is_number_integer() && v["ok"].is_boolean())
           << content;
+      EXPECT_TRUE(std::regex_match(v["code"].get<std::string>(), std::regex("[A-Z]{3}[0-9]?")))
+          << content;
     }
   }
   // A schema outside the subset: refused, naming the keyword.
   const Json bad = {{"messages", kMessages},
                     {"response_format",
                      {{"type", "json_schema"},
-                      {"json_schema", {{"schema", {{"type", "string"}, {"pattern", "x"}}}}}}}};
+                      {"json_schema", {{"schema", {{"type", "array"}, {"uniqueItems", true}}}}}}}};
   httplib::Client c("127.0.0.1", server.port());
   const auto res = c.Post("/v1/chat/completions", bad.dump(), "application/json");
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 400);
-  EXPECT_NE(res->body.find("'pattern'"), std::string::npos) << res->body;
+  EXPECT_NE(res->body.find("'uniqueItems'"), std::string::npos) << res->body;
 }
 
 // tool_choice "required" and a named function, the constraint steering random logits: every

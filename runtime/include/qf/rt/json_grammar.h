@@ -10,7 +10,10 @@
 //     others optional), `required`, `additionalProperties` (false, or with no `properties` a
 //     schema or true for the values of any keys);
 //   * arrays: `items`, `minItems`, `maxItems`;
-//   * strings: `minLength`, `maxLength` (characters; an escape counts as one);
+//   * strings: `minLength`, `maxLength` (characters; an escape counts as one), `pattern`
+//     (json_regex.h; such strings are written without escapes), `format` date, time,
+//     date-time (RFC 3339; days within their month's length, February 29 in any year), uuid,
+//     ipv4 (as patterns; on other types `pattern` and `format` are ignored);
 //   * `enum`, `const` (any JSON values, written as nlohmann::json dumps them), `anyOf`, `allOf`
 //     of one schema, `$ref` to a JSON pointer in the document (`#`, `#/$defs/Name`, ...),
 //     recursion included;
@@ -27,6 +30,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+
+#include "qf/rt/json_regex.h"
 
 namespace qf::rt {
 
@@ -59,8 +64,10 @@ struct JsonShape {
   // kArray
   int32_t items = 0;
   int64_t min_items = 0, max_items = -1;  // -1: no limit
-  // kString
+  // kString; `pattern` >= 0: JsonGrammar::pattern(pattern) holds the characters (and the
+  // lengths) instead
   int64_t min_length = 0, max_length = -1;
+  int32_t pattern = -1;
   // kLiteral
   std::vector<std::string> literals;
   // kAnyOf
@@ -81,6 +88,7 @@ class JsonGrammar {
   static JsonGrammar from_schema(const nlohmann::ordered_json& schema);
 
   const JsonShape& shape(int32_t i) const { return shapes_[static_cast<size_t>(i)]; }
+  const ByteDfa& pattern(int32_t i) const { return patterns_[static_cast<size_t>(i)]; }
   int32_t root() const { return root_; }
   size_t size() const { return shapes_.size(); }
 
@@ -88,6 +96,7 @@ class JsonGrammar {
   JsonGrammar();
   friend class SchemaCompiler;
   std::vector<JsonShape> shapes_;
+  std::vector<ByteDfa> patterns_;
   int32_t root_ = kAnyValue;
 };
 

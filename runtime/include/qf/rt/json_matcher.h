@@ -62,9 +62,13 @@ class JsonMatcher {
   // Whether the stack's value is complete, so that the text may end here.
   bool can_end(const JsonFrame* top, JsonFrameArena& arena) const;
   // When the stack is inside a string's characters, how many more its maxLength allows (-1
-  // when it is not; INT64_MAX with no maxLength): any further bytes that json_string_byte takes
-  // from its UTF-8 state (`top->aux`) continue it, up to that many characters.
+  // when it is not, or when a pattern holds them; INT64_MAX with no maxLength): any further
+  // bytes that json_string_byte takes from its UTF-8 state (`top->aux`) continue it, up to that
+  // many characters.
   int64_t string_room(const JsonFrame* top) const;
+  // When the stack is inside the characters of a string with a pattern, its DFA (the frame's
+  // `aux` is the DFA's state; any byte but '"' goes to that DFA alone); else null.
+  const ByteDfa* string_pattern(const JsonFrame* top) const;
 
  private:
   void open_value(const JsonFrame* parent, int32_t shape, uint8_t c, JsonFrameArena& a,
