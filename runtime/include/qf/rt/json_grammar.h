@@ -22,8 +22,8 @@
 // the schema's order, each at most once, enum and const values in their compact form, at most
 // kMaxJsonWhitespace whitespace bytes between tokens (and after the value), numbers of at most
 // kMaxJsonNumberBytes with at most two exponent digits (so none overflows a double), \u
-// escapes of surrogates only in pairs. Strings are not checked for valid UTF-8 (the tokens'
-// bytes are the model's own).
+// escapes of surrogates only in pairs, strings with a pattern written without escapes. Strings
+// are valid UTF-8 (json_matcher.h).
 #pragma once
 
 #include <cstdint>
