@@ -19,7 +19,10 @@ namespace qf::rt {
 namespace {
 
 constexpr uint32_t kMaxCodePoint = 0x10FFFF;
-constexpr size_t kMaxNfaStates = 200000;
+constexpr size_t kMaxNfaStates = size_t{1} << 16;
+// Bounds on building the DFA, whatever the pattern: NFA states visited, and NFA states held in
+// the DFA states' sets (a request's schema is compiled as it arrives).
+constexpr size_t kMaxWork = size_t{1} << 23, kMaxHeld = size_t{1} << 22;
 
 using Ranges = std::vector<std::pair<uint32_t, uint32_t>>;  // code points, inclusive
 
@@ -520,6 +523,10 @@ ByteDfa ByteDfa::compile(std::string_view pattern, int64_t min_chars, int64_t ma
   std::map<std::pair<std::vector<int32_t>, int64_t>, int32_t> ids;
   std::vector<std::pair<std::vector<int32_t>, int64_t>> states;
   ByteDfa d;
+  size_t work = 0, held = 0;
+  const auto too_large = [] {
+    fail("the pattern is too large to compile (its DFA takes too long to build)");
+  };
   const auto id_of = [&](std::vector<int32_t> set, int64_t count) {
     auto key = std::make_pair(std::move(set), count);
     const auto it = ids.find(key);
@@ -528,6 +535,8 @@ ByteDfa ByteDfa::compile(std::string_view pattern, int64_t min_chars, int64_t ma
       fail("the pattern needs more than " + std::to_string(kMaxDfaStates) +
            " DFA states (with the string's lengths)");
     }
+    held += key.first.size();
+    if (held > kMaxHeld) too_large();
     const auto id = static_cast<int32_t>(states.size());
     ids.emplace(key, id);
     states.push_back(std::move(key));
@@ -569,6 +578,8 @@ ByteDfa ByteDfa::compile(std::string_view pattern, int64_t min_chars, int64_t ma
       std::sort(next.begin(), next.end());
       next.erase(std::unique(next.begin(), next.end()), next.end());
       nfa.close(next, false, false);
+      work += set.size() + next.size();
+      if (work > kMaxWork) too_large();
       const int32_t to = id_of(std::move(next), std::min(count + lead, std::max<int64_t>(cap, 0)));
       for (int b = c; b < cuts[r + 1]; ++b) d.table_[i * 256 + static_cast<size_t>(b)] = to;
     }

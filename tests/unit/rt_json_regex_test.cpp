@@ -207,6 +207,8 @@ TEST(ByteDfa, RefusesWhatItCannotDo) {
   EXPECT_NE(error("a^b").find("no string"), std::string::npos);
   EXPECT_NE(error("^\\n$").find("without escapes"), std::string::npos);
   EXPECT_NE(error("^[a-z]{5000}$").find("more than"), std::string::npos);
+  EXPECT_NE(error("[a-z]{0,60000}").find("too large"), std::string::npos);  // bounded work
+  EXPECT_NE(error("((a{0,100}){0,100}){0,100}").find("too large"), std::string::npos);
 }
 
 }  // namespace
