@@ -223,32 +223,39 @@ ToolChoice tool_choice(const Json& c, const Json& tools) {
   return choice;
 }
 
-// The grammar a forced tool choice holds the reply to. Each function's `parameters` is
-// compiled alone first, so that a schema outside the subset is refused naming its own place.
+// The grammar a forced tool choice holds the reply to, compiled once; a schema outside the
+// subset is refused naming its place in the request (the compiler names it in the combined
+// schema of forced_tool_schema).
 std::shared_ptr<const JsonGrammar> forced_tool_grammar(const Json& tools, const ToolChoice& c) {
+  std::vector<std::pair<std::string, std::string>> places;  // combined -> request
   for (size_t i = 0; i < tools.size(); ++i) {
     const Json& f = tools[i]["function"];
     if (c.kind == ToolChoice::Kind::kNamed && f["name"] != c.name) continue;
     const std::string at = "tools[" + std::to_string(i) + "].function.parameters";
+    places.emplace_back(c.kind == ToolChoice::Kind::kNamed
+                            ? std::string("schema")
+                            : "schema.items.anyOf[" + std::to_string(i) + "].properties.parameters",
+                        at);
     const auto p = f.find("parameters");
-    if (p == f.end() || p->is_null()) continue;
-    if (!p->is_object() || p->value("type", Json()) != "object") {
+    if (p != f.end() && !p->is_null() &&
+        (!p->is_object() || p->value("type", Json()) != "object")) {
       bad_request("'" + at + "' must be a JSON schema of type \"object\" for a forced tool choice",
                   "tools");
-    }
-    try {
-      JsonGrammar::from_schema(*p);
-    } catch (const Error& e) {
-      std::string m = e.what();
-      if (m.rfind("schema", 0) == 0) m.replace(0, 6, at);
-      bad_request("'tools': " + m, "tools");
     }
   }
   try {
     return std::make_shared<const JsonGrammar>(
         JsonGrammar::from_schema(forced_tool_schema(tools, c)));
   } catch (const Error& e) {
-    bad_request("'tools': " + std::string(e.what()), "tools");
+    std::string m = e.what();
+    for (const auto& [combined, request] : places) {
+      const size_t n = combined.size();
+      if (m.compare(0, n, combined) == 0 && m.size() > n && (m[n] == '.' || m[n] == ':')) {
+        m.replace(0, n, request);
+        break;
+      }
+    }
+    bad_request("'tools': " + m, "tools");
   }
 }
 
