@@ -29,7 +29,8 @@ void reroot(Json& s, const std::string& root) {
 Json parameters(const Json& tool) {
   const Json& f = tool["function"];
   const auto p = f.find("parameters");
-  return p == f.end() ? Json{{"type", "object"}, {"properties", Json::object()}} : *p;
+  return p == f.end() || p->is_null() ? Json{{"type", "object"}, {"properties", Json::object()}}
+                                      : *p;
 }
 
 bool is_space(char c) {

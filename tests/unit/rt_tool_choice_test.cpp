@@ -130,6 +130,16 @@ TEST(ToolChoice, VerdictsByHand) {
       JsonGrammar::from_schema(forced_tool_schema(kTools, {ToolChoice::Kind::kNamed, "now"}));
   EXPECT_EQ(verdict(named, "{}"), 1);
   EXPECT_EQ(verdict(named, R"({"a")"), -1);
+  // "parameters": null is a function without parameters, as when it is left out.
+  const Json null_params =
+      Json::parse(R"([{"type": "function", "function": {"name": "n", "parameters": null}}])");
+  for (const ToolChoice& c :
+       {ToolChoice{ToolChoice::Kind::kNamed, "n"}, ToolChoice{ToolChoice::Kind::kRequired, ""}}) {
+    const JsonGrammar g = JsonGrammar::from_schema(forced_tool_schema(null_params, c));
+    EXPECT_EQ(
+        verdict(g, c.kind == ToolChoice::Kind::kNamed ? "{}" : R"([{"name":"n","parameters":{}}])"),
+        1);
+  }
 }
 
 TEST(ToolChoice, ParserKeepsStringsWholeAndGivesBackWhatDidNotClose) {

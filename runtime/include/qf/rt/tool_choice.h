@@ -2,7 +2,7 @@
 // the reply after any think block is constrained (json_constraint.h) to JSON that names the
 // calls, instead of the model's own <tool_call> XML:
 //   * named {"type": "function", "function": {"name": F}}: the arguments object itself, by F's
-//     `parameters` schema ({"type": "object", "properties": {}} when it has none);
+//     `parameters` schema ({"type": "object", "properties": {}} when it has none or null);
 //   * "required": an array of at least one {"name": F, "parameters": {...}}, each element one of
 //     the tools (an anyOf of their schemas).
 // The chat template still lists the tools in the prompt. The reply's finish reason stays the
