@@ -6,6 +6,7 @@
 #include <set>
 
 #include "qf/error.h"
+#include "qf/rt/json_number.h"
 
 namespace qf::rt {
 
@@ -39,11 +40,26 @@ const std::set<std::string>& annotations() {
 
 // The keywords this compiler enforces; any other key that is not an annotation is refused.
 const std::set<std::string>& enforced() {
-  static const std::set<std::string> k = {
-      "type",      "properties", "required", "additionalProperties",
-      "items",     "minItems",   "maxItems", "minLength",
-      "maxLength", "enum",       "const",    "anyOf",
-      "allOf",     "$ref",       "pattern",  "format"};
+  static const std::set<std::string> k = {"type",
+                                          "properties",
+                                          "required",
+                                          "additionalProperties",
+                                          "items",
+                                          "minItems",
+                                          "maxItems",
+                                          "minLength",
+                                          "maxLength",
+                                          "enum",
+                                          "const",
+                                          "anyOf",
+                                          "allOf",
+                                          "$ref",
+                                          "pattern",
+                                          "format",
+                                          "minimum",
+                                          "maximum",
+                                          "exclusiveMinimum",
+                                          "exclusiveMaximum"};
   return k;
 }
 
@@ -63,8 +79,8 @@ class SchemaCompiler {
       if (!enforced().count(key) && !annotations().count(key)) {
         fail(at, "the keyword '" + key + "' is not supported (supported: type, properties, " +
                      "required, additionalProperties, items, minItems, maxItems, minLength, " +
-                     "maxLength, pattern, format, enum, const, anyOf, allOf of one schema, " +
-                     "$ref)");
+                     "maxLength, pattern, format, minimum, maximum, exclusiveMinimum, " +
+                     "exclusiveMaximum, enum, const, anyOf, allOf of one schema, $ref)");
       }
     }
     if (const auto r = s.find("$ref"); r != s.end()) {
@@ -133,6 +149,9 @@ class SchemaCompiler {
     if (s.contains("minLength") || s.contains("maxLength") || s.contains("pattern") ||
         s.contains("format"))
       return "string";
+    if (s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") ||
+        s.contains("exclusiveMaximum"))
+      return "number";
     return "";
   }
 
@@ -170,8 +189,7 @@ class SchemaCompiler {
         return JsonGrammar::kAnyString;
       return add(std::move(str));
     }
-    if (type == "number") return JsonGrammar::kAnyNumber;
-    if (type == "integer") return add(of_kind(Kind::kInteger));
+    if (type == "number" || type == "integer") return number(s, type == "integer", at);
     if (type == "boolean") return JsonGrammar::kBoolean;
     if (type == "null") return JsonGrammar::kNull;
     fail(at + ".type", "unknown type \"" + type + "\"");
@@ -198,6 +216,43 @@ class SchemaCompiler {
       fail(where, e.what());
     }
     return static_cast<int32_t>(g_.patterns_.size() - 1);
+  }
+
+  // A number or integer, with its bounds as a DFA of the grammar when it has any.
+  int32_t number(const Json& s, bool integer, const std::string& at) {
+    NumberBounds b;
+    b.integer = integer;
+    const auto bound = [&](const char* key, std::string& out) {
+      const auto it = s.find(key);
+      if (it == s.end() || it->is_boolean()) return;
+      if (!it->is_number()) fail(at + "." + key, "must be a number, got " + dump(*it));
+      out = it->dump();
+    };
+    bound("minimum", b.minimum);
+    bound("maximum", b.maximum);
+    bound("exclusiveMinimum", b.exclusive_minimum);
+    bound("exclusiveMaximum", b.exclusive_maximum);
+    // Draft 4's form: a boolean that makes minimum or maximum exclusive.
+    const auto draft4 = [&](const char* key, const char* of, std::string& from, std::string& to) {
+      const auto it = s.find(key);
+      if (it == s.end() || !it->is_boolean() || !it->get<bool>()) return;
+      if (from.empty()) fail(at + "." + key, std::string("true needs '") + of + "' beside it");
+      to = from;
+      from.clear();
+    };
+    draft4("exclusiveMinimum", "minimum", b.minimum, b.exclusive_minimum);
+    draft4("exclusiveMaximum", "maximum", b.maximum, b.exclusive_maximum);
+    JsonShape n = of_kind(integer ? Kind::kInteger : Kind::kNumber);
+    if (b.minimum.empty() && b.maximum.empty() && b.exclusive_minimum.empty() &&
+        b.exclusive_maximum.empty())
+      return integer ? add(std::move(n)) : JsonGrammar::kAnyNumber;
+    try {
+      g_.patterns_.push_back(bounded_number_dfa(b));
+    } catch (const Error& e) {
+      fail(at, e.what());
+    }
+    n.pattern = static_cast<int32_t>(g_.patterns_.size() - 1);
+    return add(std::move(n));
   }
 
   static std::string format_pattern(const std::string& format, const std::string& at) {

@@ -134,6 +134,11 @@ void JsonMatcher::open_value(const JsonFrame* parent, int32_t shape, uint8_t c, 
       return;
     case Kind::kNumber:
     case Kind::kInteger:
+      if (s.pattern >= 0) {  // bounds: `aux` is their DFA's state
+        const int32_t next = g_.pattern(s.pattern).next(0, c);
+        if (next != ByteDfa::kDead) push(kNumber, kInt, 1, static_cast<uint32_t>(next));
+        return;
+      }
       if (c == '-') push(kNumber, kMinus, 1, 0);
       if (c == '0') push(kNumber, kZero, 1, 0);
       if (c >= '1' && c <= '9') push(kNumber, kInt, 1, 0);
@@ -323,7 +328,20 @@ void JsonMatcher::feed_string(const JsonFrame* f, uint8_t c, JsonFrameArena& a,
 
 void JsonMatcher::feed_number(const JsonFrame* f, uint8_t c, JsonFrameArena& a,
                               JsonState& out) const {
-  const bool integer = g_.shape(f->shape).kind == Kind::kInteger;
+  const JsonShape& s = g_.shape(f->shape);
+  if (s.pattern >= 0) {
+    const ByteDfa& d = g_.pattern(s.pattern);
+    const int32_t to = d.next(static_cast<int32_t>(f->aux), c);
+    if (to != ByteDfa::kDead) {
+      JsonFrame g = *f;
+      g.aux = static_cast<uint32_t>(to);
+      ++g.n;
+      return out.push_back(a.make(g));
+    }
+    if (number_complete(f)) feed(value_done(f->parent, a), c, a, out);
+    return;
+  }
+  const bool integer = s.kind == Kind::kInteger;
   int next = -1;
   switch (f->phase) {
     case kMinus:
@@ -357,9 +375,7 @@ void JsonMatcher::feed_number(const JsonFrame* f, uint8_t c, JsonFrameArena& a,
     if (next == kExp) ++g.aux;  // exponent digits
     return out.push_back(a.make(g));
   }
-  const bool complete =
-      f->phase == kZero || f->phase == kInt || f->phase == kFrac || f->phase == kExp;
-  if (complete) feed(value_done(f->parent, a), c, a, out);
+  if (number_complete(f)) feed(value_done(f->parent, a), c, a, out);
 }
 
 void JsonMatcher::feed(const JsonFrame* f, uint8_t c, JsonFrameArena& a, JsonState& out) const {
@@ -413,11 +429,14 @@ bool JsonMatcher::feed(const JsonState& in, uint8_t c, JsonFrameArena& a, JsonSt
   return !out.empty();
 }
 
+bool JsonMatcher::number_complete(const JsonFrame* f) const {
+  const int32_t p = g_.shape(f->shape).pattern;
+  if (p >= 0) return g_.pattern(p).accepting(static_cast<int32_t>(f->aux));
+  return f->phase == kZero || f->phase == kInt || f->phase == kFrac || f->phase == kExp;
+}
+
 bool JsonMatcher::can_end(const JsonFrame* f, JsonFrameArena& a) const {
-  while (f->kind == kNumber &&
-         (f->phase == kZero || f->phase == kInt || f->phase == kFrac || f->phase == kExp)) {
-    f = value_done(f->parent, a);
-  }
+  while (f->kind == kNumber && number_complete(f)) f = value_done(f->parent, a);
   return f->kind == kRoot && f->phase == kDone;
 }
 

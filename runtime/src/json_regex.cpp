@@ -511,6 +511,53 @@ struct Nfa {
 
 }  // namespace
 
+ByteDfa ByteDfa::live_part(const std::vector<int32_t>& table, const std::vector<uint8_t>& accept) {
+  const size_t n = accept.size();
+  std::vector<std::vector<int32_t>> from(n);
+  for (size_t i = 0; i < n; ++i) {
+    for (int c = 0; c < 256; ++c) {
+      const int32_t t = table[i * 256 + static_cast<size_t>(c)];
+      if (t != kDead) from[static_cast<size_t>(t)].push_back(static_cast<int32_t>(i));
+    }
+  }
+  std::vector<uint8_t> live(n, 0);
+  std::deque<int32_t> todo;
+  for (size_t i = 0; i < n; ++i) {
+    if (accept[i]) {
+      live[i] = 1;
+      todo.push_back(static_cast<int32_t>(i));
+    }
+  }
+  while (!todo.empty()) {
+    const int32_t t = todo.front();
+    todo.pop_front();
+    for (const int32_t f : from[static_cast<size_t>(t)]) {
+      if (!live[static_cast<size_t>(f)]) {
+        live[static_cast<size_t>(f)] = 1;
+        todo.push_back(f);
+      }
+    }
+  }
+  ByteDfa out;
+  if (n == 0 || !live[0]) return out;
+  std::vector<int32_t> renum(n, kDead);
+  int32_t kept = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (live[i]) renum[i] = kept++;
+  }
+  out.table_.assign(static_cast<size_t>(kept) * 256, kDead);
+  for (size_t i = 0; i < n; ++i) {
+    if (!live[i]) continue;
+    out.accept_.push_back(accept[i]);
+    for (int c = 0; c < 256; ++c) {
+      const int32_t t = table[i * 256 + static_cast<size_t>(c)];
+      out.table_[static_cast<size_t>(renum[i]) * 256 + static_cast<size_t>(c)] =
+          t == kDead ? kDead : renum[static_cast<size_t>(t)];
+    }
+  }
+  return out;
+}
+
 ByteDfa ByteDfa::compile(std::string_view pattern, int64_t min_chars, int64_t max_chars) {
   const Node body = Parser(pattern).parse();
   Nfa nfa;
@@ -585,53 +632,11 @@ ByteDfa ByteDfa::compile(std::string_view pattern, int64_t min_chars, int64_t ma
     }
   }
 
-  // Keep the states from which an accepting one is reachable; the others are dead.
-  const size_t n = d.accept_.size();
-  std::vector<std::vector<int32_t>> from(n);
-  for (size_t i = 0; i < n; ++i) {
-    for (int c = 0; c < 256; ++c) {
-      const int32_t t = d.table_[i * 256 + static_cast<size_t>(c)];
-      if (t != kDead) from[static_cast<size_t>(t)].push_back(static_cast<int32_t>(i));
-    }
-  }
-  std::vector<uint8_t> live(n, 0);
-  std::deque<int32_t> todo;
-  for (size_t i = 0; i < n; ++i) {
-    if (d.accept_[i]) {
-      live[i] = 1;
-      todo.push_back(static_cast<int32_t>(i));
-    }
-  }
-  while (!todo.empty()) {
-    const int32_t t = todo.front();
-    todo.pop_front();
-    for (const int32_t f : from[static_cast<size_t>(t)]) {
-      if (!live[static_cast<size_t>(f)]) {
-        live[static_cast<size_t>(f)] = 1;
-        todo.push_back(f);
-      }
-    }
-  }
-  if (!live[0]) {
+  ByteDfa out = live_part(d.table_, d.accept_);
+  if (out.states() == 0) {
     fail(
         "no string written without escapes (no '\"', '\\' or control characters) matches the "
         "pattern within the string's lengths");
-  }
-  std::vector<int32_t> renum(n, kDead);
-  int32_t kept = 0;
-  for (size_t i = 0; i < n; ++i) {
-    if (live[i]) renum[i] = kept++;
-  }
-  ByteDfa out;
-  out.table_.assign(static_cast<size_t>(kept) * 256, kDead);
-  for (size_t i = 0; i < n; ++i) {
-    if (!live[i]) continue;
-    out.accept_.push_back(d.accept_[i]);
-    for (int c = 0; c < 256; ++c) {
-      const int32_t t = d.table_[i * 256 + static_cast<size_t>(c)];
-      out.table_[static_cast<size_t>(renum[i]) * 256 + static_cast<size_t>(c)] =
-          t == kDead ? kDead : renum[static_cast<size_t>(t)];
-    }
   }
   return out;
 }

@@ -171,6 +171,23 @@ inline bool satisfies(const Json& v, const Json& schema, const Json& doc) {
     if (schema.contains("format") && !has_format(v.get<std::string>(), schema["format"]))
       return false;
   }
+  if (v.is_number()) {  // as doubles, as most validators compare them
+    const double x = v.get<double>();
+    const auto flag = [&](const char* key) {
+      return schema.contains(key) && schema[key].is_boolean() && schema[key].get<bool>();
+    };
+    const auto number = [&](const char* key) {
+      return schema.contains(key) && schema[key].is_number();
+    };
+    if (number("minimum") && (flag("exclusiveMinimum") ? !(x > schema["minimum"].get<double>())
+                                                       : !(x >= schema["minimum"].get<double>())))
+      return false;
+    if (number("maximum") && (flag("exclusiveMaximum") ? !(x < schema["maximum"].get<double>())
+                                                       : !(x <= schema["maximum"].get<double>())))
+      return false;
+    if (number("exclusiveMinimum") && !(x > schema["exclusiveMinimum"].get<double>())) return false;
+    if (number("exclusiveMaximum") && !(x < schema["exclusiveMaximum"].get<double>())) return false;
+  }
   return true;
 }
 

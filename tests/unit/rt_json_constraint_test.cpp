@@ -42,7 +42,7 @@ int32_t im_end() {
 }
 
 const char* const kSchema = R"({"type": "object", "properties": {
-    "city": {"type": "string"}, "days": {"type": "integer"},
+    "city": {"type": "string"}, "days": {"type": "integer", "minimum": 1, "maximum": 14},
     "codes": {"type": "array", "items": {"enum": ["x1", "y22", null]}, "maxItems": 2},
     "note": {"type": "string", "maxLength": 4},
     "zip": {"type": "string", "pattern": "^[0-9]{4} ?[A-Z]{2}$"},
@@ -141,7 +141,9 @@ TEST(JsonConstraint, MaskIsEachIdsVerdict) {
   {
     auto c = constraint(kSchema);
     EXPECT_FALSE(c->allows(im_end()));
-    accept_text(*c, "{\n  \"city\": \"Oslo\",\n  \"days\": 3");
+    accept_text(*c, "{\n  \"city\": \"Oslo\",\n  \"days\": 1");
+    expect_mask_is_each_ids_verdict(*c, "schema: in a bounded integer");
+    accept_text(*c, "2");
     expect_mask_is_each_ids_verdict(*c, "schema: after an integer");
     accept_text(*c, ", \"codes\": [\"y");
     expect_mask_is_each_ids_verdict(*c, "schema: in an enum string");

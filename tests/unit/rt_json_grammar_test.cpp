@@ -50,7 +50,21 @@ TEST(JsonGrammar, RefusesWhatItCannotEnforceNamingThePlace) {
             std::string::npos);
   EXPECT_NE(compile_error(R"({"format": "date", "pattern": "x"})").find("'format' beside"),
             std::string::npos);
-  EXPECT_NE(compile_error(R"({"type": "integer", "minimum": 3})").find("'minimum'"),
+  EXPECT_NE(compile_error(R"({"type": "integer", "minimum": 3, "multipleOf": 3})")
+                .find("the keyword 'multipleOf'"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"properties": {"n": {"type": "integer", "minimum": 3.5,
+            "exclusiveMaximum": 4}}})")
+                .find("schema.properties.n: no integer lies within the bounds"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": ["number", "null"], "maximum": "3"})")
+                .find("schema.maximum: must be a number, got \"3\""),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "number", "exclusiveMinimum": true})")
+                .find("schema.exclusiveMinimum: true needs 'minimum' beside it"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "number", "minimum": 1e16})")
+                .find("schema: no number of at most 15 digits"),
             std::string::npos);
   EXPECT_NE(compile_error(R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})")
                 .find("schema.required: names \"b\""),
@@ -228,6 +242,16 @@ const char* const kSchemas[] = {
          {"type": "string", "format": "date"}, {"type": "string", "format": "time"},
          {"type": "string", "format": "date-time"}, {"type": "string", "format": "uuid"},
          {"type": "string", "format": "ipv4"}]}})",
+    R"({"type": "object", "properties": {
+         "count": {"type": "integer", "minimum": 1, "maximum": 20},
+         "p": {"type": "number", "minimum": 0, "maximum": 1},
+         "t": {"type": ["number", "null"], "exclusiveMinimum": -273.15, "exclusiveMaximum": 1e3},
+         "old": {"type": "integer", "minimum": -3, "exclusiveMinimum": true, "maximum": 3,
+                 "exclusiveMaximum": false},
+         "neg": {"maximum": -0.5}},
+       "required": ["count", "p", "t", "old", "neg"]})",
+    R"({"type": "array", "items": {"anyOf": [{"type": "integer", "minimum": 1000},
+         {"type": "number", "exclusiveMaximum": 0}]}, "minItems": 3})",
 };
 
 TEST(JsonMatcher, WhatASchemaAllowsSatisfiesIt) {
@@ -272,6 +296,24 @@ TEST(JsonMatcher, SchemaVerdictsByHand) {
   EXPECT_EQ(verdict(integer, "-12"), 1);  // ends without a byte of its own
   EXPECT_EQ(verdict(integer, "-"), 0);
   EXPECT_EQ(verdict(integer, "1.0"), -1);
+  const JsonGrammar bounded = JsonGrammar::from_schema(Json::parse(
+      R"({"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 20}})"));
+  EXPECT_EQ(verdict(bounded, "[1, 20, 9]"), 1);
+  EXPECT_EQ(verdict(bounded, "[0"), -1);
+  EXPECT_EQ(verdict(bounded, "[2"), 0);  // 2, or 20 to come
+  EXPECT_EQ(verdict(bounded, "[21"), -1);
+  EXPECT_EQ(verdict(bounded, "[-1"), -1);
+  EXPECT_EQ(verdict(bounded, "[1e1"), -1);  // no exponent under bounds
+  const JsonGrammar unit = JsonGrammar::from_schema(
+      Json::parse(R"({"type": "number", "exclusiveMinimum": 0, "maximum": 1})"));
+  EXPECT_EQ(verdict(unit, "0"), 0);  // 0.5 may follow
+  EXPECT_EQ(verdict(unit, "0.0"), 0);
+  EXPECT_EQ(verdict(unit, "0.25"), 1);
+  EXPECT_EQ(verdict(unit, "1"), 1);
+  EXPECT_EQ(verdict(unit, "1.0"), 1);
+  EXPECT_EQ(verdict(unit, "1.01"), -1);
+  EXPECT_EQ(verdict(unit, "0.123456789012345"), 1);
+  EXPECT_EQ(verdict(unit, "0.1234567890123456"), -1);  // 16 digits
 }
 
 }  // namespace

@@ -321,7 +321,7 @@ TEST(OpenAiRequest, BadChatFieldsNameTheField) {
        "response_format"},
       {{{"response_format",
          {{"type", "json_schema"},
-          {"json_schema", {{"schema", {{"type", "integer"}, {"maximum", 3}}}}}}}},
+          {"json_schema", {{"schema", {{"type", "integer"}, {"multipleOf", 3}}}}}}}},
        "response_format"},
       {{{"response_format", "json"}}, "response_format"},
       {{{"tools", "f"}}, "tools"},

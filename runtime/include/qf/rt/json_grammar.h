@@ -14,6 +14,9 @@
 //     (json_regex.h; such strings are written without escapes), `format` date, time,
 //     date-time (RFC 3339; days within their month's length, February 29 in any year), uuid,
 //     ipv4 (as patterns; on other types `pattern` and `format` are ignored);
+//   * numbers and integers: `minimum`, `maximum`, `exclusiveMinimum`, `exclusiveMaximum`
+//     (numbers, or draft 4's booleans beside minimum / maximum), json_number.h: such numbers
+//     are written without an exponent, numbers with at most 15 digits;
 //   * `enum`, `const` (any JSON values, written as nlohmann::json dumps them), `anyOf`, `allOf`
 //     of one schema, `$ref` to a JSON pointer in the document (`#`, `#/$defs/Name`, ...),
 //     recursion included;
@@ -65,7 +68,8 @@ struct JsonShape {
   int32_t items = 0;
   int64_t min_items = 0, max_items = -1;  // -1: no limit
   // kString; `pattern` >= 0: JsonGrammar::pattern(pattern) holds the characters (and the
-  // lengths) instead
+  // lengths) instead. kNumber, kInteger: `pattern` >= 0: that DFA holds the number's bytes
+  // (its bounds, json_number.h).
   int64_t min_length = 0, max_length = -1;
   int32_t pattern = -1;
   // kLiteral

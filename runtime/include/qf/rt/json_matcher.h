@@ -28,7 +28,9 @@ struct JsonFrame {
   uint32_t n;               // object: next property; array: items; string: characters;
                             // number, literal, key: bytes matched
   uint32_t aux;             // object: the property being written; literal: which one;
-                            // string: its UTF-8 state, or a \u escape's digits
+                            // string: its UTF-8 state, or a \u escape's digits; string with
+                            // a pattern, number with bounds: the DFA's state; number: its
+                            // exponent digits
 };
 
 // Frames by the chunk; pointers stay valid until a rewind below them or the arena's end.
@@ -78,6 +80,7 @@ class JsonMatcher {
   void feed_array(const JsonFrame* f, uint8_t c, JsonFrameArena& a, JsonState& out) const;
   void feed_string(const JsonFrame* f, uint8_t c, JsonFrameArena& a, JsonState& out) const;
   void feed_number(const JsonFrame* f, uint8_t c, JsonFrameArena& a, JsonState& out) const;
+  bool number_complete(const JsonFrame* f) const;  // whether the number may end here
   void open_key(const JsonFrame* f, JsonFrameArena& a, JsonState& out) const;
 
   const JsonGrammar& g_;

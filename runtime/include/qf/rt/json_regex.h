@@ -25,6 +25,10 @@ class ByteDfa {
   // `max_chars` < 0: no limit. Throws Error(kUsage) saying what is wrong with the pattern, or
   // that nothing matches it within the lengths.
   static ByteDfa compile(std::string_view pattern, int64_t min_chars, int64_t max_chars);
+  // The DFA of a transition table ([state][byte] -> state or kDead; state 0 the start) without
+  // the states from which no accepting state can be reached (transitions to them are kDead);
+  // `states() == 0` when the start is one of them.
+  static ByteDfa live_part(const std::vector<int32_t>& table, const std::vector<uint8_t>& accept);
 
   int32_t start() const { return 0; }
   int32_t next(int32_t state, uint8_t byte) const {
