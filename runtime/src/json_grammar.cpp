@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "json_disjoint.h"
 #include "qf/error.h"
 #include "qf/rt/json_number.h"
 
@@ -52,6 +53,7 @@ const std::set<std::string>& enforced() {
                                           "enum",
                                           "const",
                                           "anyOf",
+                                          "oneOf",
                                           "allOf",
                                           "$ref",
                                           "pattern",
@@ -80,7 +82,8 @@ class SchemaCompiler {
         fail(at, "the keyword '" + key + "' is not supported (supported: type, properties, " +
                      "required, additionalProperties, items, minItems, maxItems, minLength, " +
                      "maxLength, pattern, format, minimum, maximum, exclusiveMinimum, " +
-                     "exclusiveMaximum, enum, const, anyOf, allOf of one schema, $ref)");
+                     "exclusiveMaximum, enum, const, anyOf, oneOf of disjoint schemas, allOf of " +
+                     "one schema, $ref)");
       }
     }
     if (const auto r = s.find("$ref"); r != s.end()) {
@@ -106,16 +109,30 @@ class SchemaCompiler {
       for (const Json& v : *e) values.push_back(v.dump());
       return add(literal(std::move(values)));
     }
-    if (const auto a = s.find("anyOf"); a != s.end()) {
-      if (!a->is_array() || a->empty()) fail(at + ".anyOf", "must be a non-empty array");
-      if (s.contains("type")) fail(at, "'type' beside 'anyOf' is not supported");
+    for (const char* key : {"anyOf", "oneOf"}) {
+      const auto a = s.find(key);
+      if (a == s.end()) continue;
+      const std::string where = at + "." + key;
+      if (!a->is_array() || a->empty()) fail(where, "must be a non-empty array");
+      for (const char* other : {"type", "anyOf", "oneOf"}) {
+        if (other != std::string(key) && s.contains(other))
+          fail(at, "'" + std::string(other) + "' beside '" + key + "' is not supported");
+      }
       JsonShape any = of_kind(Kind::kAnyOf);
       for (size_t i = 0; i < a->size(); ++i)
-        any.alternatives.push_back(compile((*a)[i], at + ".anyOf[" + std::to_string(i) + "]"));
-      return add(std::move(any));
+        any.alternatives.push_back(compile((*a)[i], where + "[" + std::to_string(i) + "]"));
+      const int32_t id = add(std::move(any));
+      if (key == std::string("oneOf")) one_of_.emplace_back(id, where);
+      return id;
     }
     const auto t = s.find("type");
-    if (t == s.end()) return typed(s, implied_type(s), at);
+    if (t == s.end()) {
+      const std::string implied = implied_type(s);
+      if (implied.empty()) return JsonGrammar::kAnyValue;
+      JsonShape shape = g_.shapes_[static_cast<size_t>(typed(s, implied, at))];
+      shape.implied_type = true;
+      return add(std::move(shape));
+    }
     if (t->is_string()) return typed(s, t->get<std::string>(), at);
     if (!t->is_array() || t->empty())
       fail(at + ".type", "must be a type name or a non-empty array of them");
@@ -125,6 +142,24 @@ class SchemaCompiler {
       any.alternatives.push_back(typed(s, name.get<std::string>(), at));
     }
     return any.alternatives.size() == 1 ? any.alternatives[0] : add(std::move(any));
+  }
+
+  // Every oneOf's alternatives pairwise disjoint (json_disjoint.h), so that the anyOf the
+  // matcher walks writes values that match exactly one; run once every shape is compiled.
+  void check_one_of() const {
+    for (const auto& [id, at] : one_of_) {
+      const std::vector<int32_t>& alt = g_.shape(id).alternatives;
+      for (size_t i = 0; i < alt.size(); ++i) {
+        for (size_t j = i + 1; j < alt.size(); ++j) {
+          if (disjoint_shapes(g_, alt[i], alt[j])) continue;
+          fail(at, "alternatives " + std::to_string(i) + " and " + std::to_string(j) +
+                       " may both match a value (oneOf is enforced where its alternatives are "
+                       "disjoint: of different types, different enum or const values, or "
+                       "objects told apart by a required property; use anyOf if a value may "
+                       "match more than one)");
+        }
+      }
+    }
   }
 
  private:
@@ -315,6 +350,7 @@ class SchemaCompiler {
         o.properties.push_back(std::move(p));
       }
     }
+    o.closed = closed_extra;
     const size_t n = o.properties.size();
     o.first_required.assign(n + 1, static_cast<uint32_t>(n));
     for (size_t i = n; i-- > 0;)
@@ -347,6 +383,7 @@ class SchemaCompiler {
   JsonGrammar& g_;
   const Json& doc_;
   std::map<std::string, int32_t> refs_;
+  std::vector<std::pair<int32_t, std::string>> one_of_;  // shape, place
 };
 
 JsonGrammar::JsonGrammar() {
@@ -373,6 +410,7 @@ JsonGrammar JsonGrammar::from_schema(const Json& schema) {
   JsonGrammar g;
   SchemaCompiler c(g, schema);
   g.root_ = c.compile(schema, "schema");
+  c.check_one_of();
   return g;
 }
 

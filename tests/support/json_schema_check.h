@@ -127,6 +127,11 @@ inline bool satisfies(const Json& v, const Json& schema, const Json& doc) {
     }
     return false;
   }
+  if (schema.contains("oneOf")) {
+    int matches = 0;
+    for (const Json& alt : schema["oneOf"]) matches += satisfies(v, alt, doc);
+    return matches == 1;
+  }
   if (schema.contains("type")) {
     const Json t = schema["type"].is_array() ? schema["type"] : Json::array({schema["type"]});
     bool typed = false;

@@ -17,9 +17,10 @@
 //   * numbers and integers: `minimum`, `maximum`, `exclusiveMinimum`, `exclusiveMaximum`
 //     (numbers, or draft 4's booleans beside minimum / maximum), json_number.h: such numbers
 //     are written without an exponent, numbers with at most 15 digits;
-//   * `enum`, `const` (any JSON values, written as nlohmann::json dumps them), `anyOf`, `allOf`
-//     of one schema, `$ref` to a JSON pointer in the document (`#`, `#/$defs/Name`, ...),
-//     recursion included;
+//   * `enum`, `const` (any JSON values, written as nlohmann::json dumps them), `anyOf`,
+//     `oneOf` (walked as anyOf, so taken only where its alternatives are provably disjoint,
+//     src/json_disjoint.h), `allOf` of one schema, `$ref` to a JSON pointer in the document (`#`,
+//     `#/$defs/Name`, ...), recursion included;
 //   * annotations (title, description, default, examples, $schema, $id, $comment, ...) ignored.
 // What the matcher lets through is stricter than the schema where JSON allows choices: keys in
 // the schema's order, each at most once, enum and const values in their compact form, at most
@@ -58,9 +59,14 @@ struct JsonShape {
     bool required = false;
   };
   Kind kind = Kind::kAny;
+  // Compiled from a schema without `type`, whose other keywords imply this kind: values of the
+  // other types satisfy the schema too (they are never written).
+  bool implied_type = false;
   // kObject. Closed: `properties` in order, first_required[i] the first required index >= i
   // (properties.size() when none). Open: any keys, each value a `values`.
   bool open = false;
+  bool closed = false;  // additionalProperties false: no keys beyond `properties` (else they
+                        // are never written, but satisfy the schema)
   std::vector<Property> properties;
   std::vector<uint32_t> first_required;  // [properties.size() + 1]
   int32_t values = 0;
