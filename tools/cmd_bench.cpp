@@ -190,6 +190,9 @@ int run(const BenchArgs& a) {
   // calls it: batched, then in pairs (verify2), as prefill went before it. The first batched
   // call captures the pass's graph and is not timed.
   double prefill_us = 0, pairs_us = 0;
+  // With --mtp: the same prompt as speculative decoding takes it, the MTP head's entries made:
+  // prefill_with_mtp, and pairs with a draft per token (as the loop went before it).
+  double mtp_prefill_us = 0, mtp_pairs_us = 0;
   std::vector<rt::KernelShare> prefill_shares;  // one pass launched kernel by kernel
   if (a.prefill > 0) {
     std::vector<int32_t> prompt(static_cast<size_t>(a.prefill));
@@ -217,6 +220,23 @@ int run(const BenchArgs& a) {
     for (int r = 0; r < kReps; ++r) prefill_us += timed(batched) / kReps;
     timed(pairs);
     pairs_us = timed(pairs);
+    if (a.mtp) {
+      const auto mtp_batched = [&] { engine->prefill_with_mtp(prompt, -1); };
+      const auto mtp_pairs = [&] {
+        int32_t top[2];
+        size_t i = 0;
+        for (; i + 2 <= prompt.size(); i += 2) {
+          engine->verify2(prompt.data() + i, top);
+          engine->draft(0, prompt[i + 1]);
+          if (i + 2 < prompt.size()) engine->draft(1, prompt[i + 2]);
+        }
+        if (i < prompt.size()) engine->step(prompt[i], nullptr);
+      };
+      timed(mtp_batched);
+      for (int r = 0; r < kReps; ++r) mtp_prefill_us += timed(mtp_batched) / kReps;
+      timed(mtp_pairs);
+      mtp_pairs_us = timed(mtp_pairs);
+    }
     engine->reset();
     prefill_shares = engine->profile_prefill(prompt);
   }
@@ -293,6 +313,12 @@ int run(const BenchArgs& a) {
                       {"pairs_ms", pairs_us / 1e3},
                       {"pairs_tokens_per_s", prefill_tps(pairs_us)},
                       {"kernels", shares_json(prefill_shares)}};
+      if (a.mtp) {
+        j["prefill"]["with_mtp"] = {{"batched_ms", mtp_prefill_us / 1e3},
+                                    {"batched_tokens_per_s", prefill_tps(mtp_prefill_us)},
+                                    {"pairs_and_drafts_ms", mtp_pairs_us / 1e3},
+                                    {"pairs_and_drafts_tokens_per_s", prefill_tps(mtp_pairs_us)}};
+      }
     }
     j["kernels"] = shares_json(shares);
     std::printf("%s\n", j.dump(2).c_str());
@@ -343,6 +369,13 @@ int run(const BenchArgs& a) {
         "%.1f ms = %.1f tok/s; batched %.2fx faster\n",
         a.prefill, a.prefill_chunk, prefill_us / 1e3, prefill_tps(prefill_us), pairs_us / 1e3,
         prefill_tps(pairs_us), pairs_us / prefill_us);
+    if (a.mtp) {
+      std::printf(
+          "  with the MTP head's entries (speculative decoding's prompt): batched %.1f ms = %.1f "
+          "tok/s; in pairs with an MTP step a token %.1f ms = %.1f tok/s; batched %.2fx faster\n",
+          mtp_prefill_us / 1e3, prefill_tps(mtp_prefill_us), mtp_pairs_us / 1e3,
+          prefill_tps(mtp_pairs_us), mtp_pairs_us / mtp_prefill_us);
+    }
   }
   if (a.shared_in_experts) {
     std::printf("shared expert: %s\n", ls.shared_in_experts

@@ -79,6 +79,9 @@ void CudaEngine::advance(std::span<const int32_t>, int32_t*, float*) {
 int32_t CudaEngine::prefill(std::span<const int32_t>, float*) {
   unavailable();
 }
+int32_t CudaEngine::prefill_with_mtp(std::span<const int32_t>, int32_t, float*) {
+  unavailable();
+}
 void CudaEngine::reject_last() {
   unavailable();
 }

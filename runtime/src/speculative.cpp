@@ -37,11 +37,21 @@ GenerateResult generate_speculative(const SpecEngine& e, std::span<const int32_t
   GenerateResult r;
   r.prompt_tokens = static_cast<int64_t>(prompt.size());
   const auto t0 = clock::now();
-  // Prefill two tokens a verify (the last alone when the length is odd, or before the
-  // snapshot), then the MTP head's entries for the positions whose next token is known.
+  // The prompt through the engine's prefill (each part's MTP entries with it), or two tokens a
+  // verify (the last alone when the length is odd, or before the snapshot), then the MTP
+  // head's entries for the positions whose next token is known.
   std::array<int32_t, 2> tops{};
   int row = 0;  // of the last prompt token in the last verify
-  for (size_t i = prefill.done; i < prompt.size();) {
+  for (size_t i = prefill.done; e.prefill && i < prompt.size();) {
+    const size_t end = i < prefill.snapshot_at ? prefill.snapshot_at : prompt.size();
+    const bool last = end == prompt.size();
+    tops[0] = e.prefill(prompt.subspan(i, end - i), last ? -1 : prompt[end],
+                        last && copy ? logits.data() : nullptr);
+    st.mtp_steps += static_cast<int64_t>(end - i - last);
+    i = end;
+    if (i == prefill.snapshot_at) prefill.snapshot();
+  }
+  for (size_t i = prefill.done; !e.prefill && i < prompt.size();) {
     const size_t end = i < prefill.snapshot_at ? prefill.snapshot_at : prompt.size();
     const size_t take = std::min<size_t>(2, end - i);
     const bool last = i + take == prompt.size();
@@ -174,6 +184,20 @@ SpecEngine speculative_engine(CpuEngine& engine) {
     if (logits) std::copy(b->logits.begin(), b->logits.end(), logits);
     return b->argmax();
   };
+  e.prefill = [&engine, b](std::span<const int32_t> tokens, int32_t next, float* logits) {
+    std::vector<float> h;
+    int32_t top = 0;
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      engine.step(tokens[i], b->logits.data());
+      top = b->argmax();
+      if (i + 1 == tokens.size() && logits) std::copy(b->logits.begin(), b->logits.end(), logits);
+      h = engine.hidden();
+      const int32_t after = i + 1 < tokens.size() ? tokens[i + 1] : next;
+      if (after >= 0) engine.mtp_step(after, h.data(), b->logits.data());
+    }
+    b->hidden[0] = std::move(h);
+    return top;
+  };
   return e;
 }
 
@@ -199,6 +223,9 @@ SpecEngine speculative_engine(CudaEngine& engine) {
   };
   e.draft_top = [&engine](int row, int32_t next_token, int k, TopLogits& out) {
     return engine.draft_top(row, next_token, k, out);
+  };
+  e.prefill = [&engine](std::span<const int32_t> tokens, int32_t next, float* logits) {
+    return engine.prefill_with_mtp(tokens, next, logits);
   };
   return e;
 }

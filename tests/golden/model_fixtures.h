@@ -57,4 +57,17 @@ inline auto oracle_drafts(const std::vector<int32_t>& seq, size_t& next, int64_t
   };
 }
 
+// `e` drafting as oracle_drafts, with its prefill (when it has one) counting the prompt's MTP
+// entries it makes as drafts made, so that the oracle's positions go on after them.
+inline void use_oracle(rt::SpecEngine& e, const std::vector<int32_t>& seq, size_t& next,
+                       int64_t vocab) {
+  next = 0;
+  e.draft = oracle_drafts(seq, next, vocab);
+  if (!e.prefill) return;
+  e.prefill = [&next, prefill = e.prefill](std::span<const int32_t> t, int32_t after, float* l) {
+    next += t.size() - (after < 0 ? 1 : 0);
+    return prefill(t, after, l);
+  };
+}
+
 }  // namespace qf::test

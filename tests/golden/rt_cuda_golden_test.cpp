@@ -3,7 +3,8 @@
 // identical, max |diff| <= 5e-4 x max |logit|; 1e-4 on the tiny preset), transformers' logits
 // too (1e-3), and 128 greedy tokens identical, also by speculative decoding (two-token verify
 // passes) and after a batched prefill, whose logits at every position are held to the same
-// bounds. Skips with a message where no GPU is usable.
+// bounds, as are the MTP head's after its batched prefill (prefill_with_mtp). Skips with a
+// message where no GPU is usable.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -162,6 +163,45 @@ void expect_prefill(const Model& model, CudaEngine& gpu, const std::vector<int32
   }
 }
 
+// prefill_with_mtp makes the MTP head's entries draft() makes, up to the order of the sums:
+// after it, the head's logits at the prompt's last but one position are the step path's
+// (`g_mtp`), in one pass, in passes of 3 and in pairs (no prefill buffers: draft()'s own bits),
+// with the last token's entry left to draft() and with it made from `next`.
+void expect_mtp_prefill(const Model& model, const std::vector<int32_t>& prompt,
+                        const std::vector<float>& g_mtp, const std::string& name) {
+  const int64_t vocab = model.config().vocab_size;
+  const size_t t_len = prompt.size();
+  ASSERT_GE(t_len, 3u) << name;
+  const std::vector<float> want(g_mtp.end() - vocab, g_mtp.end());  // position t_len - 2
+  for (const int chunk : {1024, 3, 0}) {
+    const std::string what = name + " MTP prefill in passes of " + std::to_string(chunk);
+    CudaOptions o;
+    o.max_context = static_cast<int64_t>(t_len) + 2;
+    o.mtp = true;
+    o.prefill_chunk = chunk;
+    CudaEngine e(model, o);
+    std::vector<float> d(static_cast<size_t>(vocab)), last(d.size());
+    const int32_t top = e.prefill_with_mtp(std::span(prompt.data(), t_len - 1), -1, last.data());
+    EXPECT_EQ(top, std::max_element(last.begin(), last.end()) - last.begin()) << what;
+    EXPECT_EQ(e.mtp_position(), static_cast<int64_t>(t_len) - 2) << what;
+    // The heads one position apart: refused, nothing consumed.
+    EXPECT_THROW(e.prefill_with_mtp(std::span(prompt.data(), 1), -1, nullptr), Error) << what;
+    e.draft(0, prompt[t_len - 1], d.data());
+    EXPECT_EQ(e.mtp_position(), static_cast<int64_t>(t_len) - 1) << what;
+    if (chunk == 0) {
+      EXPECT_EQ(std::memcmp(d.data(), want.data(), d.size() * sizeof(float)), 0) << what;
+    } else {
+      expect_same(want, d, vocab, 5e-4, what);
+    }
+    e.reset();
+    e.prefill_with_mtp(std::span(prompt.data(), t_len - 2), prompt[t_len - 2], nullptr);
+    EXPECT_EQ(e.mtp_position(), static_cast<int64_t>(t_len) - 2) << what;
+    e.step(prompt[t_len - 2], nullptr);
+    e.draft(0, prompt[t_len - 1], d.data());
+    expect_same(want, d, vocab, chunk == 0 ? 0.0 : 5e-4, what + ", next given");
+  }
+}
+
 void check(const fs::path& model_dir, const fs::path& reference, const std::string& name) {
   const std::unique_ptr<Model> model = Model::load(model_dir);
   const int64_t vocab = model->config().vocab_size;
@@ -203,6 +243,7 @@ void check(const fs::path& model_dir, const fs::path& reference, const std::stri
     }
     EXPECT_EQ(std::memcmp(again.data(), g_mtp.data(), again.size() * sizeof(float)), 0)
         << name << ": mtp logits from host and device hidden states differ";
+    expect_mtp_prefill(*model, prompt, g_mtp, name);
   }
 
   GenerateOptions greedy;
@@ -238,7 +279,7 @@ void check(const fs::path& model_dir, const fs::path& reference, const std::stri
   std::vector<int32_t> seq = prompt;
   seq.insert(seq.end(), want.ids.begin(), want.ids.end());
   size_t p = 0;
-  oracle.draft = test::oracle_drafts(seq, p, vocab);
+  test::use_oracle(oracle, seq, p, vocab);
   const GenerateResult kept = generate_speculative(
       oracle, prompt, greedy, [](int32_t) {}, &st);
   EXPECT_EQ(kept.ids, want.ids) << name << ": speculative continuation with kept drafts";
@@ -256,8 +297,7 @@ void check(const fs::path& model_dir, const fs::path& reference, const std::stri
     EXPECT_EQ(s1.ids, want.ids) << name << ": sampled speculative continuation at top-k 1"
                                 << (tops ? ", top k on the device" : "");
     oracle = speculative_engine(gpu);
-    p = 0;
-    oracle.draft = test::oracle_drafts(seq, p, vocab);
+    test::use_oracle(oracle, seq, p, vocab);
     if (tops) {
       oracle.draft_top = [&](int row, int32_t next, int k, TopLogits& out) {
         std::vector<float> l(static_cast<size_t>(vocab));

@@ -104,7 +104,7 @@ void check_model(const fs::path& model_dir, const fs::path& reference, const std
     std::vector<int32_t> seq = ref.prompt;
     seq.insert(seq.end(), ref.greedy.begin(), ref.greedy.end());
     size_t p = 0;
-    oracle.draft = test::oracle_drafts(seq, p, vocab);
+    test::use_oracle(oracle, seq, p, vocab);
     const GenerateResult orr = generate_speculative(
         oracle, ref.prompt, o, [](int32_t) {}, &st);
     EXPECT_EQ(orr.ids, ref.greedy) << name << ": speculative continuation with kept drafts";
@@ -119,8 +119,7 @@ void check_model(const fs::path& model_dir, const fs::path& reference, const std
         speculative_engine(engine), ref.prompt, top1, [](int32_t) {}, nullptr);
     EXPECT_EQ(s1.ids, ref.greedy) << name << ": sampled speculative continuation at top-k 1";
     oracle = speculative_engine(engine);
-    p = 0;
-    oracle.draft = test::oracle_drafts(seq, p, vocab);
+    test::use_oracle(oracle, seq, p, vocab);
     const GenerateResult o1 = generate_speculative(
         oracle, ref.prompt, top1, [](int32_t) {}, &st);
     EXPECT_EQ(o1.ids, ref.greedy) << name << ": sampled, with kept drafts";

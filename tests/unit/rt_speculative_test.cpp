@@ -35,7 +35,9 @@ struct Toy {
   std::vector<size_t> rows;        // positions of the last verify's tokens
   std::vector<int32_t> reference;  // prompt, then plain greedy far enough
   int64_t mtp_pos = 0, mtp_calls = 0, max_verify = 0;
-  int wrong_every = 0;  // every n-th MTP call drafts a wrong token (0: never)
+  int wrong_every = 0;   // every n-th MTP call drafts a wrong token (0: never)
+  bool batched = false;  // the prompt through SpecEngine::prefill
+  int64_t prefill_calls = 0;
 
   SpecEngine engine() {
     SpecEngine e;
@@ -58,6 +60,21 @@ struct Toy {
       const bool wrong = wrong_every > 0 && ++mtp_calls % wrong_every == 0;
       return (reference.at(p + 2) + (wrong ? 1 : 0)) % kVocab;
     };
+    if (!batched) return e;
+    e.prefill = [this](std::span<const int32_t> tokens, int32_t next, float*) {
+      ++prefill_calls;
+      for (size_t i = 0; i < tokens.size(); ++i) {
+        seq.push_back(tokens[i]);
+        const int32_t after = i + 1 < tokens.size() ? tokens[i + 1] : next;
+        if (after < 0) continue;
+        const int64_t p = static_cast<int64_t>(seq.size()) - 1;
+        EXPECT_EQ(p, mtp_pos) << "the MTP head skipped or repeated a position";
+        EXPECT_EQ(after, reference.at(static_cast<size_t>(p) + 1)) << "MTP position " << p;
+        ++mtp_pos;
+      }
+      rows = {seq.size() - 1};
+      return next_of(seq, seq.size());
+    };
     return e;
   }
 };
@@ -77,16 +94,19 @@ GenerateResult plain(const std::vector<int32_t>& prompt, const GenerateOptions& 
   return r;
 }
 
-void expect_same(const std::vector<int32_t>& prompt, const GenerateOptions& o, int wrong_every) {
+void expect_same(const std::vector<int32_t>& prompt, const GenerateOptions& o, int wrong_every,
+                 bool batched) {
   Toy toy;
   toy.wrong_every = wrong_every;
+  toy.batched = batched;
   const GenerateResult want = plain(prompt, o, &toy.reference);
   std::vector<int32_t> streamed;
   SpecStats st;
   const GenerateResult got = generate_speculative(
       toy.engine(), prompt, o, [&](int32_t id) { streamed.push_back(id); }, &st);
-  const std::string what =
-      "max_tokens " + std::to_string(o.max_tokens) + ", wrong_every " + std::to_string(wrong_every);
+  const std::string what = "max_tokens " + std::to_string(o.max_tokens) + ", wrong_every " +
+                           std::to_string(wrong_every) + (batched ? ", prefill" : "");
+  EXPECT_EQ(toy.prefill_calls, batched ? 1 : 0) << what;
   EXPECT_EQ(got.ids, want.ids) << what;
   EXPECT_EQ(streamed, want.ids) << what;
   EXPECT_EQ(got.finish_reason, want.finish_reason) << what;
@@ -109,6 +129,10 @@ void expect_same(const std::vector<int32_t>& prompt, const GenerateOptions& o, i
   }
 }
 
+void expect_same(const std::vector<int32_t>& prompt, const GenerateOptions& o, int wrong_every) {
+  for (const bool batched : {false, true}) expect_same(prompt, o, wrong_every, batched);
+}
+
 TEST(Speculative, EqualsGreedyForAnyDrafts) {
   const std::vector<int32_t> prompt = {3, 1, 4, 1, 5};
   for (const int wrong_every : {0, 1, 2, 3, 7}) {
@@ -116,6 +140,42 @@ TEST(Speculative, EqualsGreedyForAnyDrafts) {
       GenerateOptions o;
       o.max_tokens = max_tokens;
       expect_same(prompt, o, wrong_every);
+    }
+  }
+}
+
+// From a state the prefix cache restored (`done` tokens in, the MTP head at `done`) and with a
+// snapshot: the snapshot sees the engine at snapshot_at, both heads, and the ids equal greedy's.
+TEST(Speculative, GoesOnFromDoneAndStopsForTheSnapshot) {
+  const std::vector<int32_t> prompt = {3, 9, 14, 1, 7, 22, 8};
+  GenerateOptions o;
+  o.max_tokens = 9;
+  for (const bool batched : {false, true}) {
+    for (const size_t done : {0u, 2u, 3u}) {
+      for (size_t at = done + 1; at < prompt.size(); ++at) {
+        Toy toy;
+        toy.batched = batched;
+        const GenerateResult want = plain(prompt, o, &toy.reference);
+        toy.seq.assign(prompt.begin(), prompt.begin() + static_cast<int64_t>(done));
+        toy.mtp_pos = static_cast<int64_t>(done);
+        int snapshots = 0;
+        SpecPrefill pf;
+        pf.done = done;
+        pf.snapshot_at = at;
+        pf.snapshot = [&] {
+          ++snapshots;
+          EXPECT_EQ(toy.seq.size(), at);
+          EXPECT_EQ(toy.mtp_pos, static_cast<int64_t>(at));
+        };
+        SpecStats st;
+        const GenerateResult got = generate_speculative(
+            toy.engine(), prompt, o, [](int32_t) {}, &st, pf);
+        const std::string what = "done " + std::to_string(done) + ", snapshot at " +
+                                 std::to_string(at) + (batched ? ", prefill" : "");
+        EXPECT_EQ(got.ids, want.ids) << what;
+        EXPECT_EQ(snapshots, 1) << what;
+        EXPECT_EQ(toy.prefill_calls, batched ? 2 : 0) << what;
+      }
     }
   }
 }

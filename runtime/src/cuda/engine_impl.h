@@ -105,7 +105,10 @@ struct CudaEngine::Impl {
     int cap = 0;
     float *x, *u, *mix, *gin, *core, *qkvp, *att, *rl, *rw, *egu, *eh, *ey, *sgu, *sh, *sy, *hidden;
     int *tokens, *pos, *ids, *offsets, *x_rows, *y_rows;
-    int* pinned = nullptr;  // host: tokens, then positions
+    // With the MTP head: its rows' [embedding | hidden] inputs, and their next tokens.
+    float* cat = nullptr;
+    int* mtp_tokens = nullptr;
+    int* pinned = nullptr;  // host: tokens, then positions, then the MTP head's tokens
     void* scratch = nullptr;
     float* gdn_scratch = nullptr;   // kern::gdn_prefill's (nullptr: no DeltaNet layer)
     float* attn_scratch = nullptr;  // kern::attn_prefill's (nullptr: no attention layer)
@@ -250,7 +253,14 @@ struct CudaEngine::Impl {
   // last one's also in `hidden`, its logits in `logits` and argmax in `next` and `token` (so
   // step_greedy continues from it). top (not null): every token's argmax, and its logits [V] at
   // out + r * V where out is not null (the LM head per token, each waited for).
-  void prefill_pass(const int32_t* tokens, int n, int32_t* top, float* out);
+  // With `mtp_rows` > 0 the MTP head's entries too, at the same positions, for the first
+  // mtp_rows tokens (launch_mtp_prefill), token r's made with mtp_after[r] (host) as the next.
+  void prefill_pass(const int32_t* tokens, int n, int32_t* top, float* out,
+                    const int32_t* mtp_after = nullptr, int mtp_rows = 0);
+  // The MTP head's cache entries (its attention layer's k and v rows) for the first n rows of
+  // the pass: from pf.hidden and the embeddings of pf.mtp_tokens, at positions pf.pos. Only
+  // what the cache needs runs: not the layer's attention output, MoE or the LM head.
+  void launch_mtp_prefill(int n);
   // CudaEngine::advance for three or more tokens (passes with top and out as above).
   void prefill_rows(std::span<const int32_t> tokens, int32_t* top, float* out);
   // The LM head and argmax of row r of pf.hidden into logits / next.

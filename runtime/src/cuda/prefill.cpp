@@ -59,7 +59,8 @@ void CudaEngine::Impl::alloc_prefill() {
     pf.attn_scratch = f(static_cast<int64_t>(kern::attn_prefill_scratch_floats(attn, pf.cap)));
   if (has_gdn)
     pf.gdn_scratch = f(static_cast<int64_t>(kern::gdn_prefill_scratch_floats(gdn, pf.cap)));
-  cuda::check(cudaMallocHost(&pf.pinned, static_cast<size_t>(2 * n) * sizeof(int)),
+  if (m->mtp) pf.cat = f(n * 2 * h), pf.mtp_tokens = i(n);
+  cuda::check(cudaMallocHost(&pf.pinned, static_cast<size_t>(3 * n) * sizeof(int)),
               "cudaMallocHost");
   // The GEMM's limbs: the largest x any product of a pass stages.
   size_t scratch = 0;
@@ -74,6 +75,7 @@ void CudaEngine::Impl::alloc_prefill() {
     if (g.fused.n > 0) need(g.fused, rows);
     for (const kern::DeviceLinear& p : g.parts) need(p, rows);
   };
+  if (m->mtp) need(m->mtp->fc, n), need_group(m->mtp->layer.qkv, n);
   for (const cuda::DeviceLayer& l : m->layers) {
     need_group(l.gdn_in, n), need(l.out, n), need_group(l.qkv, n), need(l.o, n);
     need_group(l.moe.router, n), need_group(l.moe.shared_gate_up, n), need(l.moe.shared_down, n);
@@ -200,6 +202,42 @@ void CudaEngine::Impl::launch_prefill(int n) {
   }
 }
 
+void CudaEngine::Impl::launch_mtp_prefill(int n) {
+  const ckpt::Qwen35Config& c = m->config;
+  const cuda::DeviceMtp& t = *m->mtp;
+  const int h = static_cast<int>(c.hidden_size);
+  const size_t h_ = static_cast<size_t>(h), row = h_ * 4;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  // [rms_norm(embedding of the next token) | rms_norm(hidden)] per row, as launch_mtp's cat.
+  for (int r = 0; r < n; ++r) {
+    cuda::check(kern::embed(m->embed_kind, m->embed, h, pf.mtp_tokens + r, pf.x + r * h_, stream),
+                "embed");
+  }
+  cuda::check(kern::rms_norm_1p(pf.x, t.pre_fc_norm_embedding, h, n, eps, pf.mix, stream),
+              "rms_norm");
+  cuda::check(kern::rms_norm_1p(pf.hidden, t.pre_fc_norm_hidden, h, n, eps, pf.u, stream),
+              "rms_norm");
+  cuda::check(cudaMemcpy2DAsync(pf.cat, 2 * row, pf.mix, row, row, static_cast<size_t>(n),
+                                cudaMemcpyDeviceToDevice, stream),
+              "copy");
+  cuda::check(cudaMemcpy2DAsync(pf.cat + h, 2 * row, pf.u, row, row, static_cast<size_t>(n),
+                                cudaMemcpyDeviceToDevice, stream),
+              "copy");
+  gemm_rows(t.fc, pf.cat, 2 * h_, pf.x, h_, n);
+  cuda::check(kern::rms_norm_1p(pf.x, t.layer.input_norm, h, n, eps, pf.u, stream), "rms_norm");
+  mark("MTP head", kern::weight_bytes(t.fc));
+  const size_t qr = static_cast<size_t>(qkvp_row());
+  const size_t att_row = static_cast<size_t>(c.num_attention_heads * c.head_dim);
+  const int64_t q_rows = c.q_proj_rows(), kv_rows = c.kv_rows();
+  gemm_rows(t.layer.qkv, pf.u, h_, pf.qkvp, qr, n);
+  const float* q = pf.qkvp;
+  cuda::check(kern::attn_prefill(attn, q, q + q_rows, q + q_rows + kv_rows, qr, n, t.layer.q_norm,
+                                 t.layer.k_norm, rope, pf.pos, mtp_k, mtp_v, pf.att, att_row,
+                                 pf.attn_scratch, stream),
+              "attn_prefill");
+  mark("MTP head", bytes(t.layer.qkv));
+}
+
 void CudaEngine::Impl::head_row(int r) {
   const int64_t h = m->config.hidden_size;
   gemv(m->lm_head, pf.hidden + r * h, logits, {}, "LM head");
@@ -209,7 +247,8 @@ void CudaEngine::Impl::head_row(int r) {
   mark("argmax", 0);
 }
 
-void CudaEngine::Impl::prefill_pass(const int32_t* tokens, int n, int32_t* top, float* out) {
+void CudaEngine::Impl::prefill_pass(const int32_t* tokens, int n, int32_t* top, float* out,
+                                    const int32_t* mtp_after, int mtp_rows) {
   const int64_t vocab = m->config.vocab_size;
   for (int r = 0; r < n; ++r) {
     if (tokens[r] < 0 || tokens[r] >= vocab) {
@@ -234,6 +273,14 @@ void CudaEngine::Impl::prefill_pass(const int32_t* tokens, int n, int32_t* top, 
     run(prefill_graph, [&] { launch_prefill(n); });
   } else {
     launch_prefill(n);
+  }
+  if (mtp_rows > 0) {
+    std::copy(mtp_after, mtp_after + mtp_rows, pf.pinned + 2 * pf.cap);
+    cuda::check(cudaMemcpyAsync(pf.mtp_tokens, pf.pinned + 2 * pf.cap,
+                                static_cast<size_t>(mtp_rows) * sizeof(int), cudaMemcpyHostToDevice,
+                                stream),
+                "copy");
+    launch_mtp_prefill(mtp_rows);
   }
   for (int r = top ? 0 : n - 1; r < n; ++r) {  // the last row's results stay in logits / next
     head_row(r);
@@ -277,6 +324,65 @@ int32_t CudaEngine::prefill(std::span<const int32_t> tokens, float* logits) {
     const int n = static_cast<int>(std::min<size_t>(tokens.size() - i, s.pf.cap));
     s.prefill_pass(tokens.data() + i, n, nullptr, nullptr);
   }
+  cuda::check(cudaMemcpyAsync(s.pinned + 1, s.next, sizeof(int), cudaMemcpyDeviceToHost, s.stream),
+              "copy");
+  if (logits) s.queue_logits(s.logits, 1);
+  cuda::check(cudaStreamSynchronize(s.stream), "prefill");
+  if (logits) s.take_logits(logits, 1);
+  return s.pinned[1];
+}
+
+int32_t CudaEngine::prefill_with_mtp(std::span<const int32_t> tokens, int32_t next, float* logits) {
+  Impl& s = *impl_;
+  if (!s.m->mtp) {
+    throw Error(Errc::kUnsupported, s.o.mtp ? "the checkpoint has no MTP head (mtp.* tensors)"
+                                            : "the MTP head is not loaded (CudaOptions::mtp)");
+  }
+  if (tokens.empty()) throw Error(Errc::kUsage, "prefill_with_mtp: no tokens");
+  if (s.mtp_position != s.position) {
+    throw Error(Errc::kUsage, "prefill_with_mtp: the MTP head is at position " +
+                                  std::to_string(s.mtp_position) + ", the main model at " +
+                                  std::to_string(s.position));
+  }
+  const int64_t vocab = s.m->config.vocab_size;
+  if (next < -1 || next >= vocab) {
+    throw Error(Errc::kUsage, "prefill_with_mtp: the next token " + std::to_string(next) +
+                                  " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  }
+  // Each token's next: the one after it, `next` after the last.
+  std::vector<int32_t> after(tokens.begin() + 1, tokens.end());
+  after.push_back(next);
+  const size_t entries = tokens.size() - (next < 0);
+  if (s.pf.cap == 0) {  // no prefill buffers: pairs, each token's MTP entry after them
+    const size_t v = static_cast<size_t>(vocab), h = static_cast<size_t>(s.m->config.hidden_size);
+    std::vector<float> two(logits ? 2 * v : 0);
+    int32_t top[2] = {0, 0};
+    size_t take = 0;
+    for (size_t i = 0; i < tokens.size(); i += take) {
+      take = std::min<size_t>(2, tokens.size() - i);
+      const bool last = i + take == tokens.size();
+      advance(tokens.subspan(i, take), top, last && logits ? two.data() : nullptr);
+      for (size_t j = 0; j < take && i + j < entries; ++j) draft(static_cast<int>(j), after[i + j]);
+    }
+    if (logits) std::copy_n(two.begin() + static_cast<int64_t>((take - 1) * v), v, logits);
+    if (take == 2) {  // draft(0, ...) goes on from the last token
+      cuda::check(
+          cudaMemcpyAsync(s.hidden, s.hidden + h, h * 4, cudaMemcpyDeviceToDevice, s.stream),
+          "copy");
+    }
+    return top[take - 1];
+  }
+  for (size_t i = 0; i < tokens.size(); i += static_cast<size_t>(s.pf.cap)) {
+    const int n = static_cast<int>(std::min<size_t>(tokens.size() - i, s.pf.cap));
+    const int rows = static_cast<int>(std::min<size_t>(n, entries - i));
+    s.prefill_pass(tokens.data() + i, n, nullptr, nullptr, after.data() + i, rows);
+    s.mtp_position += rows;
+  }
+  // launch_mtp reads its position on the device.
+  s.pinned[10] = static_cast<int>(s.mtp_position);
+  cuda::check(
+      cudaMemcpyAsync(s.mtp_pos, s.pinned + 10, sizeof(int), cudaMemcpyHostToDevice, s.stream),
+      "copy");
   cuda::check(cudaMemcpyAsync(s.pinned + 1, s.next, sizeof(int), cudaMemcpyDeviceToHost, s.stream),
               "copy");
   if (logits) s.queue_logits(s.logits, 1);

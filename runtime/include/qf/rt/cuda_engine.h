@@ -162,6 +162,15 @@ class CudaEngine {
   // head is not run. Without prefill buffers (CudaOptions::prefill_chunk) it goes through
   // advance's pairs. Error(kUsage) as step.
   int32_t prefill(std::span<const int32_t> tokens, float* logits = nullptr);
+  // prefill, and the MTP head's entries at the same positions in the same passes (speculative
+  // decoding's prompt; its position must be the main model's): each token's made with the token
+  // after it as the next, `next` for the last (-1: the last gets none, and draft(0, token) makes
+  // it once the token is known; row 0 is the last token's). Only the MTP layer's k and v rows
+  // are made (its fc, norms, q|k|v projection and kern::attn_prefill's appends; not its MoE or
+  // LM head): the same entries as draft()'s, up to the order of the sums where kern::gemm takes
+  // a format. Without prefill buffers: advance's pairs, then draft per token. Error(kUnsupported)
+  // without the MTP head; kUsage as prefill, or for the positions or `next` out of range.
+  int32_t prefill_with_mtp(std::span<const int32_t> tokens, int32_t next, float* logits = nullptr);
 
   // One step launched kernel by kernel with events between them: time and bytes per family.
   std::vector<KernelShare> profile_step();

@@ -41,6 +41,12 @@ struct SpecEngine {
   // `next_token`; returns the argmax of its logits and writes them [vocab] to `logits` when not
   // null.
   std::function<int32_t(int row, int32_t next_token, float* logits)> draft;
+  // Optional: the prompt's way in. Consumes tokens (one or more) at the next positions and
+  // makes the MTP head's entries for them, each with the token after it as the next (`next`
+  // for the last; -1: none for the last). Returns the last token's argmax, writes its logits
+  // [vocab] to `logits` when not null, and keeps its hidden state as row 0 for draft(). Without
+  // it the loop feeds prompts through verify and draft.
+  std::function<int32_t(std::span<const int32_t> tokens, int32_t next, float* logits)> prefill;
   // Optional, for an engine that selects the top k of its logits itself (CudaEngine): verify of
   // two tokens and draft with each row's top `k` (TopLogits) instead of the logits. The loop
   // uses them wherever TokenChooser::top_candidates says the top k decide.
@@ -65,9 +71,10 @@ struct SpecPrefill {
 };
 
 // The loop, from a fresh engine state or the one `prefill` describes. The prompt goes through
-// verify two tokens at a time (the last alone when its length is odd, or before the snapshot).
-// Every prompt token but the first also goes through the MTP head (its cache holds every
-// position, as in a plain run of it), and so does every accepted draft. Throws Error(kUsage) for
+// the engine's prefill (in two parts around the snapshot), or without one through verify two
+// tokens at a time (the last alone when its length is odd, or before the snapshot). Every
+// prompt position but the last also gets its MTP entry (the head's cache holds every position,
+// as in a plain run of it), and so does every accepted draft. Throws Error(kUsage) for
 // an empty prompt, a prefill past it or bad sampling options.
 GenerateResult generate_speculative(const SpecEngine& engine, std::span<const int32_t> prompt,
                                     const GenerateOptions& options,
@@ -75,10 +82,11 @@ GenerateResult generate_speculative(const SpecEngine& engine, std::span<const in
                                     const SpecPrefill& prefill = {});
 
 // The CPU reference engine as a SpecEngine, reset to a fresh state (its model must have an MTP
-// head: else Error(kUnsupported)). `engine` must outlive the result.
+// head: else Error(kUnsupported)); its prefill is steps then MTP steps, token by token.
+// `engine` must outlive the result.
 SpecEngine speculative_engine(CpuEngine& engine);
-// The CUDA engine (CudaEngine::verify2, reject_last, draft), reset; its MTP head must be loaded
-// (CudaOptions::mtp): else Error(kUnsupported).
+// The CUDA engine (CudaEngine::verify2, reject_last, draft, prefill_with_mtp), reset; its MTP
+// head must be loaded (CudaOptions::mtp): else Error(kUnsupported).
 SpecEngine speculative_engine(CudaEngine& engine);
 
 }  // namespace qf::rt
