@@ -199,6 +199,12 @@ void expect_mtp_prefill(const Model& model, const std::vector<int32_t>& prompt,
     e.step(prompt[t_len - 2], nullptr);
     e.draft(0, prompt[t_len - 1], d.data());
     expect_same(want, d, vocab, chunk == 0 ? 0.0 : 5e-4, what + ", next given");
+    // A token outside the vocabulary, even in a later pass, is refused before anything runs.
+    e.reset();
+    std::vector<int32_t> bad = prompt;
+    bad.back() = static_cast<int32_t>(vocab);
+    EXPECT_THROW(e.prefill_with_mtp(bad, -1), Error) << what;
+    EXPECT_EQ(e.position(), 0) << what;
   }
 }
 

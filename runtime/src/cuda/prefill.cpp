@@ -349,6 +349,14 @@ int32_t CudaEngine::prefill_with_mtp(std::span<const int32_t> tokens, int32_t ne
     throw Error(Errc::kUsage, "prefill_with_mtp: the next token " + std::to_string(next) +
                                   " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
   }
+  // All checked first: a pass's MTP rows embed the next pass's first token.
+  for (const int32_t t : tokens) {
+    if (t < 0 || t >= vocab) {
+      throw Error(Errc::kUsage, "token id " + std::to_string(t) +
+                                    " is outside the vocabulary [0, " + std::to_string(vocab) +
+                                    ")");
+    }
+  }
   // Each token's next: the one after it, `next` after the last.
   std::vector<int32_t> after(tokens.begin() + 1, tokens.end());
   after.push_back(next);
