@@ -48,7 +48,7 @@ uint8_t type_of(const Value& v) {
 
 class Prover {
  public:
-  explicit Prover(const JsonGrammar& g) : g_(g) {}
+  Prover(const JsonGrammar& g, int64_t& steps) : g_(g), steps_(steps) {}
 
   // The JSON types of the values that satisfy shape `s`'s schema.
   uint8_t types(int32_t s, int depth) const {
@@ -81,7 +81,7 @@ class Prover {
   }
 
   bool shapes(int32_t a, int32_t b, int depth) const {
-    if (depth > kMaxDepth) return false;
+    if (depth > kMaxDepth || --steps_ < 0) return false;
     if ((types(a, 0) & types(b, 0)) == 0) return true;
     const JsonShape& x = g_.shape(a);
     const JsonShape& y = g_.shape(b);
@@ -109,7 +109,7 @@ class Prover {
  private:
   // Whether value `v` fails shape `s`.
   bool value(const Value& v, int32_t s, int depth) const {
-    if (depth > kMaxDepth) return false;
+    if (depth > kMaxDepth || --steps_ < 0) return false;
     if ((type_of(v) & types(s, 0)) == 0) return true;
     const JsonShape& x = g_.shape(s);
     switch (x.kind) {
@@ -172,12 +172,13 @@ class Prover {
   }
 
   const JsonGrammar& g_;
+  int64_t& steps_;
 };
 
 }  // namespace
 
-bool disjoint_shapes(const JsonGrammar& g, int32_t a, int32_t b) {
-  return Prover(g).shapes(a, b, 0);
+bool disjoint_shapes(const JsonGrammar& g, int32_t a, int32_t b, int64_t& steps) {
+  return Prover(g, steps).shapes(a, b, 0);
 }
 
 }  // namespace qf::rt

@@ -14,7 +14,11 @@ namespace qf::rt {
 // proofs: the JSON types differ; enum and const values differ; a value lacks a property the
 // other shape requires or holds one it does not allow; two objects with a property whose
 // shapes are disjoint, required by one of them. False when none applies (not disjoint, or not
-// provably so).
-bool disjoint_shapes(const JsonGrammar& g, int32_t a, int32_t b);
+// provably so). Each proof step takes one of `steps`; none left: false (so a schema crafted to
+// branch at every level cannot stall a request).
+bool disjoint_shapes(const JsonGrammar& g, int32_t a, int32_t b, int64_t& steps);
+
+// The proof steps one schema's oneOfs may take together.
+constexpr int64_t kDisjointSteps = 1000000;
 
 }  // namespace qf::rt

@@ -147,11 +147,16 @@ class SchemaCompiler {
   // Every oneOf's alternatives pairwise disjoint (json_disjoint.h), so that the anyOf the
   // matcher walks writes values that match exactly one; run once every shape is compiled.
   void check_one_of() const {
+    int64_t steps = kDisjointSteps;
     for (const auto& [id, at] : one_of_) {
       const std::vector<int32_t>& alt = g_.shape(id).alternatives;
       for (size_t i = 0; i < alt.size(); ++i) {
         for (size_t j = i + 1; j < alt.size(); ++j) {
-          if (disjoint_shapes(g_, alt[i], alt[j])) continue;
+          if (disjoint_shapes(g_, alt[i], alt[j], steps)) continue;
+          if (steps < 0) {
+            fail(at, "its alternatives could not be told apart within " +
+                         std::to_string(kDisjointSteps) + " proof steps; use anyOf");
+          }
           fail(at, "alternatives " + std::to_string(i) + " and " + std::to_string(j) +
                        " may both match a value (oneOf is enforced where its alternatives are "
                        "disjoint: of different types, different enum or const values, or "
