@@ -305,31 +305,8 @@ void CudaEngine::Impl::prefill_pass(const int32_t* tokens, int n, int32_t* top, 
 }
 
 int32_t CudaEngine::prefill(std::span<const int32_t> tokens, float* logits) {
-  Impl& s = *impl_;
   if (tokens.empty()) throw Error(Errc::kUsage, "prefill: no tokens");
-  const size_t v = static_cast<size_t>(s.m->config.vocab_size);
-  if (s.pf.cap == 0) {  // no prefill buffers: advance's pairs (the last row's logits kept)
-    std::vector<float> two(logits ? 2 * v : 0);
-    int32_t top[2] = {0, 0};
-    size_t take = 0;
-    for (size_t i = 0; i < tokens.size(); i += take) {
-      take = std::min<size_t>(2, tokens.size() - i);
-      const bool last = i + take == tokens.size();
-      advance(tokens.subspan(i, take), top, last && logits ? two.data() : nullptr);
-    }
-    if (logits) std::copy_n(two.begin() + static_cast<int64_t>((take - 1) * v), v, logits);
-    return top[take - 1];
-  }
-  for (size_t i = 0; i < tokens.size(); i += static_cast<size_t>(s.pf.cap)) {
-    const int n = static_cast<int>(std::min<size_t>(tokens.size() - i, s.pf.cap));
-    s.prefill_pass(tokens.data() + i, n, nullptr, nullptr);
-  }
-  cuda::check(cudaMemcpyAsync(s.pinned + 1, s.next, sizeof(int), cudaMemcpyDeviceToHost, s.stream),
-              "copy");
-  if (logits) s.queue_logits(s.logits, 1);
-  cuda::check(cudaStreamSynchronize(s.stream), "prefill");
-  if (logits) s.take_logits(logits, 1);
-  return s.pinned[1];
+  return prefill_tokens(tokens, logits, nullptr, 0);
 }
 
 int32_t CudaEngine::prefill_with_mtp(std::span<const int32_t> tokens, int32_t next, float* logits) {
@@ -360,9 +337,14 @@ int32_t CudaEngine::prefill_with_mtp(std::span<const int32_t> tokens, int32_t ne
   // Each token's next: the one after it, `next` after the last.
   std::vector<int32_t> after(tokens.begin() + 1, tokens.end());
   after.push_back(next);
-  const size_t entries = tokens.size() - (next < 0);
-  if (s.pf.cap == 0) {  // no prefill buffers: pairs, each token's MTP entry after them
-    const size_t v = static_cast<size_t>(vocab), h = static_cast<size_t>(s.m->config.hidden_size);
+  return prefill_tokens(tokens, logits, after.data(), tokens.size() - (next < 0));
+}
+
+int32_t CudaEngine::prefill_tokens(std::span<const int32_t> tokens, float* logits,
+                                   const int32_t* after, size_t entries) {
+  Impl& s = *impl_;
+  const size_t v = static_cast<size_t>(s.m->config.vocab_size);
+  if (s.pf.cap == 0) {  // no prefill buffers: advance's pairs (the last row's logits kept)
     std::vector<float> two(logits ? 2 * v : 0);
     int32_t top[2] = {0, 0};
     size_t take = 0;
@@ -370,10 +352,12 @@ int32_t CudaEngine::prefill_with_mtp(std::span<const int32_t> tokens, int32_t ne
       take = std::min<size_t>(2, tokens.size() - i);
       const bool last = i + take == tokens.size();
       advance(tokens.subspan(i, take), top, last && logits ? two.data() : nullptr);
-      for (size_t j = 0; j < take && i + j < entries; ++j) draft(static_cast<int>(j), after[i + j]);
+      for (size_t j = 0; after && j < take && i + j < entries; ++j)
+        draft(static_cast<int>(j), after[i + j]);
     }
     if (logits) std::copy_n(two.begin() + static_cast<int64_t>((take - 1) * v), v, logits);
-    if (take == 2) {  // draft(0, ...) goes on from the last token
+    if (after && take == 2) {  // draft(0, ...) goes on from the last token
+      const size_t h = static_cast<size_t>(s.m->config.hidden_size);
       cuda::check(
           cudaMemcpyAsync(s.hidden, s.hidden + h, h * 4, cudaMemcpyDeviceToDevice, s.stream),
           "copy");
@@ -382,15 +366,16 @@ int32_t CudaEngine::prefill_with_mtp(std::span<const int32_t> tokens, int32_t ne
   }
   for (size_t i = 0; i < tokens.size(); i += static_cast<size_t>(s.pf.cap)) {
     const int n = static_cast<int>(std::min<size_t>(tokens.size() - i, s.pf.cap));
-    const int rows = static_cast<int>(std::min<size_t>(n, entries - i));
-    s.prefill_pass(tokens.data() + i, n, nullptr, nullptr, after.data() + i, rows);
+    const int rows = after ? static_cast<int>(std::min<size_t>(n, entries - i)) : 0;
+    s.prefill_pass(tokens.data() + i, n, nullptr, nullptr, after ? after + i : nullptr, rows);
     s.mtp_position += rows;
   }
-  // launch_mtp reads its position on the device.
-  s.pinned[10] = static_cast<int>(s.mtp_position);
-  cuda::check(
-      cudaMemcpyAsync(s.mtp_pos, s.pinned + 10, sizeof(int), cudaMemcpyHostToDevice, s.stream),
-      "copy");
+  if (after) {  // launch_mtp reads its position on the device
+    s.pinned[10] = static_cast<int>(s.mtp_position);
+    cuda::check(
+        cudaMemcpyAsync(s.mtp_pos, s.pinned + 10, sizeof(int), cudaMemcpyHostToDevice, s.stream),
+        "copy");
+  }
   cuda::check(cudaMemcpyAsync(s.pinned + 1, s.next, sizeof(int), cudaMemcpyDeviceToHost, s.stream),
               "copy");
   if (logits) s.queue_logits(s.logits, 1);

@@ -187,6 +187,10 @@ class CudaEngine {
   struct Impl;
 
  private:
+  // prefill, and with `after` (each token's next, [tokens.size()]) prefill_with_mtp's entries
+  // for the first `entries` tokens.
+  int32_t prefill_tokens(std::span<const int32_t> tokens, float* logits, const int32_t* after,
+                         size_t entries);
   explicit CudaEngine(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
