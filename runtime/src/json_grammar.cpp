@@ -264,7 +264,9 @@ class SchemaCompiler {
     b.integer = integer;
     const auto bound = [&](const char* key, std::string& out) {
       const auto it = s.find(key);
-      if (it == s.end() || it->is_boolean()) return;
+      // A boolean exclusive bound is draft 4's form, below.
+      if (it == s.end() || (it->is_boolean() && std::string(key).rfind("exclusive", 0) == 0))
+        return;
       if (!it->is_number()) fail(at + "." + key, "must be a number, got " + dump(*it));
       out = it->dump();
     };

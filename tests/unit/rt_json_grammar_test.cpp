@@ -60,6 +60,9 @@ TEST(JsonGrammar, RefusesWhatItCannotEnforceNamingThePlace) {
   EXPECT_NE(compile_error(R"({"type": ["number", "null"], "maximum": "3"})")
                 .find("schema.maximum: must be a number, got \"3\""),
             std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": "integer", "minimum": true})")
+                .find("schema.minimum: must be a number, got true"),
+            std::string::npos);
   EXPECT_NE(compile_error(R"({"type": "number", "exclusiveMinimum": true})")
                 .find("schema.exclusiveMinimum: true needs 'minimum' beside it"),
             std::string::npos);
