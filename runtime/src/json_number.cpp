@@ -3,6 +3,7 @@
 // that cannot reach a number within the bounds are cut (ByteDfa::live_part).
 #include "qf/rt/json_number.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -76,9 +77,7 @@ std::optional<Decimal> decimal(std::string_view text) {
   if (point > static_cast<int64_t>(digits.size())) digits.resize(static_cast<size_t>(point), '0');
   d.whole = digits.substr(0, static_cast<size_t>(point));
   d.frac = digits.substr(static_cast<size_t>(point));
-  d.whole.erase(0, d.whole.find_first_not_of('0') == std::string::npos
-                       ? d.whole.size()
-                       : d.whole.find_first_not_of('0'));
+  d.whole.erase(0, std::min(d.whole.find_first_not_of('0'), d.whole.size()));
   while (!d.frac.empty() && d.frac.back() == '0') d.frac.pop_back();
   if (d.zero()) d.neg = false;
   return d;

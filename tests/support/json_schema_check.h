@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "qf/error.h"
 #include "qf/rt/json_grammar.h"
 #include "qf/rt/json_matcher.h"
 
@@ -40,6 +41,18 @@ inline int verdict(const JsonGrammar& g, std::string_view text) {
     if (m.can_end(f, a)) return 1;
   }
   return 0;
+}
+
+// What JsonGrammar::from_schema says refusing `schema` ("" when it compiles); a refusal must be
+// a usage error.
+inline std::string schema_error(const Json& schema) {
+  try {
+    JsonGrammar::from_schema(schema);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::kUsage);
+    return e.what();
+  }
+  return "";
 }
 
 // Whether `s` is what JSON Schema's `format` names (RFC 3339 date, time, date-time with

@@ -20,6 +20,7 @@ namespace {
 using Json = nlohmann::ordered_json;
 using test::random_text;
 using test::satisfies;
+using test::schema_error;
 
 const char* const kAlternatives[] = {
     R"({"type": "string", "maxLength": 3})",
@@ -47,16 +48,6 @@ const char* const kAlternatives[] = {
     R"({"type": "object", "properties": {"lives": {"type": "integer"}}, "required": ["lives"]})",
 };
 
-std::string refusal(const Json& schema) {
-  try {
-    JsonGrammar::from_schema(schema);
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), Errc::kUsage);
-    return e.what();
-  }
-  return "";
-}
-
 TEST(JsonOneOf, TakesThePairsNoValueMatchesTwiceAndRefusesTheOthers) {
   std::mt19937 rng(3);
   const size_t n = std::size(kAlternatives);
@@ -65,7 +56,7 @@ TEST(JsonOneOf, TakesThePairsNoValueMatchesTwiceAndRefusesTheOthers) {
     for (size_t j = i + 1; j < n; ++j) {
       const Json a = Json::parse(kAlternatives[i]), b = Json::parse(kAlternatives[j]);
       const Json one_of = {{"oneOf", {a, b}}};
-      const std::string why = refusal(one_of);
+      const std::string why = schema_error(one_of);
       // Values of each alternative alone, as the matcher writes them: does one satisfy both?
       bool both = false;
       for (const Json& alt : {a, b}) {
@@ -133,18 +124,18 @@ TEST(JsonOneOf, TakesPydanticDiscriminatedUnions) {
   // The same models with the same tag are refused.
   Json same = schema;
   same["$defs"]["Dog"]["properties"]["pet_type"]["const"] = "cat";
-  EXPECT_NE(refusal(same).find("schema.properties.pet.oneOf: alternatives 0 and 1 may both "
-                               "match a value"),
+  EXPECT_NE(schema_error(same).find("schema.properties.pet.oneOf: alternatives 0 and 1 may both "
+                                    "match a value"),
             std::string::npos);
 }
 
 TEST(JsonOneOf, RefusesBesideTypeOrAnyOf) {
-  EXPECT_NE(refusal(Json::parse(R"({"type": "object", "oneOf": [{"required": []}]})"))
+  EXPECT_NE(schema_error(Json::parse(R"({"type": "object", "oneOf": [{"required": []}]})"))
                 .find("'type' beside 'oneOf'"),
             std::string::npos);
-  EXPECT_NE(refusal(Json::parse(R"({"anyOf": [true], "oneOf": [true]})")).find("beside"),
+  EXPECT_NE(schema_error(Json::parse(R"({"anyOf": [true], "oneOf": [true]})")).find("beside"),
             std::string::npos);
-  EXPECT_NE(refusal(Json::parse(R"({"oneOf": []})")).find("schema.oneOf: must be a non-empty"),
+  EXPECT_NE(schema_error(Json::parse(R"({"oneOf": []})")).find("schema.oneOf: must be a non-empty"),
             std::string::npos);
 }
 
