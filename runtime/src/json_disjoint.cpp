@@ -53,7 +53,7 @@ class Prover {
   // The JSON types of the values that satisfy shape `s`'s schema.
   uint8_t types(int32_t s, int depth) const {
     const JsonShape& x = g_.shape(s);
-    if (depth > kMaxDepth || x.implied_type) return kAnyT;
+    if (depth > kMaxDepth || --steps_ < 0 || x.implied_type) return kAnyT;
     switch (x.kind) {
       case Kind::kAny:
         return kAnyT;
@@ -74,7 +74,7 @@ class Prover {
       case Kind::kAnyOf: {
         uint8_t t = 0;
         for (const int32_t alt : x.alternatives) t |= types(alt, depth + 1);
-        return x.alternatives.empty() ? kAnyT : t;  // empty: a $ref still being compiled
+        return t;
       }
     }
     return kAnyT;
@@ -87,9 +87,7 @@ class Prover {
     const JsonShape& y = g_.shape(b);
     if (x.kind == Kind::kAnyOf || y.kind == Kind::kAnyOf) {
       const bool left = x.kind == Kind::kAnyOf;
-      const JsonShape& any = left ? x : y;
-      if (any.alternatives.empty()) return false;
-      for (const int32_t alt : any.alternatives) {
+      for (const int32_t alt : (left ? x : y).alternatives) {
         if (!shapes(left ? alt : a, left ? b : alt, depth + 1)) return false;
       }
       return true;
@@ -117,7 +115,7 @@ class Prover {
         for (const int32_t alt : x.alternatives) {
           if (!value(v, alt, depth + 1)) return false;
         }
-        return !x.alternatives.empty();
+        return true;
       case Kind::kLiteral:
         for (const std::string& l : x.literals) {
           if (Value::parse(l) == v) return false;
