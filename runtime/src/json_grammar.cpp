@@ -2,6 +2,7 @@
 // compiled once each (so recursive schemas close on themselves).
 #include "qf/rt/json_grammar.h"
 
+#include <functional>
 #include <map>
 #include <set>
 
@@ -142,6 +143,31 @@ class SchemaCompiler {
       any.alternatives.push_back(typed(s, name.get<std::string>(), at));
     }
     return any.alternatives.size() == 1 ? any.alternatives[0] : add(std::move(any));
+  }
+
+  // No shape reaches itself through anyOf alternatives alone (a `$ref` back to its own target
+  // with no object, array or string around it): the matcher would open such a value forever.
+  void check_left_recursion() const {
+    std::map<int32_t, std::string> target;  // a $ref's shape -> the pointer it names
+    for (const auto& [pointer, id] : refs_) target[id] = pointer;
+    std::vector<uint8_t> state(g_.shapes_.size(), 0);  // 0 new, 1 on the path, 2 done
+    const std::function<void(int32_t)> visit = [&](int32_t i) {
+      state[static_cast<size_t>(i)] = 1;
+      for (const int32_t alt : g_.shape(i).alternatives) {
+        if (g_.shape(alt).kind != Kind::kAnyOf || state[static_cast<size_t>(alt)] == 2) continue;
+        if (state[static_cast<size_t>(alt)] == 1) {
+          const auto t = target.find(alt);
+          fail(t == target.end() ? "schema" : "schema" + t->second.substr(1),
+               "it refers back to itself through anyOf, oneOf, allOf or $ref alone, before any "
+               "object, array or string (left recursion is not supported)");
+        }
+        visit(alt);
+      }
+      state[static_cast<size_t>(i)] = 2;
+    };
+    for (size_t i = 0; i < g_.shapes_.size(); ++i) {
+      if (g_.shapes_[i].kind == Kind::kAnyOf && state[i] == 0) visit(static_cast<int32_t>(i));
+    }
   }
 
   // Every oneOf's alternatives pairwise disjoint (json_disjoint.h), so that the anyOf the
@@ -417,6 +443,7 @@ JsonGrammar JsonGrammar::from_schema(const Json& schema) {
   JsonGrammar g;
   SchemaCompiler c(g, schema);
   g.root_ = c.compile(schema, "schema");
+  c.check_left_recursion();
   c.check_one_of();
   return g;
 }

@@ -71,6 +71,17 @@ TEST(JsonGrammar, RefusesWhatItCannotEnforceNamingThePlace) {
             std::string::npos);
   EXPECT_NE(compile_error(R"({"$ref": "#/$defs/missing"})").find("names nothing"),
             std::string::npos);
+  // A $ref back to its own target before any value (the matcher would recurse forever).
+  EXPECT_NE(compile_error(R"({"$defs": {"a": {"anyOf": [{"$ref": "#/$defs/a"}, {"type": "null"}]}},
+            "$ref": "#/$defs/a"})")
+                .find("schema/$defs/a: it refers back to itself"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"$defs": {"b": {"allOf": [{"$ref": "#/$defs/b"}]}},
+            "type": "array", "items": {"$ref": "#/$defs/b"}})")
+                .find("left recursion"),
+            std::string::npos);
+  EXPECT_NE(compile_error(R"({"anyOf": [{"$ref": "#"}, {"type": "null"}]})").find("left recursion"),
+            std::string::npos);
   EXPECT_NE(compile_error(R"({"type": "object", "properties": {"a": {}},
             "additionalProperties": true})")
                 .find("additionalProperties"),
