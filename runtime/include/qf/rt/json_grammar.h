@@ -20,7 +20,8 @@
 //   * `enum`, `const` (any JSON values, written as nlohmann::json dumps them), `anyOf`,
 //     `oneOf` (walked as anyOf, so taken only where its alternatives are provably disjoint,
 //     src/json_disjoint.h), `allOf` of one schema, `$ref` to a JSON pointer in the document (`#`,
-//     `#/$defs/Name`, ...), recursion included;
+//     `#/$defs/Name`, ...), recursion included (not left recursion: a `$ref` that reaches
+//     itself before any object, array or string);
 //   * annotations (title, description, default, examples, $schema, $id, $comment, ...) ignored.
 // What the matcher lets through is stricter than the schema where JSON allows choices: keys in
 // the schema's order, each at most once, enum and const values in their compact form, at most
