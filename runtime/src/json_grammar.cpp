@@ -439,7 +439,23 @@ JsonGrammar JsonGrammar::any_object() {
   return g;
 }
 
+bool json_deeper_than(const Json& v, int limit) {
+  std::vector<std::pair<const Json*, int>> todo = {{&v, 0}};
+  while (!todo.empty()) {
+    const auto [j, depth] = todo.back();
+    todo.pop_back();
+    if (!j->is_structured()) continue;
+    if (depth >= limit) return true;
+    for (const Json& child : *j) todo.emplace_back(&child, depth + 1);
+  }
+  return false;
+}
+
 JsonGrammar JsonGrammar::from_schema(const Json& schema) {
+  if (json_deeper_than(schema, kMaxJsonNesting)) {
+    throw Error(Errc::kUsage, "schema: nested more than " + std::to_string(kMaxJsonNesting) +
+                                  " arrays and objects deep");
+  }
   JsonGrammar g;
   SchemaCompiler c(g, schema);
   g.root_ = c.compile(schema, "schema");

@@ -175,6 +175,10 @@ void Server::Impl::handle(const httplib::Request& req, httplib::Response& res, b
   } catch (const Json::exception& e) {
     bad_request(std::string("the request body is not valid JSON: ") + e.what());
   }
+  if (json_deeper_than(body, kMaxJsonNesting)) {
+    bad_request("the request body nests more than " + std::to_string(kMaxJsonNesting) +
+                " arrays and objects deep");
+  }
   SamplingOptions defaults = opt.defaults;
   {
     std::lock_guard<std::mutex> lock(rng_mutex);

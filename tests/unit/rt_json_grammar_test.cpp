@@ -82,6 +82,15 @@ TEST(JsonGrammar, RefusesWhatItCannotEnforceNamingThePlace) {
             std::string::npos);
   EXPECT_NE(compile_error(R"({"anyOf": [{"$ref": "#"}, {"type": "null"}]})").find("left recursion"),
             std::string::npos);
+  // Nested past kMaxJsonNesting: refused before the compiler recurses (it overflowed the stack
+  // at 10,000 levels); 500 levels compile.
+  const auto items = [](int n) {
+    std::string s;
+    for (int i = 0; i < n; ++i) s += R"({"items": )";
+    return s + "{}" + std::string(static_cast<size_t>(n), '}');
+  };
+  EXPECT_NE(compile_error(items(100000)).find("schema: nested more than 512"), std::string::npos);
+  EXPECT_EQ(compile_error(items(500)), "");
   EXPECT_NE(compile_error(R"({"type": "object", "properties": {"a": {}},
             "additionalProperties": true})")
                 .find("additionalProperties"),

@@ -294,6 +294,14 @@ TEST(Server, StructuredOutputFollowsTheSchema) {
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 400);
   EXPECT_NE(res->body.find("'uniqueItems'"), std::string::npos) << res->body;
+  // A body nested past kMaxJsonNesting (100,000 arrays deep in a message's content): refused
+  // before anything recurses through it (dumping it overflowed the stack).
+  const std::string deep = R"({"messages": [{"role": "user", "content": )" +
+                           std::string(100000, '[') + std::string(100000, ']') + "}]}";
+  const auto nested = c.Post("/v1/chat/completions", deep, "application/json");
+  ASSERT_TRUE(nested);
+  EXPECT_EQ(nested->status, 400);
+  EXPECT_NE(nested->body.find("nests more than 512"), std::string::npos) << nested->body;
 }
 
 // tool_choice "required" and a named function, the constraint steering random logits: every

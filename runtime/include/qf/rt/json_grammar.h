@@ -41,6 +41,13 @@
 namespace qf::rt {
 
 constexpr int kMaxJsonWhitespace = 32;
+// The deepest nesting of arrays and objects a schema or a request body may have: the schema
+// compiler and nlohmann::json's dump recurse once a level.
+constexpr int kMaxJsonNesting = 512;
+
+// Whether `v` nests arrays and objects more than `limit` deep (walked without recursion, so any
+// depth is safe to ask about).
+bool json_deeper_than(const nlohmann::ordered_json& v, int limit);
 constexpr int kMaxJsonNumberBytes = 40;
 
 struct JsonShape {
@@ -95,7 +102,8 @@ class JsonGrammar {
   // {"type": "json_object"}: a JSON object, anything in it.
   static JsonGrammar any_object();
   // Throws Error(kUsage) for a schema outside the subset or one that nothing satisfies,
-  // naming the keyword and its place ("schema.properties.tags.items: ...").
+  // naming the keyword and its place ("schema.properties.tags.items: ..."), or nested more than
+  // kMaxJsonNesting deep.
   static JsonGrammar from_schema(const nlohmann::ordered_json& schema);
 
   const JsonShape& shape(int32_t i) const { return shapes_[static_cast<size_t>(i)]; }
