@@ -4,6 +4,7 @@
 // DGX Spark (GB10, ~232 GB/s measured read bandwidth).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <iterator>
@@ -38,7 +39,8 @@ struct BenchArgs {
   bool unfused_swiglu = false;
   bool shared_in_experts = false;
   bool mtp = false;
-  int prefill = 0;  // prompt tokens to time a batched prefill on (0: none)
+  int prefill = 0;     // prompt tokens to time a batched prefill on (0: none)
+  bool score = false;  // also time prompt scoring over those tokens
   int prefill_chunk = rt::CudaOptions{}.prefill_chunk;
   int out_parts = rt::CudaOptions{}.out_parts;
   std::vector<std::string> skip;
@@ -65,11 +67,15 @@ void print_shares(const std::vector<rt::KernelShare>& shares) {
   }
 }
 
+// The host's sums in the --score comparison land here, so that they are not optimized away.
+volatile double g_host_sums = 0;
+
 int run(const BenchArgs& a) {
   if (a.model.empty() == a.synthetic.empty()) {
     throw Error(Errc::kUsage, "give exactly one of --model DIR or --synthetic PRESET");
   }
   if (a.steps < 1 || a.context < 1) throw Error(Errc::kUsage, "--steps and --context must be >= 1");
+  if (a.score && a.prefill < 2) throw Error(Errc::kUsage, "--score needs --prefill N (N >= 2)");
   rt::CudaOptions o;
   // --mtp also times speculative decoding's steps and verify passes (two positions each), greedy
   // and sampled.
@@ -194,6 +200,10 @@ int run(const BenchArgs& a) {
   // prefill_with_mtp, and pairs with a draft per token (as the loop went before it).
   double mtp_prefill_us = 0, mtp_pairs_us = 0;
   std::vector<rt::KernelShare> prefill_shares;  // one pass launched kernel by kernel
+  // With --score: prompt scoring as eval-ppl runs it (prefill_scored: every row's normalizer,
+  // argmax and next token's logit), and as eval-ppl ran it before (advance, 128 tokens a call,
+  // every row's logits to the host, reduced there in double).
+  double score_us = 0, score_host_us = 0;
   if (a.prefill > 0) {
     std::vector<int32_t> prompt(static_cast<size_t>(a.prefill));
     uint64_t h = a.seed;
@@ -236,6 +246,35 @@ int run(const BenchArgs& a) {
       for (int r = 0; r < kReps; ++r) mtp_prefill_us += timed(mtp_batched) / kReps;
       timed(mtp_pairs);
       mtp_pairs_us = timed(mtp_pairs);
+    }
+    if (a.score) {
+      const size_t v = static_cast<size_t>(engine->config().vocab_size);
+      std::vector<int32_t> targets(prompt.begin() + 1, prompt.end());
+      targets.push_back(-1);
+      std::vector<rt::TopLogits> tops(prompt.size());
+      std::vector<float> picked(prompt.size()), rows(128 * v);
+      std::vector<int32_t> top(128);
+      double sink = 0;  // the host's sums, kept so that they are not optimized away
+      const auto scored = [&] {
+        engine->prefill_scored(prompt, targets, 1, tops.data(), picked.data());
+      };
+      const auto on_host = [&] {
+        for (size_t i = 0; i < prompt.size(); i += 128) {
+          const size_t n = std::min<size_t>(128, prompt.size() - i);
+          engine->advance({prompt.data() + i, n}, top.data(), rows.data());
+          for (size_t r = 0; r < n; ++r) {
+            const float* row = rows.data() + r * v;
+            const double mx = *std::max_element(row, row + v);
+            double sum = 0;
+            for (size_t j = 0; j < v; ++j) sum += std::exp(static_cast<double>(row[j]) - mx);
+            sink += mx + std::log(sum);
+          }
+        }
+      };
+      timed(scored);
+      for (int r = 0; r < kReps; ++r) score_us += timed(scored) / kReps;
+      score_host_us = timed(on_host);
+      g_host_sums = sink;
     }
     engine->reset();
     prefill_shares = engine->profile_prefill(prompt);
@@ -313,6 +352,12 @@ int run(const BenchArgs& a) {
                       {"pairs_ms", pairs_us / 1e3},
                       {"pairs_tokens_per_s", prefill_tps(pairs_us)},
                       {"kernels", shares_json(prefill_shares)}};
+      if (a.score) {
+        j["prefill"]["scoring"] = {{"scored_ms", score_us / 1e3},
+                                   {"scored_tokens_per_s", prefill_tps(score_us)},
+                                   {"rows_to_host_ms", score_host_us / 1e3},
+                                   {"rows_to_host_tokens_per_s", prefill_tps(score_host_us)}};
+      }
       if (a.mtp) {
         j["prefill"]["with_mtp"] = {{"batched_ms", mtp_prefill_us / 1e3},
                                     {"batched_tokens_per_s", prefill_tps(mtp_prefill_us)},
@@ -369,6 +414,14 @@ int run(const BenchArgs& a) {
         "%.1f ms = %.1f tok/s; batched %.2fx faster\n",
         a.prefill, a.prefill_chunk, prefill_us / 1e3, prefill_tps(prefill_us), pairs_us / 1e3,
         prefill_tps(pairs_us), pairs_us / prefill_us);
+    if (a.score) {
+      std::printf(
+          "  prompt scoring (eval-ppl: each row's normalizer, argmax and next token's logit): "
+          "prefill_scored %.1f ms = %.1f tok/s; every row's logits to the host (advance, 128 "
+          "tokens a call) %.1f ms = %.1f tok/s; %.2fx faster\n",
+          score_us / 1e3, prefill_tps(score_us), score_host_us / 1e3, prefill_tps(score_host_us),
+          score_host_us / score_us);
+    }
     if (a.mtp) {
       std::printf(
           "  with the MTP head's entries (speculative decoding's prompt): batched %.1f ms = %.1f "
@@ -425,6 +478,9 @@ Command add_bench(CLI::App& app) {
                   "in two-token passes (0: not timed)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 20));
+  sub->add_flag("--score", a->score,
+                "with --prefill: also time prompt scoring over the prompt (eval-ppl's "
+                "CudaEngine::prefill_scored), and every row's logits to the host as before it");
   sub->add_option("--prefill-chunk", a->prefill_chunk, "tokens per batched prefill pass")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));

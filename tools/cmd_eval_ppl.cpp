@@ -49,6 +49,13 @@ struct Score {
     hits += top == target ? 1 : 0;
     ++predictions;
   }
+  // The same from a row reduced on the device (CudaEngine::prefill_scored): its log-normalizer,
+  // the target's logit and the argmax.
+  void add(double log_z, float target_logit, int32_t top, int32_t target) {
+    nll += log_z - static_cast<double>(target_logit);
+    hits += top == target ? 1 : 0;
+    ++predictions;
+  }
   void merge(const Score& o) {
     predictions += o.predictions;
     hits += o.hits;
@@ -119,30 +126,43 @@ void eval_cpu(const rt::Model& model, const std::vector<int32_t>& ids,
   }
 }
 
-// The same on the CUDA engine (its context at least the longest window), reset per window. With
-// the MTP head: two positions a pass (CudaEngine::verify2: the same logits as two steps), the
-// head after each pass on both positions in turn, from the hidden states the pass left on the
-// device; without: up to kRows positions a call (CudaEngine::advance: batched prefill, logits
-// equal to steps' up to the order of the sums).
-constexpr int64_t kRows = 128;
+// The same on the CUDA engine (its context at least the longest window), reset per window.
+// Without the MTP head: each window is one CudaEngine::prefill_scored (batched prefill, the LM
+// head over 128 positions a product, each row reduced on the device to its normalizer, argmax
+// and the next token's logit: equal to steps' up to the order of the sums). With it: two
+// positions a pass (CudaEngine::verify2: the same logits as two steps), the head after each pass
+// on both positions in turn, from the hidden states the pass left on the device.
 void eval_cuda(rt::CudaEngine& engine, const std::vector<int32_t>& ids,
                const std::vector<std::pair<int64_t, int64_t>>& windows, Score& main, Score* mtp,
                ckpt::Progress& progress) {
   const int64_t vocab = engine.config().vocab_size;
-  const int64_t rows = mtp ? 2 : kRows;
-  std::vector<float> logits(static_cast<size_t>(rows * vocab)),
-      mtp_logits(static_cast<size_t>(vocab));
-  std::vector<int32_t> top(static_cast<size_t>(rows));
+  std::vector<float> logits(static_cast<size_t>(2 * vocab)), mtp_logits(static_cast<size_t>(vocab));
+  std::vector<int32_t> top(2), targets;
+  std::vector<rt::TopLogits> tops;
+  std::vector<float> picked;
   for (const auto& [b, e] : windows) {
     engine.reset();
     const int32_t* w = ids.data() + b;
     const int64_t n = e - b;
+    if (!mtp) {
+      targets.assign(w + 1, w + n);
+      targets.push_back(-1);
+      tops.resize(static_cast<size_t>(n));
+      picked.resize(static_cast<size_t>(n));
+      engine.prefill_scored({w, static_cast<size_t>(n)}, targets, 1, tops.data(), picked.data());
+      for (int64_t t = 0; t + 1 < n; ++t) {
+        const rt::TopLogits& r = tops[static_cast<size_t>(t)];
+        main.add(r.log_z, picked[static_cast<size_t>(t)], r.ids[0], w[t + 1]);
+      }
+      progress.done.fetch_add(static_cast<uint64_t>(n));
+      continue;
+    }
     for (int64_t t = 0; t < n;) {
-      const int take = static_cast<int>(std::min<int64_t>(rows, n - t));
+      const int take = static_cast<int>(std::min<int64_t>(2, n - t));
       engine.advance({w + t, static_cast<size_t>(take)}, top.data(), logits.data());
       for (int r = 0; r < take; ++r, ++t) {
         if (t + 1 < n) main.add(logits.data() + r * vocab, vocab, w[t + 1]);
-        if (mtp && t + 2 < n) {
+        if (t + 2 < n) {
           engine.draft(r, w[t + 1], mtp_logits.data());
           mtp->add(mtp_logits.data(), vocab, w[t + 2]);
         }

@@ -30,6 +30,7 @@
 
 #include "cp_async.cuh"
 #include "gemm_fp8.h"
+#include "gemm_int8.h"
 #include "gemv_common.cuh"
 #include "int4_mma.cuh"
 #include "moe_shared.cuh"
@@ -56,21 +57,6 @@ struct GemmArgs {
   uint32_t n_groups;  // scales per row
   int pass_blocks;    // blocks sharing a tile range's passes (adjacent in blockIdx.x)
 };
-
-// Warp (row, segment) of x into limbs: 64 uint2 per segment at xq + row * segs * 64, SegStats at
-// stats + row * segs.
-__global__ void __launch_bounds__(kThreads)
-    gemm_stage_kernel(const float* __restrict__ x, size_t ldx, int k, int x_count,
-                      uint2* __restrict__ xq, SegStat* __restrict__ stats) {
-  const int segs = k / kSegCols;
-  const int wi = static_cast<int>(blockIdx.x) * kWarps + static_cast<int>(threadIdx.x >> 5);
-  const int row = wi / segs, s = wi - row * segs, lane = threadIdx.x & 31;
-  if (row >= x_count) return;
-  const float* xr = x + static_cast<size_t>(row) * ldx;
-  const float4 f = load_x4(xr, (reinterpret_cast<uintptr_t>(xr) & 15) == 0, s, lane);
-  stage_segment(f, s, lane, reinterpret_cast<uint32_t*>(xq + static_cast<size_t>(row) * segs * 64),
-                stats + static_cast<size_t>(row) * segs);
-}
 
 // A tile's segment: its two A fragments per 32-column half (low and high nibbles) and the rows'
 // scales and zeros.
@@ -255,12 +241,14 @@ bool gemm_ok(const DeviceLinear& w, bool swiglu) {
   GemvBatch b;
   b.n_slots = 2;  // a stack: experts 16-byte aligned too
   if (w.kind == WeightKind::kFp8) return !swiglu && gemm_fp8_ok(w);
+  if (w.kind == WeightKind::kInt8) return !swiglu && gemm_int8_ok(w);
   if (w.kind != WeightKind::kInt4 || !int4_tiled(w.k) || !int4_mma_ok(w, b)) return false;
   return !swiglu || w.n % 16 == 0;
 }
 
 size_t gemm_scratch_bytes(const DeviceLinear& w, const GemmRows& rows) {
   if (w.kind == WeightKind::kFp8) return gemv_detail::gemm_fp8_scratch_bytes(w, rows);
+  if (w.kind == WeightKind::kInt8) return gemv_detail::gemm_int8_scratch_bytes(w, rows);
   return gemv_detail::limb_bytes(w, rows);
 }
 
@@ -279,6 +267,7 @@ cudaError_t gemm(const DeviceLinear& w, const float* x, float* y, const GemmRows
   }
   if (r.entries == 0 || r.x_count == 0) return cudaSuccess;
   if (w.kind == WeightKind::kFp8) return gemm_fp8(w, x, y, r, scratch, stream);
+  if (w.kind == WeightKind::kInt8) return gemm_int8(w, x, y, r, scratch, stream);
   GemmArgs a;
   a.tiles = (w.n + 15) / 16;
   a.segs = w.k / kSegCols;
@@ -286,10 +275,7 @@ cudaError_t gemm(const DeviceLinear& w, const float* x, float* y, const GemmRows
   a.n_groups = static_cast<uint32_t>((w.k + w.group - 1) / w.group);
   auto* xq = static_cast<uint2*>(scratch);
   auto* stats = reinterpret_cast<SegStat*>(xq + static_cast<size_t>(r.x_count) * a.segs * 64);
-  const size_t stage_warps = static_cast<size_t>(r.x_count) * a.segs;
-  gemm_stage_kernel<<<static_cast<unsigned>((stage_warps + kWarps - 1) / kWarps), kThreads, 0,
-                      stream>>>(x, r.ldx, w.k, r.x_count, xq, stats);
-  cudaError_t e = cudaGetLastError();
+  cudaError_t e = stage_rows<false>(x, r.ldx, w.k, r.x_count, xq, stats, stream);
   if (e != cudaSuccess) return e;
   // The passes of a tile range spread over pass_blocks blocks, adjacent in blockIdx.x so that
   // they run together and read the tiles' weights from DRAM about once. Dense: up to

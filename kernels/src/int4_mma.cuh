@@ -45,7 +45,12 @@ __device__ __forceinline__ float4 load_x4(const float* xg, bool aligned, int s, 
 }
 
 // Segment s of x (columns 128 s ..; this lane's four in f) into limbs at xq (the layout above:
-// 64 uint2 per segment) and its SegStat at stat[s]; one whole warp.
+// 64 uint2 per segment) and its SegStat at stat[s]; one whole warp. kWordOrder (the INT8 GEMM,
+// gemm_int8.cu): 32-column block kb of the layout instead holds the segment's words (4 columns
+// each) 4t + kb and 16 + 4t + kb in its .x and .y for t = 0..3, so that a lane's two 16-byte
+// loads of a row-major INT8 row (words 4t .. 4t + 3 and 16 + 4t ..) are its A fragments for all
+// four blocks.
+template <bool kWordOrder = false>
 __device__ __forceinline__ void stage_segment(const float4& f, int s, int lane, uint32_t* xq,
                                               SegStat* stat) {
   const float v[4] = {f.x, f.y, f.z, f.w};
@@ -75,8 +80,11 @@ __device__ __forceinline__ void stage_segment(const float4& f, int s, int lane, 
   const uint32_t b23 = __byte_perm(digits[2], digits[3], 0x7362);
   const uint32_t limb[4] = {__byte_perm(b01, b23, 0x7632), __byte_perm(b01, b23, 0x5410),
                             __byte_perm(a01, a23, 0x7632), __byte_perm(a01, a23, 0x5410)};
-  // Columns 4 lane .. + 3: block 4 s + lane / 8, fragment half (lane / 4) % 2, t = lane % 4.
-  const int kb = 4 * s + lane / 8, frag_half = (lane / 4) & 1, t = lane & 3;
+  // Columns 4 lane .. + 3: block 4 s + lane / 8, fragment half (lane / 4) % 2, t = lane % 4;
+  // kWordOrder: word `lane` = 16 h + 4 t + j goes to block 4 s + j, half h.
+  const int kb = 4 * s + (kWordOrder ? lane & 3 : lane / 8);
+  const int frag_half = kWordOrder ? lane >> 4 : (lane / 4) & 1;
+  const int t = kWordOrder ? (lane >> 2) & 3 : lane & 3;
 #pragma unroll
   for (int g = 0; g < 4; ++g) xq[2 * (kb * 16 + g * 4 + t) + frag_half] = limb[g];
   if (lane == 0) {
@@ -84,6 +92,32 @@ __device__ __forceinline__ void stage_segment(const float4& f, int s, int lane, 
     stat[s] = {finite ? static_cast<uint32_t>(e - 18 + 127) << 23 : 0x7FC00000u, sum_hi,
                finite ? static_cast<uint32_t>(e - 34 + 127) << 23 : 0x7FC00000u, sum_lo};
   }
+}
+
+// The GEMMs' first launch: warp (row, segment) of x into limbs, 64 uint2 per segment at
+// xq + row * segs * 64, SegStats at stats + row * segs.
+template <bool kWordOrder>
+__global__ void __launch_bounds__(kThreads)
+    stage_rows_kernel(const float* __restrict__ x, size_t ldx, int k, int x_count,
+                      uint2* __restrict__ xq, SegStat* __restrict__ stats) {
+  const int segs = k / kSegCols;
+  const int wi = static_cast<int>(blockIdx.x) * kWarps + static_cast<int>(threadIdx.x >> 5);
+  const int row = wi / segs, s = wi - row * segs, lane = threadIdx.x & 31;
+  if (row >= x_count) return;
+  const float* xr = x + static_cast<size_t>(row) * ldx;
+  const float4 f = load_x4(xr, (reinterpret_cast<uintptr_t>(xr) & 15) == 0, s, lane);
+  stage_segment<kWordOrder>(f, s, lane,
+                            reinterpret_cast<uint32_t*>(xq + static_cast<size_t>(row) * segs * 64),
+                            stats + static_cast<size_t>(row) * segs);
+}
+template <bool kWordOrder>
+inline cudaError_t stage_rows(const float* x, size_t ldx, int k, int x_count, uint2* xq,
+                              SegStat* stats, cudaStream_t stream) {
+  const size_t warps = static_cast<size_t>(x_count) * (k / kSegCols);
+  stage_rows_kernel<kWordOrder>
+      <<<static_cast<unsigned>((warps + kWarps - 1) / kWarps), kThreads, 0, stream>>>(
+          x, ldx, k, x_count, xq, stats);
+  return cudaGetLastError();
 }
 
 // Group scale (f16 bits, low half) and zero (bits 16..23) of one row and group.

@@ -297,6 +297,15 @@ __global__ void __launch_bounds__(kThreads)
   for (int j = filled + tid; j < k; j += kThreads) ids[j] = INT_MAX, vals[j] = -INFINITY;
 }
 
+__global__ void pick_kernel(const float* __restrict__ logits, int n, size_t ld,
+                            const int* __restrict__ ids, int rows, float* __restrict__ out) {
+  const int r = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (r >= rows) return;
+  const int id = ids[r];
+  out[r] =
+      id >= 0 && id < n ? logits[static_cast<size_t>(r) * ld + id] : __int_as_float(0x7FC00000);
+}
+
 int chunk_count(int n) {
   return (n + 31) / 32;
 }
@@ -319,6 +328,17 @@ cudaError_t logits_topk(const float* logits, int n, int k, int* ids, float* vals
   const bool vec = reinterpret_cast<uintptr_t>(logits) % 16 == 0;
   topk_kernel<<<blocks, kThreads, 0, stream>>>(logits, n, vec, k, ids, vals, stats,
                                                static_cast<unsigned char*>(scratch));
+  return cudaGetLastError();
+}
+
+cudaError_t logits_pick(const float* logits, int n, size_t ld, const int* ids, int rows, float* out,
+                        cudaStream_t stream) {
+  if (rows < 0 || n < 1 || ld < static_cast<size_t>(n) ||
+      (rows > 0 && (logits == nullptr || ids == nullptr || out == nullptr))) {
+    return cudaErrorInvalidValue;
+  }
+  if (rows == 0) return cudaSuccess;
+  pick_kernel<<<(rows + 127) / 128, 128, 0, stream>>>(logits, n, ld, ids, rows, out);
   return cudaGetLastError();
 }
 

@@ -20,4 +20,10 @@ void logits_topk_ref(const float* logits, int n, int k, int* ids, float* vals, d
   stats[1] = sum;
 }
 
+void logits_pick_ref(const float* logits, int n, size_t ld, const int* ids, int rows, float* out) {
+  for (int r = 0; r < rows; ++r) {
+    out[r] = ids[r] >= 0 && ids[r] < n ? logits[static_cast<size_t>(r) * ld + ids[r]] : NAN;
+  }
+}
+
 }  // namespace qf::kern

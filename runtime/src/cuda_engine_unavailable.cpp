@@ -82,6 +82,10 @@ int32_t CudaEngine::prefill(std::span<const int32_t>, float*) {
 int32_t CudaEngine::prefill_with_mtp(std::span<const int32_t>, int32_t, float*) {
   unavailable();
 }
+int32_t CudaEngine::prefill_scored(std::span<const int32_t>, std::span<const int32_t>, int,
+                                   TopLogits*, float*, float*) {
+  unavailable();
+}
 void CudaEngine::reject_last() {
   unavailable();
 }

@@ -399,6 +399,21 @@ TEST(EvalPplCli, CudaMatchesCpu) {
   ASSERT_FALSE(gpu["mtp"].is_null()) << gpu["mtp_missing_because"];
   for (const char* key : {"predictions", "top1"}) EXPECT_EQ(gpu["mtp"][key], cpu["mtp"][key]);
   EXPECT_NEAR(gpu["mtp"]["nll"].get<double>(), cpu["mtp"]["nll"].get<double>(), 1e-3 * top);
+  // Without the MTP head each window is one prompt scoring (CudaEngine::prefill_scored: the rows
+  // reduced on the device), in one window and in windows of 32.
+  for (const char* window : {"--window 32", "--window 4096"}) {
+    const std::string args = std::string(window) + " --no-mtp";
+    const nlohmann::json cpu_plain = eval_json(kModel, tmp / "t.txt", args);
+    const CommandResult p = qforge("eval-ppl --model " + kModel.string() + " --text " +
+                                   (tmp / "t.txt").string() + " " + args + " --device cuda --json");
+    ASSERT_EQ(p.exit_code, 0) << p.err;
+    const nlohmann::json plain = nlohmann::json::parse(p.out);
+    for (const char* key : {"tokens_evaluated", "windows", "predictions", "top1"}) {
+      EXPECT_EQ(plain[key], cpu_plain[key]) << key << " " << window;
+    }
+    EXPECT_NEAR(plain["nll"].get<double>(), cpu_plain["nll"].get<double>(), 1e-3 * top) << window;
+    EXPECT_TRUE(plain["mtp"].is_null()) << window;
+  }
 }
 
 }  // namespace

@@ -3,8 +3,8 @@
 // identical, max |diff| <= 5e-4 x max |logit|; 1e-4 on the tiny preset), transformers' logits
 // too (1e-3), and 128 greedy tokens identical, also by speculative decoding (two-token verify
 // passes) and after a batched prefill, whose logits at every position are held to the same
-// bounds, as are the MTP head's after its batched prefill (prefill_with_mtp). Skips with a
-// message where no GPU is usable.
+// bounds, as are the MTP head's after its batched prefill (prefill_with_mtp) and prompt scoring's
+// rows (prefill_scored). Skips with a message where no GPU is usable.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -145,6 +145,10 @@ void expect_prefill(const Model& model, CudaEngine& gpu, const std::vector<int32
         << name << ": prefill in pairs, length " << len;
     EXPECT_EQ(t, std::max_element(last.begin(), last.end()) - last.begin()) << name;
     EXPECT_EQ(paired.position(), static_cast<int64_t>(len)) << name;
+    // step_greedy goes on from the last argmax (after a pair too: it was a stale token once).
+    if (len == prompt.size() && want.size() > 1) {
+      EXPECT_EQ(paired.step_greedy(), want[1]) << name;
+    }
   }
   GenerateOptions greedy;
   greedy.max_tokens = static_cast<int64_t>(want.size());
@@ -208,6 +212,77 @@ void expect_mtp_prefill(const Model& model, const std::vector<int32_t>& prompt,
   }
 }
 
+// prefill_scored against the CPU's rows `c` (every position of `prompt`): each row's
+// log-normalizer, its top 5 (the argmax exactly; each logit that of its id; the fifth the CPU's
+// fifth largest) and the next token's logit within bound x max |logit|, NaN for the last; the
+// engine then where prefill leaves it. Refused (nothing consumed): a target past the vocabulary,
+// targets of another length, k 0.
+void expect_scored(const Model& model, const std::vector<int32_t>& prompt,
+                   const std::vector<float>& c, int chunk, double bound, const std::string& what) {
+  const int64_t vocab = model.config().vocab_size;
+  const size_t n = prompt.size();
+  constexpr int k = 5;
+  CudaOptions o;
+  o.max_context = static_cast<int64_t>(n) + 1;
+  o.prefill_chunk = chunk;
+  CudaEngine e(model, o);
+  std::vector<int32_t> targets(prompt.begin() + 1, prompt.end());
+  targets.push_back(-1);
+  std::vector<TopLogits> tops(n);
+  std::vector<float> picked(n), last(static_cast<size_t>(vocab));
+  const int32_t top = e.prefill_scored(prompt, targets, k, tops.data(), picked.data(), last.data());
+  EXPECT_EQ(e.position(), static_cast<int64_t>(n)) << what;
+  EXPECT_EQ(top, std::max_element(last.begin(), last.end()) - last.begin()) << what;
+  double max_logit = 0, worst = 0;
+  for (const float v : c) max_logit = std::max(max_logit, static_cast<double>(std::fabs(v)));
+  const double tol = bound * max_logit;
+  int bad = 0;
+  const auto near = [&](double got, double want, const std::string& at) {
+    worst = std::max(worst, std::fabs(got - want));
+    if (!(std::fabs(got - want) <= tol) && ++bad <= 5) {
+      ADD_FAILURE() << what << " " << at << ": gpu " << got << " cpu " << want;
+    }
+  };
+  for (size_t r = 0; r < n; ++r) {
+    const float* row = c.data() + r * vocab;
+    const std::string at = "position " + std::to_string(r);
+    const double m = *std::max_element(row, row + vocab);
+    double sum = 0;
+    for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(row[i]) - m);
+    near(tops[r].log_z, m + std::log(sum), at + " log-normalizer");
+    ASSERT_EQ(tops[r].ids.size(), static_cast<size_t>(k)) << what;
+    EXPECT_EQ(tops[r].ids[0], std::max_element(row, row + vocab) - row) << what << " " << at;
+    for (int j = 0; j < k; ++j) near(tops[r].logits[j], row[tops[r].ids[j]], at + " top logit");
+    std::vector<float> sorted(row, row + vocab);
+    std::nth_element(sorted.begin(), sorted.begin() + k - 1, sorted.end(), std::greater<>());
+    near(tops[r].logits[k - 1], sorted[k - 1], at + " fifth logit");
+    if (r + 1 < n) {
+      near(picked[r], row[prompt[r + 1]], at + " next token's logit");
+    } else {
+      EXPECT_TRUE(std::isnan(picked[r])) << what;
+    }
+  }
+  EXPECT_EQ(bad, 0) << what;
+  std::printf("%-44s max |diff| %.3g = %.3g x max |logit|\n", what.c_str(), worst,
+              worst / max_logit);
+  // As prefill leaves it: the last logits its bits, step_greedy going on from their argmax.
+  CudaEngine f(model, o);
+  std::vector<float> want_last(last.size());
+  f.prefill(prompt, want_last.data());
+  EXPECT_EQ(std::memcmp(last.data(), want_last.data(), last.size() * sizeof(float)), 0) << what;
+  EXPECT_EQ(e.step_greedy(), f.step_greedy()) << what;
+  e.reset();
+  std::vector<int32_t> wrong = targets;
+  wrong[n / 2] = static_cast<int32_t>(vocab);
+  EXPECT_THROW(e.prefill_scored(prompt, wrong, k, tops.data(), picked.data()), Error) << what;
+  EXPECT_THROW(
+      e.prefill_scored(prompt, std::span(targets.data(), n - 1), k, tops.data(), picked.data()),
+      Error)
+      << what;
+  EXPECT_THROW(e.prefill_scored(prompt, targets, 0, tops.data(), picked.data()), Error) << what;
+  EXPECT_EQ(e.position(), 0) << what;
+}
+
 void check(const fs::path& model_dir, const fs::path& reference, const std::string& name) {
   const std::unique_ptr<Model> model = Model::load(model_dir);
   const int64_t vocab = model->config().vocab_size;
@@ -262,6 +337,10 @@ void check(const fs::path& model_dir, const fs::path& reference, const std::stri
   EXPECT_EQ(got.ids, want.ids) << name << ": greedy continuations differ";
   expect_pairs_equal_steps(gpu, prompt, want.ids, name);
   expect_prefill(*model, gpu, prompt, c, g, want.ids, name);
+  for (const int chunk : {1024, 3, 0}) {
+    expect_scored(*model, prompt, c, chunk, 5e-4,
+                  name + " scored in passes of " + std::to_string(chunk));
+  }
   {  // without the MTP head, verify2 keeps no state copies and nothing can be rejected
     CudaOptions plain_o = o;
     plain_o.mtp = false;
@@ -456,6 +535,8 @@ TEST(CudaGoldenTiny, LongPromptInLargePassesEqualsTheCpuReference) {
     CudaEngine gpu(*model, o);
     expect_same(c, prefill_logits(gpu, prompt, vocab), vocab, 5e-4,
                 "tiny hybrid, 1300 tokens in passes of " + std::to_string(chunk));
+    expect_scored(*model, prompt, c, chunk, 5e-4,
+                  "tiny hybrid, 1300 tokens scored in passes of " + std::to_string(chunk));
   }
 }
 

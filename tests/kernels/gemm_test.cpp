@@ -1,7 +1,7 @@
-// gemm (gemm.h): many rows of x through one INT4 weight stream, against gemm_ref (gemv_ref per
-// entry) within the gemv tolerance (gemv_check.h), over dense and grouped (expert) products,
-// entry counts around the kernel's pass of 16 and its pairs, partial tiles, group sizes, x rows
-// picked by x_rows; the SwiGLU epilogue bit for bit the plain product's rows through swiglu
+// gemm (gemm.h): many rows of x through one INT4 (INT8, FP8) weight stream, against gemm_ref
+// (gemv_ref per entry) within the gemv tolerance (gemv_check.h), over dense and grouped (expert)
+// products, entry counts around the kernel's pass of 16 and its pairs, partial tiles, group sizes,
+// x rows picked by x_rows; the SwiGLU epilogue bit for bit the plain product's rows through swiglu
 // (ops.h); nothing written outside the entries' rows.
 #include "qf/kern/gemm.h"
 
@@ -32,10 +32,12 @@ struct Case {
   int extra_entries = 0;    // rows of y past the last matrix's entries (left untouched)
   bool pick_rows = false;   // x_rows: a random row of x per entry (else entry e reads row e)
   bool scatter = false;     // y_rows: a random permutation (else entry e writes row e)
+  WeightKind kind = WeightKind::kInt4;
 };
 
 std::string name(const Case& c) {
-  std::string s = "n " + std::to_string(c.n) + " k " + std::to_string(c.k) + " group " +
+  std::string s = std::string(c.kind == WeightKind::kInt8 ? "int8 " : "") + "n " +
+                  std::to_string(c.n) + " k " + std::to_string(c.k) + " group " +
                   std::to_string(c.group) + " counts";
   for (const int n : c.counts) s += " " + std::to_string(n);
   return s + (c.pick_rows ? " picked rows" : "") + (c.scatter ? " scattered" : "");
@@ -119,7 +121,7 @@ int mat_of(const Product& r, int e) {
 
 void check(const Case& c, uint64_t seed) {
   SCOPED_TRACE(name(c));
-  const auto t = make_linear(WeightKind::kInt4, c.n, c.k, c.n_mats, c.group, 128, seed);
+  const auto t = make_linear(c.kind, c.n, c.k, c.n_mats, c.group, 128, seed);
   ASSERT_TRUE(gemm_ok(t->view(true), false));
   const Product r = run(*t, c, false, seed + 1);
   std::vector<float> want(r.y.size(), 0.0f);
@@ -187,6 +189,25 @@ TEST(Gemm, GroupedExperts) {
   check({64, 256, 128, 2, {70, 5}}, 35);  // 5 passes of matrix 0 over its 4 blocks
   check({48, 256, 128, 2, {40, 1}, 0, true},
         36);  // more entries than rows of x: 3 passes, 2 blocks
+}
+
+// INT8 (the LM head's format, dense): the same bound of the exact sums, as its segments' sums are
+// exact too (codes of any byte, zeros of any byte); entry counts around the pass and its pairs,
+// partial tiles, a tile range's passes over many blocks, groups, rows picked and scattered, and
+// a slice of a 122B-A10B LM head at the prefill's 128 rows.
+TEST(Gemm, Int8Dense) {
+  QF_REQUIRE_GPU();
+  const WeightKind i8 = WeightKind::kInt8;
+  uint64_t seed = 71;
+  for (const int entries : {1, 2, 3, 15, 16, 17, 33}) {
+    check({40, 256, 256, 1, {entries}, 0, false, false, i8}, ++seed);
+  }
+  check({16, 128, 128, 1, {5}, 0, false, false, i8}, ++seed);
+  check({200, 384, 128, 1, {20}, 0, true, true, i8}, ++seed);  // 13 tiles: two blocks
+  check({48, 512, 256, 1, {9}, 0, false, false, i8}, ++seed);
+  check({48, 512, 4096, 1, {9}, 0, false, false, i8}, ++seed);    // one group per row
+  check({24, 256, 256, 1, {1100}, 0, false, false, i8}, ++seed);  // 69 passes over 64 blocks
+  check({512, 3072, 3072, 1, {128}, 0, false, false, i8}, ++seed);
 }
 
 // With one 128-column segment no order of segments can differ: every entry's row is gemv's bits
@@ -405,6 +426,14 @@ TEST(Gemm, RefusesWhatItCannotTake) {
   grouped.n_mats = 2;
   grouped.offsets = d_off.data();
   EXPECT_EQ(gemm(fp8->view(true), nullptr, nullptr, grouped, false, nullptr, nullptr),
+            cudaErrorNotSupported);
+  // INT8: dense only, no SwiGLU epilogue, K a multiple of 128.
+  const auto i8 = make_linear(WeightKind::kInt8, 32, 256, 2, 256, 128, 56);
+  const auto i8_odd = make_linear(WeightKind::kInt8, 32, 260, 1, 260, 128, 57);
+  EXPECT_TRUE(gemm_ok(i8->view(true), false));
+  EXPECT_FALSE(gemm_ok(i8->view(true), true));
+  EXPECT_FALSE(gemm_ok(i8_odd->view(true), false));
+  EXPECT_EQ(gemm(i8->view(true), nullptr, nullptr, grouped, false, nullptr, nullptr),
             cudaErrorNotSupported);
   r.entries = 0;
   EXPECT_EQ(gemm(t->view(true), nullptr, nullptr, r, false, nullptr, nullptr), cudaSuccess);

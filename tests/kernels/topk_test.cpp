@@ -182,5 +182,43 @@ TEST(LogitsTopK, RejectsBadArguments) {
       cudaErrorInvalidValue);
 }
 
+// logits_pick against its twin, bit for bit: rows ld apart, ids at the row's ends, outside it
+// (NaN) and -1; no rows; bad arguments.
+TEST(LogitsPick, PicksEachRowsLogitAndNanOutside) {
+  QF_REQUIRE_GPU();
+  const int n = 1000, rows = 300;
+  const size_t ld = 1003;
+  std::mt19937 gen(7);
+  std::uniform_real_distribution<float> u(-30.0f, 30.0f);
+  std::vector<float> logits(rows * ld);
+  for (float& v : logits) v = u(gen);
+  std::vector<int> ids(rows);
+  for (int r = 0; r < rows; ++r) {
+    const int pick[] = {0, n - 1, -1, n, static_cast<int>(gen() % n)};
+    ids[r] = pick[r % 5];
+  }
+  const DeviceBuffer<float> d_logits = upload(logits);
+  const DeviceBuffer<int> d_ids = upload(ids);
+  DeviceBuffer<float> d_out(rows);
+  ASSERT_EQ(logits_pick(d_logits.data(), n, ld, d_ids.data(), rows, d_out.data(), nullptr),
+            cudaSuccess);
+  const std::vector<float> got = download(d_out);
+  std::vector<float> want(rows);
+  logits_pick_ref(logits.data(), n, ld, ids.data(), rows, want.data());
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), rows * sizeof(float)), 0);
+  for (int r = 0; r < rows; ++r) {
+    EXPECT_EQ(std::isnan(got[r]), ids[r] < 0 || ids[r] >= n) << "row " << r;
+  }
+  EXPECT_EQ(logits_pick(nullptr, n, ld, nullptr, 0, nullptr, nullptr), cudaSuccess);
+  EXPECT_EQ(logits_pick(d_logits.data(), n, n - 1, d_ids.data(), 1, d_out.data(), nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(logits_pick(d_logits.data(), 0, ld, d_ids.data(), 1, d_out.data(), nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(logits_pick(d_logits.data(), n, ld, d_ids.data(), -1, d_out.data(), nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(logits_pick(nullptr, n, ld, d_ids.data(), 1, d_out.data(), nullptr),
+            cudaErrorInvalidValue);
+}
+
 }  // namespace
 }  // namespace qf::kern

@@ -119,6 +119,7 @@ CudaEngine::Impl::~Impl() {
   if (pinned) cudaFreeHost(pinned);
   if (pinned_logits) cudaFreeHost(pinned_logits);
   if (pinned_top) cudaFreeHost(pinned_top);
+  if (sc.pinned) cudaFreeHost(sc.pinned);
   if (fork) cudaEventDestroy(fork);
   if (join) cudaEventDestroy(join);
   if (side) cudaStreamDestroy(side);
@@ -171,8 +172,12 @@ void CudaEngine::Impl::queue_top(const float* dev, int rows, int k) {
 }
 
 void CudaEngine::Impl::take_top(int rows, int k, TopLogits* out) const {
+  read_top(pinned_top, rows, k, out);
+}
+
+void CudaEngine::Impl::read_top(const int* slots, int rows, int k, TopLogits* out) {
   for (int r = 0; r < rows; ++r) {
-    const int* row_ids = pinned_top + r * kTopSlot;
+    const int* row_ids = slots + r * kTopSlot;
     const float* vals = reinterpret_cast<const float*>(row_ids + kern::kTopKMax);
     const float* norm = vals + kern::kTopKMax;
     out[r].ids.assign(row_ids, row_ids + k);

@@ -261,10 +261,36 @@ struct CudaEngine::Impl {
   // the pass: from pf.hidden and the embeddings of pf.mtp_tokens, at positions pf.pos. Only
   // what the cache needs runs: not the layer's attention output, MoE or the LM head.
   void launch_mtp_prefill(int n);
+  // prefill_pass's parts: the checks, uploads and layers (with the MTP head's entries), and
+  // after the LM head the last hidden state to `hidden` and the step's token and position.
+  void pass_layers(const int32_t* tokens, int n, const int32_t* mtp_after, int mtp_rows);
+  void pass_end(int n);
+  // After the passes: the last token's argmax (waited for), its logits to `out` when not null.
+  int32_t last_argmax(float* out);
   // CudaEngine::advance for three or more tokens (passes with top and out as above).
   void prefill_rows(std::span<const int32_t> tokens, int32_t* top, float* out);
   // The LM head and argmax of row r of pf.hidden into logits / next.
   void head_row(int r);
+
+  // ---- Prompt scoring (score.cpp says how) ----
+
+  // Rows of logits one LM head product takes (its output: ~127 MB at Qwen3.5's vocabulary).
+  static constexpr int kScoreRows = 128;
+  // Allocated on the first prefill_scored: the rows' logits, each row's kTopSlot words
+  // (queue_top's layout), targets in, picked logits out; pinned: the slots, then the targets,
+  // then the picked logits.
+  struct ScoreRows {
+    float* logits = nullptr;
+    int* top = nullptr;
+    int* targets = nullptr;
+    float* picked = nullptr;
+    int* pinned = nullptr;
+  } sc;
+  void alloc_score();
+  // Rows r0 .. r0 + n - 1 of pf.hidden through the LM head, reduced to tops and target logits
+  // (CudaEngine::prefill_scored), waited for.
+  void score_rows(int r0, int n, const int32_t* targets, int k, TopLogits* tops,
+                  float* target_logits);
 
   // launch_step or launch_mtp, captured into `exec` the first time (o.graph).
   template <class Launch>
@@ -303,6 +329,8 @@ struct CudaEngine::Impl {
   // the copies queued after it; take_top after the stream's synchronization.
   void queue_top(const float* dev, int rows, int k);
   void take_top(int rows, int k, TopLogits* out) const;
+  // TopLogits from `rows` rows of kTopSlot words copied to the host.
+  static void read_top(const int* slots, int rows, int k, TopLogits* out);
   // Where a call's logits go: the whole rows to `logits`, or their top `k` to `tops`, or
   // nowhere.
   struct Out {

@@ -76,6 +76,7 @@ void CudaEngine::Impl::alloc_prefill() {
     for (const kern::DeviceLinear& p : g.parts) need(p, rows);
   };
   if (m->mtp) need(m->mtp->fc, n), need_group(m->mtp->layer.qkv, n);
+  need(m->lm_head, std::min<int64_t>(n, kScoreRows));  // prompt scoring (score.cpp)
   for (const cuda::DeviceLayer& l : m->layers) {
     need_group(l.gdn_in, n), need(l.out, n), need_group(l.qkv, n), need(l.o, n);
     need_group(l.moe.router, n), need_group(l.moe.shared_gate_up, n), need(l.moe.shared_down, n);
@@ -247,8 +248,8 @@ void CudaEngine::Impl::head_row(int r) {
   mark("argmax", 0);
 }
 
-void CudaEngine::Impl::prefill_pass(const int32_t* tokens, int n, int32_t* top, float* out,
-                                    const int32_t* mtp_after, int mtp_rows) {
+void CudaEngine::Impl::pass_layers(const int32_t* tokens, int n, const int32_t* mtp_after,
+                                   int mtp_rows) {
   const int64_t vocab = m->config.vocab_size;
   for (int r = 0; r < n; ++r) {
     if (tokens[r] < 0 || tokens[r] >= vocab) {
@@ -282,6 +283,12 @@ void CudaEngine::Impl::prefill_pass(const int32_t* tokens, int n, int32_t* top, 
                 "copy");
     launch_mtp_prefill(mtp_rows);
   }
+}
+
+void CudaEngine::Impl::prefill_pass(const int32_t* tokens, int n, int32_t* top, float* out,
+                                    const int32_t* mtp_after, int mtp_rows) {
+  const int64_t vocab = m->config.vocab_size;
+  pass_layers(tokens, n, mtp_after, mtp_rows);
   for (int r = top ? 0 : n - 1; r < n; ++r) {  // the last row's results stay in logits / next
     head_row(r);
     if (!top) break;
@@ -292,6 +299,10 @@ void CudaEngine::Impl::prefill_pass(const int32_t* tokens, int n, int32_t* top, 
     top[r] = pinned[1];
     if (out) take_logits(out + r * vocab, 1);
   }
+  pass_end(n);
+}
+
+void CudaEngine::Impl::pass_end(int n) {
   const int64_t h = m->config.hidden_size;
   cuda::check(cudaMemcpyAsync(hidden, pf.hidden + (n - 1) * h, static_cast<size_t>(h) * 4,
                               cudaMemcpyDeviceToDevice, stream),
@@ -362,6 +373,12 @@ int32_t CudaEngine::prefill_tokens(std::span<const int32_t> tokens, float* logit
           cudaMemcpyAsync(s.hidden, s.hidden + h, h * 4, cudaMemcpyDeviceToDevice, s.stream),
           "copy");
     }
+    if (take == 2) {  // step_greedy goes on from the argmax (verify2 leaves the step's token)
+      s.pinned[0] = top[1];
+      cuda::check(cudaMemcpyAsync(s.token, s.pinned, sizeof(int), cudaMemcpyHostToDevice, s.stream),
+                  "copy");
+      cuda::check(cudaStreamSynchronize(s.stream), "prefill");  // the pinned word is read
+    }
     return top[take - 1];
   }
   for (size_t i = 0; i < tokens.size(); i += static_cast<size_t>(s.pf.cap)) {
@@ -376,12 +393,16 @@ int32_t CudaEngine::prefill_tokens(std::span<const int32_t> tokens, float* logit
         cudaMemcpyAsync(s.mtp_pos, s.pinned + 10, sizeof(int), cudaMemcpyHostToDevice, s.stream),
         "copy");
   }
-  cuda::check(cudaMemcpyAsync(s.pinned + 1, s.next, sizeof(int), cudaMemcpyDeviceToHost, s.stream),
+  return s.last_argmax(logits);
+}
+
+int32_t CudaEngine::Impl::last_argmax(float* out) {
+  cuda::check(cudaMemcpyAsync(pinned + 1, next, sizeof(int), cudaMemcpyDeviceToHost, stream),
               "copy");
-  if (logits) s.queue_logits(s.logits, 1);
-  cuda::check(cudaStreamSynchronize(s.stream), "prefill");
-  if (logits) s.take_logits(logits, 1);
-  return s.pinned[1];
+  if (out) queue_logits(logits, 1);
+  cuda::check(cudaStreamSynchronize(stream), "prefill");
+  if (out) take_logits(out, 1);
+  return pinned[1];
 }
 
 void CudaEngine::Impl::prefill_rows(std::span<const int32_t> tokens, int32_t* top, float* out) {

@@ -4,7 +4,9 @@
 // numerics), two rows per mma: a row's result differs from gemv's only in the order its
 // 128-column segments are added. FP8 (block-scaled E4M3, dense only: the shared expert) on the
 // f16 tensor cores, x split per 128-column segment into two f16 limbs (gemm_fp8.cu states the
-// numerics): within a few 2^-22 of the exact sums, not gemv's bits.
+// numerics): within a few 2^-22 of the exact sums, not gemv's bits. INT8 (dense only: the LM
+// head over a prompt's positions) on the integer tensor cores, x in the INT4 path's limbs
+// (gemm_int8.cu): within gemv_test's bound of the exact sums, not gemv's bits.
 //
 // Entries: entry e reads row x_rows[e] of x (nullptr: row e) and writes row y_rows[e] of y
 // (nullptr: row e). Grouped (experts): entries offsets[j] .. offsets[j + 1] - 1 use matrix j of
@@ -35,7 +37,8 @@ struct GemmRows {
 // 16-byte aligned rows and matrices, groups a power-of-two multiple of 128 columns or one per
 // row; with swiglu also gemv_swiglu's paired rows (n a multiple of 16). Or kFp8 without swiglu:
 // K a multiple of 128, N of 16, 128 x 128 scale blocks, 16-byte aligned codes (gemm then takes
-// no offsets: cudaErrorNotSupported).
+// no offsets: cudaErrorNotSupported). Or kInt8 without swiglu: K a multiple of 128 up to 10240,
+// 16-byte aligned rows, groups as kInt4's (no offsets either).
 bool gemm_ok(const DeviceLinear& w, bool swiglu);
 // Device scratch gemm needs: x's rows as limbs (INT4: 8-bit, FP8: f16).
 size_t gemm_scratch_bytes(const DeviceLinear& w, const GemmRows& rows);

@@ -34,4 +34,12 @@ cudaError_t logits_topk(const float* logits, int n, int k, int* ids, float* vals
 // Host twin on host arrays; stats in double (the exact sum's rounding only).
 void logits_topk_ref(const float* logits, int n, int k, int* ids, float* vals, double* stats);
 
+// One logit of each of `rows` rows of n logits, ld floats apart (prompt scoring: each position's
+// logit of the token that follows it): out[r] = logits[r * ld + ids[r]], NaN where ids[r] is
+// outside [0, n). Device pointers; stream-ordered, allocates nothing. cudaErrorInvalidValue on
+// bad arguments (rows < 0, n < 1, ld < n).
+cudaError_t logits_pick(const float* logits, int n, size_t ld, const int* ids, int rows, float* out,
+                        cudaStream_t stream);
+void logits_pick_ref(const float* logits, int n, size_t ld, const int* ids, int rows, float* out);
+
 }  // namespace qf::kern

@@ -172,6 +172,19 @@ class CudaEngine {
   // without the MTP head; kUsage as prefill, or for the positions or `next` out of range.
   int32_t prefill_with_mtp(std::span<const int32_t> tokens, int32_t next, float* logits = nullptr);
 
+  // Prompt scoring (qforge eval-ppl): prefill over `tokens`, and each token's row of logits (the
+  // prediction of the token after it) reduced on the device to its top `k` (1 .. 128) ids and
+  // logits and its log-normalizer (tops[i], as step_top) and to the logit of targets[i]
+  // (target_logits[i]; NaN where targets[i] is -1). The LM head runs over up to 128 rows a
+  // product: kern::gemm where it takes the head (INT8: within gemv's bound of the exact sums,
+  // not its bits), else a GEMV slot per row; ~127 MB of device memory for the rows (Qwen3.5's
+  // vocabulary), allocated on the first call. The engine is then where prefill leaves it (the
+  // last token's logits from the GEMV, to `logits` when not null; returns their argmax). Without
+  // prefill buffers: steps, each row reduced on the host. tokens and targets of equal length;
+  // Error(kUsage) as prefill, for k out of range or a target outside [-1, V), nothing consumed.
+  int32_t prefill_scored(std::span<const int32_t> tokens, std::span<const int32_t> targets, int k,
+                         TopLogits* tops, float* target_logits, float* logits = nullptr);
+
   // One step launched kernel by kernel with events between them: time and bytes per family.
   std::vector<KernelShare> profile_step();
   // One batched prefill pass over the first min(n, prefill_chunk) tokens at the next positions,
