@@ -279,7 +279,10 @@ void gemm_section(cudaStream_t stream, double copy, int only_t) {
   Stack gate_up = make_stack(WeightKind::kInt4, 2048, 3072, kExperts, 128, 1);
   Stack down = make_stack(WeightKind::kInt4, 3072, 1024, kExperts, 128, 2);
   Stack fp8 = make_stack(WeightKind::kFp8, 2048, 3072, 1, 128, 3);
+  constexpr int kVocab = 248320;  // the INT8 LM head (prompt scoring), one scale per row
+  Stack head = make_stack(WeightKind::kInt8, kVocab, 3072, 1, 3072, 4);
   DeviceBuffer<float> x(kMaxT * 3072), h(kMaxT * kTopK * 1024), y(kMaxT * kTopK * 3072);
+  DeviceBuffer<float> logits(static_cast<size_t>(kMaxT) * kVocab);
   {
     std::vector<float> v(x.size());
     Rng rng{7};
@@ -425,6 +428,29 @@ void gemm_section(cudaStream_t stream, double copy, int only_t) {
           },
           reps, stream);
       out.push_back({"fp8 shared gate|up", gv / T, gm / T, qf::kern::weight_bytes(w)});
+    }
+    {  // the INT8 LM head: a gemv per token (as prefill's rows ran it) against gemm
+      const DeviceLinear& w = head.lin;
+      GemmRows r;
+      r.entries = r.x_count = T;
+      r.ldx = 3072;
+      r.ldy = kVocab;
+      const double gv = time_calls(
+          [&](cudaStream_t s) {
+            for (int t = 0; t < T; ++t) {
+              const cudaError_t e = qf::kern::gemv(
+                  w, x.data() + t * 3072, logits.data() + size_t{1} * t * kVocab, GemvBatch{}, s);
+              if (e != cudaSuccess) return e;
+            }
+            return cudaSuccess;
+          },
+          reps, stream);
+      const double gm = time_calls(
+          [&](cudaStream_t s) {
+            return qf::kern::gemm(w, x.data(), logits.data(), r, false, scratch.data(), s);
+          },
+          reps, stream);
+      out.push_back({"int8 lm head", gv / T, gm / T, qf::kern::weight_bytes(w)});
     }
     for (const Row& o : out) {
       const double gbps = o.bytes / (o.gemm_us * T * 1e3);
