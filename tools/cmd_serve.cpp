@@ -111,33 +111,30 @@ int run(const ServeArgs& a) {
     const rt::CudaLoadStats& ls = cuda->load_stats();
     std::fprintf(stderr, "[%s: %.2f GiB on the GPU, loaded in %.2f s]\n", ls.device_name.c_str(),
                  ls.device_bytes / 1073741824.0, ls.load_seconds);
-    if (a.speculative) {
-      spe = rt::speculative_prefix_engine(*cuda);
-    } else {
-      pe = rt::prefix_engine(*cuda);
-    }
+    pe = rt::prefix_engine(*cuda);
+    if (a.speculative) spe = rt::speculative_prefix_engine(*cuda);
   } else {
     cpu = std::make_unique<rt::CpuEngine>(*model, a.threads);
-    if (a.speculative) {
-      spe = rt::speculative_prefix_engine(*cpu);
-    } else {
-      pe = rt::prefix_engine(*cpu);
-    }
+    pe = rt::prefix_engine(*cpu);
+    if (a.speculative) spe = rt::speculative_prefix_engine(*cpu);
   }
   const std::optional<int32_t> im_start = tok.token_id("<|im_start|>");
   auto cache = std::make_shared<rt::PrefixCache>(im_start.value_or(-1));
   rt::GenerateFn run_request = [&, cache](std::span<const int32_t> prompt,
                                           const rt::GenerateOptions& go,
                                           const std::function<void(int32_t)>& on, int64_t* cached) {
-    if (!a.no_prefix_cache && a.speculative) return cache->generate(spe, prompt, go, on, cached);
+    // An echoed prompt's logprobs (every position's row) take the plain engine, afresh.
+    const bool spec = a.speculative && go.prompt_logprobs < 0;
+    if (!a.no_prefix_cache && spec) return cache->generate(spe, prompt, go, on, cached);
     if (!a.no_prefix_cache) return cache->generate(pe, prompt, go, on, cached);
     *cached = 0;
-    if (a.speculative) {
+    if (spec) {
       spe.spec.reset();
       return rt::generate_speculative(spe.spec, prompt, go, on, nullptr);
     }
     pe.reset();
-    return rt::generate_with(pe.step, pe.vocab, prompt, go, on, pe.prefill, 0, pe.top_step);
+    return rt::generate_with(pe.step, pe.vocab, prompt, go, on, pe.prefill, 0, pe.top_step,
+                             pe.score);
   };
 
   rt::Server server(tok, std::move(run_request), o);

@@ -119,11 +119,20 @@ void TokenChooser::distribution(std::span<const float> raw, std::span<const int3
 
 GenerateResult generate_with(const StepFn& step, int64_t vocab, std::span<const int32_t> prompt,
                              const GenerateOptions& o, const std::function<void(int32_t)>& on_token,
-                             const PrefillFn& prefill, size_t done, const TopStepFn& top_step) {
+                             const PrefillFn& prefill, size_t done, const TopStepFn& top_step,
+                             const ScoreFn& score) {
   if (prompt.empty()) throw Error(Errc::kUsage, "the prompt has no tokens");
   if (done >= prompt.size()) {
     throw Error(Errc::kUsage, std::to_string(done) + " tokens done of a prompt of " +
                                   std::to_string(prompt.size()));
+  }
+  if (o.prompt_logprobs > kMaxLogprobs) {
+    throw Error(Errc::kUsage, "prompt logprobs: " + std::to_string(o.prompt_logprobs) +
+                                  " alternatives asked, at most " + std::to_string(kMaxLogprobs));
+  }
+  if (o.prompt_logprobs >= 0 && done > 0) {
+    throw Error(Errc::kUsage, "prompt logprobs need the whole prompt, not the last " +
+                                  std::to_string(prompt.size() - done) + " tokens");
   }
   using clock = std::chrono::steady_clock;
   TokenChooser chooser(o, vocab, prompt);
@@ -136,7 +145,21 @@ GenerateResult generate_with(const StepFn& step, int64_t vocab, std::span<const 
   const auto t0 = clock::now();
   int32_t top = 0;
   const std::span<const int32_t> rest = prompt.subspan(done);
-  if (prefill) {
+  if (o.prompt_logprobs >= 0 && score) {
+    top = score(prompt, o.prompt_logprobs, r.prompt_logprobs, out);
+  } else if (o.prompt_logprobs >= 0) {  // every row on the host
+    std::vector<float> row(v);
+    for (size_t i = 0; i < prompt.size(); ++i) {
+      top = step(prompt[i], row.data());
+      if (i + 1 < prompt.size()) {
+        r.prompt_logprobs.push_back(token_logprobs(row, prompt[i + 1], o.prompt_logprobs));
+      }
+    }
+    if (out) std::copy(row.begin(), row.end(), out);
+  }
+  if (o.prompt_logprobs >= 0) {
+    if (o.on_prompt_logprobs) o.on_prompt_logprobs(r.prompt_logprobs);
+  } else if (prefill) {
     top = prefill(rest, out);
   } else {
     for (size_t i = 0; i < rest.size(); ++i)

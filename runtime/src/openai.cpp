@@ -268,11 +268,14 @@ int64_t logprob_count(int64_t n, const char* name) {
   return n;
 }
 
-void max_tokens(const Json& body, const char* name, ApiRequest& r) {
+void max_tokens(const Json& body, const char* name, ApiRequest& r, int64_t least = 1,
+                const char* hint = "") {
   if (const auto m = integer(body, name)) {
-    if (*m < 1)
-      bad_request(std::string("'") + name + "' must be at least 1, got " + std::to_string(*m),
+    if (*m < least) {
+      bad_request(std::string("'") + name + "' must be at least " + std::to_string(least) + hint +
+                      ", got " + std::to_string(*m),
                   name);
+    }
     r.max_tokens = *m;
   }
 }
@@ -346,8 +349,8 @@ ApiRequest parse_completion_request(const Json& body, const SamplingOptions& def
   ApiRequest r;
   parse_common(body, defaults, r);
   r.max_tokens = 16;  // OpenAI's default for completions
-  max_tokens(body, "max_tokens", r);
-  if (boolean(body, "echo").value_or(false)) unsupported("'echo'", "echo");
+  r.echo = boolean(body, "echo").value_or(false);
+  max_tokens(body, "max_tokens", r, r.echo ? 0 : 1, r.echo ? "" : " (0 only with 'echo')");
   if (field(body, "suffix")) unsupported("'suffix'", "suffix");
   if (const auto b = integer(body, "best_of"); b && *b != 1)
     unsupported("'best_of' other than 1", "best_of");
@@ -431,6 +434,28 @@ Json completion_logprobs_json(const Tokenizer& tok, std::span<const TokenLogprob
           {"token_logprobs", std::move(values)},
           {"top_logprobs", std::move(tops)},
           {"text_offset", std::move(offsets)}};
+}
+
+Json prompt_logprobs_json(const Tokenizer& tok, int32_t first, std::span<const TokenLogprobs> rest,
+                          int64_t& text_offset) {
+  const std::string text = token_text(tok, first);
+  Json j = {{"tokens", Json::array({text})},
+            {"token_logprobs", Json::array({nullptr})},
+            {"top_logprobs", Json::array({nullptr})},
+            {"text_offset", Json::array({text_offset})}};
+  text_offset += characters(text);
+  append_logprobs(j, completion_logprobs_json(tok, rest, text_offset));
+  return j;
+}
+
+void append_logprobs(Json& into, const Json& more) {
+  if (into.is_null()) {
+    into = more;
+    return;
+  }
+  for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
+    for (const Json& v : more.at(key)) into[key].push_back(v);
+  }
 }
 
 StopStrings::StopStrings(std::vector<std::string> stops) : stops_(std::move(stops)) {}

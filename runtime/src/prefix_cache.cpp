@@ -54,6 +54,13 @@ GenerateResult PrefixCache::generate(const PrefixEngine& e, std::span<const int3
   if (prompt.empty()) {
     return generate_with(e.step, e.vocab, prompt, options, on_token, e.prefill, 0, e.top_step);
   }
+  if (options.prompt_logprobs >= 0) {  // every position's row: no reuse, no snapshot
+    kept_.clear();
+    if (cached_tokens) *cached_tokens = 0;
+    e.reset();
+    return generate_with(e.step, e.vocab, prompt, options, on_token, e.prefill, 0, e.top_step,
+                         e.score);
+  }
   const Plan p = begin(prompt, cached_tokens, e.reset, e.restore);
   size_t done = p.reuse;
   if (p.snapshot_at > 0) {
@@ -113,6 +120,27 @@ PrefixEngine prefix_engine(CudaEngine& engine) {
   };
   e.top_step = [&engine](int32_t token, int k, TopLogits& out) {
     return engine.step_top(token, k, out);
+  };
+  e.score = [&engine](std::span<const int32_t> t, int n, std::vector<TokenLogprobs>& out,
+                      float* logits) {
+    std::vector<int32_t> targets(t.begin() + 1, t.end());
+    targets.push_back(-1);
+    std::vector<TopLogits> tops(t.size());
+    std::vector<float> picked(t.size());
+    const int32_t top =
+        engine.prefill_scored(t, targets, std::max(n, 1), tops.data(), picked.data(), logits);
+    for (size_t i = 0; i + 1 < t.size(); ++i) {
+      TokenLogprobs lp;
+      lp.id = targets[i];
+      lp.logprob = static_cast<float>(picked[i] - tops[i].log_z);
+      for (int j = 0; j < n; ++j) {
+        lp.top.emplace_back(
+            tops[i].ids[static_cast<size_t>(j)],
+            static_cast<float>(tops[i].logits[static_cast<size_t>(j)] - tops[i].log_z));
+      }
+      out.push_back(std::move(lp));
+    }
+    return top;
   };
   return e;
 }

@@ -50,7 +50,8 @@ struct Outcome {
   std::string finish_reason;
   int64_t completion_tokens = 0, cached_tokens = 0;
   double seconds = 0;
-  std::vector<TokenLogprobs> logprobs;  // of tokens no delta carried (held text, the last)
+  std::vector<TokenLogprobs> logprobs;         // of tokens no delta carried (held text, the last)
+  std::vector<TokenLogprobs> prompt_logprobs;  // echo: GenerateResult::prompt_logprobs
 };
 
 // What a reply part carries: its text, and the logprobs of the tokens generated since the last
@@ -85,11 +86,17 @@ struct Server::Impl {
     return s;
   }
 
-  // Runs one request on the engine; on_delta gets the reply's parts as they are decided.
+  // Runs one request on the engine; on_delta gets the reply's parts as they are decided, and
+  // on_prompt (when set) the prompt's logprobs once they are known (o.prompt_logprobs >= 0).
   Outcome run(const ApiRequest& r, std::span<const int32_t> prompt, GenerateOptions o,
-              const DeltaFn& on_delta) {
+              const DeltaFn& on_delta,
+              const std::function<void(const std::vector<TokenLogprobs>&)>& on_prompt = {}) {
     Outcome out;
     o.on_logprobs = [&out](const TokenLogprobs& t) { out.logprobs.push_back(t); };
+    o.on_prompt_logprobs = [&out, &on_prompt](const std::vector<TokenLogprobs>& v) {
+      out.prompt_logprobs = v;
+      if (on_prompt) on_prompt(v);
+    };
     StreamDecoder decoder(tok, /*skip_special=*/true);
     StopStrings stops(r.stop);
     std::optional<ChatOutputParser> parser;
@@ -203,7 +210,8 @@ void Server::Impl::handle(const httplib::Request& req, httplib::Response& res, b
   }
   const auto n_prompt = static_cast<int64_t>(prompt->size());
   const int64_t room = opt.max_model_len - n_prompt;
-  if (room < 1 || (r->max_tokens && *r->max_tokens > room)) {
+  const int64_t least = r->max_tokens && *r->max_tokens == 0 ? 0 : 1;  // 0: echo scoring only
+  if (room < least || (r->max_tokens && *r->max_tokens > room)) {
     bad_request("this model's maximum context length is " + std::to_string(opt.max_model_len) +
                     " tokens; the request has " + std::to_string(n_prompt) +
                     " prompt tokens and asks for " +
@@ -222,6 +230,9 @@ void Server::Impl::handle(const httplib::Request& req, httplib::Response& res, b
   o.max_tokens = r->max_tokens.value_or(room);
   o.sampling = r->sampling;
   o.logprobs = r->logprobs;
+  if (r->echo && r->logprobs >= 0) o.prompt_logprobs = r->logprobs;
+  // echo: the prompt's text leads the reply's (the ids decoded where they were given).
+  const std::string echo_text = !r->echo ? "" : r->ids.empty() ? r->prompt : tok.decode(r->ids);
   if (!r->ignore_eos) o.stop_ids = opt.eos_ids;
   if (r->grammar) {
     o.constraint = std::make_shared<JsonConstraint>(token_trie(), r->grammar, o.stop_ids,
@@ -264,10 +275,15 @@ void Server::Impl::handle(const httplib::Request& req, httplib::Response& res, b
       if (!all.tool_calls.empty()) m["tool_calls"] = tool_calls_json(all.tool_calls, 0, false);
       choice["message"] = std::move(m);
     } else {
-      choice["text"] = all.content;
+      choice["text"] = echo_text + all.content;
     }
     int64_t text_offset = 0;
-    choice["logprobs"] = logprobs_json(lps, text_offset);
+    Json lp_json;
+    if (o.prompt_logprobs >= 0) {
+      lp_json = prompt_logprobs_json(tok, prompt->front(), out.prompt_logprobs, text_offset);
+    }
+    if (r->logprobs >= 0) append_logprobs(lp_json, logprobs_json(lps, text_offset));
+    choice["logprobs"] = std::move(lp_json);
     choice["finish_reason"] = out.finish_reason;
     const Json reply = {{"id", id},
                         {"object", object},
@@ -282,7 +298,7 @@ void Server::Impl::handle(const httplib::Request& req, httplib::Response& res, b
 
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider("text/event-stream", [this, r, prompt, o, id, created, chat,
-                                                         usage, n_prompt, logprobs_json](
+                                                         usage, n_prompt, logprobs_json, echo_text](
                                                             size_t, httplib::DataSink& sink) {
     const char* chunk_object = chat ? "chat.completion.chunk" : "text_completion";
     const auto send = [&](const Json& j) {
@@ -305,8 +321,19 @@ void Server::Impl::handle(const httplib::Request& req, httplib::Response& res, b
                     {"logprobs", nullptr},
                     {"finish_reason", nullptr}}));
       }
-      const Outcome out =
-          run(*r, *prompt, o, [&](const ChatDelta& d, std::vector<TokenLogprobs>&& l) {
+      // echo: the prompt's text (and its logprobs, once scored) in the first chunk.
+      const auto echo = [&](const std::vector<TokenLogprobs>* prompt_lps) {
+        Json choice = {{"index", 0}, {"text", echo_text}};
+        choice["logprobs"] =
+            prompt_lps ? prompt_logprobs_json(tok, prompt->front(), *prompt_lps, text_offset)
+                       : Json();
+        choice["finish_reason"] = nullptr;
+        send(chunk(std::move(choice)));
+      };
+      if (r->echo && o.prompt_logprobs < 0) echo(nullptr);
+      const Outcome out = run(
+          *r, *prompt, o,
+          [&](const ChatDelta& d, std::vector<TokenLogprobs>&& l) {
             Json choice = {{"index", 0}};
             if (chat) {
               Json delta = Json::object();
@@ -323,7 +350,8 @@ void Server::Impl::handle(const httplib::Request& req, httplib::Response& res, b
             choice["logprobs"] = logprobs_json(l, text_offset);
             choice["finish_reason"] = nullptr;
             send(chunk(std::move(choice)));
-          });
+          },
+          [&](const std::vector<TokenLogprobs>& v) { echo(&v); });
       Json last = {{"index", 0}};
       if (chat) {
         last["delta"] = Json::object();

@@ -3,6 +3,7 @@
 // `qforge generate` prints for the same prompt and sampling; errors with their status and
 // parameter; a client leaving mid-stream; SIGTERM ending the server cleanly.
 #include <gtest/gtest.h>
+#include <httplib.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -201,8 +202,63 @@ void expect_generates_replies(const std::string& engine) {
   EXPECT_NE(serve.log().find("stopping"), std::string::npos) << serve.log();
 }
 
+// An echoed prompt's logprobs, asked as lm-evaluation-harness asks for them (token ids, echo,
+// logprobs 1, max_tokens 1), sum to minus the NLL `qforge eval-ppl` gives the same tokens (one
+// window, no MTP head; another reduction of the same engine's rows). Prefix reuse stays sound
+// around them: a request before and after an echoed one gets the same reply, the second from
+// a fresh state (the echo's prompt overwrote the KV rows the kept snapshot relied on).
+void expect_echo_scores(const std::string& engine) {
+  std::ifstream in(std::string(QF_SOURCE_DIR) + "/models/tiny/heldout.txt");
+  std::string text(1500, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  const test::TempDir dir;
+  test::write_file(dir / "t.txt", text);
+  const auto e = run_command(std::string(QF_BIN) + " eval-ppl --model " + kModel + " --text " +
+                             (dir / "t.txt").string() + " --window 4096 --no-mtp --json " +
+                             (engine.find("cuda") != std::string::npos ? "--device cuda" : ""));
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+  const Json ppl = Json::parse(e.out);
+  const double nll_sum = ppl["nll"].get<double>() * ppl["predictions"].get<double>();
+  const std::vector<int32_t> ids = rt::Tokenizer::load(kModel + "/tokenizer.json").encode(text);
+  ASSERT_EQ(static_cast<int64_t>(ids.size()), ppl["tokens"].get<int64_t>());
+
+  ServeProcess serve(engine + " --threads 2");
+  ASSERT_GT(serve.port(), 0) << serve.log();
+  httplib::Client c("127.0.0.1", serve.port());
+  c.set_read_timeout(300);
+  const auto post = [&](const Json& body) {
+    const auto res = c.Post("/v1/completions", body.dump(), "application/json");
+    EXPECT_TRUE(res && res->status == 200) << (res ? res->body : "no reply") << serve.log();
+    return res && res->status == 200 ? Json::parse(res->body) : Json();
+  };
+  const Json plain = {
+      {"prompt", "import os\n\n\ndef main():\n"}, {"max_tokens", 12}, {"temperature", 0}};
+  const Json before = post(plain);
+  const Json echo = post(
+      {{"prompt", ids}, {"echo", true}, {"logprobs", 1}, {"max_tokens", 1}, {"temperature", 0}});
+  const Json after = post(plain);
+  ASSERT_FALSE(echo.is_null());
+  const Json& lp = echo["choices"][0]["logprobs"];
+  ASSERT_EQ(lp["token_logprobs"].size(), ids.size() + 1) << lp.dump();
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  double sum = 0;
+  for (size_t i = 1; i < ids.size(); ++i) sum += lp["token_logprobs"][i].get<double>();
+  EXPECT_NEAR(-sum, nll_sum, 1e-4 * static_cast<double>(ids.size())) << engine;
+  std::printf("%s: echoed prompt's logprobs sum %.6f, eval-ppl NLL sum %.6f\n", engine.c_str(),
+              -sum, nll_sum);
+  EXPECT_EQ(echo["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  EXPECT_EQ(before["choices"][0]["text"], after["choices"][0]["text"]) << engine;
+  EXPECT_EQ(after["usage"]["prompt_tokens_details"]["cached_tokens"], 0) << engine;
+  EXPECT_EQ(serve.stop(), 0) << serve.log();
+}
+
 TEST(ServeCli, OpenAiClientGetsWhatGenerateWrites) {
   expect_generates_replies("--device cpu");
+}
+
+TEST(ServeCli, EchoedPromptLogprobsAreTheModels) {
+  expect_echo_scores("--device cpu");
+  expect_echo_scores("--device cpu --speculative");
 }
 
 TEST(ServeCli, SpeculativeOnTheCpu) {
@@ -214,6 +270,8 @@ TEST(ServeCli, CudaEngine) {
   if (!rt::CudaEngine::available(&why)) GTEST_SKIP() << "no GPU: " << why;
   expect_generates_replies("--device cuda");
   expect_generates_replies("--device cuda --speculative");
+  expect_echo_scores("--device cuda");
+  expect_echo_scores("--device cuda --speculative");
 }
 
 TEST(ServeCli, ErrorsKeyAndAClientLeaving) {

@@ -19,6 +19,7 @@
 #include "qf/rt/cuda_engine.h"
 #include "qf/rt/generate.h"
 #include "qf/rt/logits.h"
+#include "qf/rt/prefix_cache.h"
 #include "qf/rt/sampler.h"
 #include "qf/rt/speculative.h"
 
@@ -40,6 +41,12 @@ std::vector<float> logits_of(const fs::path& reference, const char* name = "logi
   if (!f.find(name)) return {};
   const auto v = f.view(name).as<float>();
   return {v.begin(), v.end()};
+}
+
+double top_logit(const std::vector<float>& logits) {
+  double top = 0;
+  for (const float v : logits) top = std::max(top, static_cast<double>(std::fabs(v)));
+  return top;
 }
 
 void expect_same(const std::vector<float>& want, const std::vector<float>& got, int64_t vocab,
@@ -340,6 +347,34 @@ void check(const fs::path& model_dir, const fs::path& reference, const std::stri
   for (const int chunk : {1024, 3, 0}) {
     expect_scored(*model, prompt, c, chunk, 5e-4,
                   name + " scored in passes of " + std::to_string(chunk));
+  }
+  {  // An echoed prompt's logprobs (PrefixEngine::score: prefill_scored) against the CPU's rows
+    GenerateOptions echo;
+    echo.max_tokens = 8;
+    echo.prompt_logprobs = 4;
+    const PrefixEngine pe = prefix_engine(gpu);
+    pe.reset();
+    const GenerateResult e = generate_with(
+        pe.step, vocab, prompt, echo, [](int32_t) {}, pe.prefill, 0, pe.top_step, pe.score);
+    const std::vector<int32_t> first8(want.ids.begin(), want.ids.begin() + 8);
+    EXPECT_EQ(e.ids, first8) << name << ": greedy after prompt logprobs";
+    ASSERT_EQ(e.prompt_logprobs.size(), t_len - 1) << name;
+    double worst = 0;
+    for (size_t t = 0; t + 1 < t_len; ++t) {
+      const TokenLogprobs want_lp = token_logprobs(
+          std::span(c.data() + t * vocab, static_cast<size_t>(vocab)), prompt[t + 1], 4);
+      const TokenLogprobs& lp = e.prompt_logprobs[t];
+      EXPECT_EQ(lp.id, want_lp.id) << name;
+      worst = std::max(worst, static_cast<double>(std::fabs(lp.logprob - want_lp.logprob)));
+      ASSERT_EQ(lp.top.size(), 4u) << name;
+      EXPECT_EQ(lp.top[0].first, want_lp.top[0].first) << name << " position " << t;
+      for (size_t j = 0; j < 4; ++j) {
+        worst = std::max(worst,
+                         static_cast<double>(std::fabs(lp.top[j].second - want_lp.top[j].second)));
+      }
+    }
+    EXPECT_LE(worst, 1e-3 * top_logit(c)) << name;
+    std::printf("%-44s prompt logprobs max |diff| %.3g\n", name.c_str(), worst);
   }
   {  // without the MTP head, verify2 keeps no state copies and nothing can be rejected
     CudaOptions plain_o = o;

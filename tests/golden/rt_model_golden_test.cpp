@@ -90,6 +90,39 @@ void check_model(const fs::path& model_dir, const fs::path& reference, const std
   o.max_tokens = static_cast<int64_t>(ref.greedy.size());
   const GenerateResult r = generate(engine, ref.prompt, o, [](int32_t) {});
   EXPECT_EQ(r.ids, ref.greedy) << name << ": greedy continuation differs";
+  {  // An echoed prompt's logprobs: transformers' log-softmax of the row before each token
+    GenerateOptions echo = o;
+    echo.prompt_logprobs = 3;
+    int calls = 0;
+    echo.on_prompt_logprobs = [&](const std::vector<TokenLogprobs>& v) {
+      ++calls;
+      EXPECT_EQ(v.size(), t_len - 1) << name;
+    };
+    engine.reset();
+    const GenerateResult e =
+        generate_with(cpu_step(engine), vocab, ref.prompt, echo, [](int32_t) {});
+    EXPECT_EQ(calls, 1) << name;
+    EXPECT_EQ(e.ids, ref.greedy) << name << ": greedy continuation after prompt logprobs";
+    ASSERT_EQ(e.prompt_logprobs.size(), t_len - 1) << name;
+    double top = 0, worst = 0;
+    for (const float v : ref.logits) top = std::max(top, static_cast<double>(std::fabs(v)));
+    for (size_t t = 0; t + 1 < t_len; ++t) {
+      const float* row = ref.logits.data() + t * vocab;
+      const double m = *std::max_element(row, row + vocab);
+      double sum = 0;
+      for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(row[i]) - m);
+      const auto ls = [&](int32_t id) { return row[id] - m - std::log(sum); };
+      const TokenLogprobs& lp = e.prompt_logprobs[t];
+      EXPECT_EQ(lp.id, ref.prompt[t + 1]) << name;
+      worst = std::max(worst, std::fabs(lp.logprob - ls(lp.id)));
+      ASSERT_EQ(lp.top.size(), 3u) << name;
+      EXPECT_EQ(lp.top[0].first, std::max_element(row, row + vocab) - row) << name << " " << t;
+      for (const auto& [id, v] : lp.top) worst = std::max(worst, std::fabs(v - ls(id)));
+    }
+    // Logits within 1e-3 x max |logit| (compare above): a log-softmax within twice that.
+    EXPECT_LE(worst, 2e-3 * top) << name;
+    std::printf("%-40s prompt logprobs max |diff| %.3g\n", name.c_str(), worst);
+  }
   if (model->mtp()) {  // speculative decoding with the MTP head yields the same ids
     SpecStats st;
     const GenerateResult sr = generate_speculative(

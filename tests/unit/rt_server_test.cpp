@@ -14,6 +14,7 @@
 
 #include "qf/error.h"
 #include "qf/rt/chat.h"
+#include "qf/rt/openai.h"
 #include "qf/rt/server.h"
 #include "test_support.h"
 
@@ -57,6 +58,16 @@ class ScriptedServer {
           GenerateResult r;
           r.prompt_tokens = static_cast<int64_t>(prompt.size());
           r.finish_reason = "stop";
+          if (go.prompt_logprobs >= 0) {  // made-up values as the reply's: prompt_logprob(i)
+            for (size_t i = 1; i < prompt.size(); ++i) {
+              TokenLogprobs t{prompt[i], prompt_logprob(i), {}};
+              for (int k = 0; k < go.prompt_logprobs; ++k) {
+                t.top.emplace_back((prompt[i] + 1 + k) % 4096, -0.125f * static_cast<float>(k));
+              }
+              r.prompt_logprobs.push_back(t);
+            }
+            if (go.on_prompt_logprobs) go.on_prompt_logprobs(r.prompt_logprobs);
+          }
           try {
             for (size_t i = 0; i < reply_.size(); ++i) {
               if (fail_at_ >= 0 && static_cast<int>(i) == fail_at_) {
@@ -93,6 +104,7 @@ class ScriptedServer {
     thread_.join();
   }
   static float logprob(size_t i) { return -0.5f - static_cast<float>(i) / 64.0f; }
+  static float prompt_logprob(size_t i) { return -1.0f - static_cast<float>(i) / 32.0f; }
   const std::vector<int32_t>& reply() const { return reply_; }
   std::string base() const { return "http://127.0.0.1:" + std::to_string(port_) + "/v1"; }
   int port() const { return port_; }
@@ -262,6 +274,92 @@ class RandomLogitsServer {
 
 // response_format through the server: the reply's content parses and has the schema's keys and
 // types, with thinking on (the value after `</think>`) and off, whole and streamed.
+// echo (completions): the prompt's text leads the reply's, and with logprobs its tokens lead
+// the entries (the first with null logprob and alternatives, text_offset counting on through
+// the reply); whole and streamed (the prompt in the first chunk); max_tokens 0 scores the prompt
+// alone, and is refused without echo.
+TEST(Server, CompletionEchoesThePromptAndItsLogprobs) {
+  ScriptedServer s("Hello there, world.");
+  httplib::Client c("127.0.0.1", s.port());
+  const std::string prompt = "def add(a, b):";
+  const std::vector<int32_t> ids = s.tok().encode(prompt);
+  ASSERT_GE(ids.size(), 3u);
+  const auto post = [&](const Json& body) {
+    const auto res = c.Post("/v1/completions", body.dump(), "application/json");
+    EXPECT_TRUE(res) << "no reply";
+    return res ? std::make_pair(res->status, res->body) : std::make_pair(0, std::string());
+  };
+  const std::string reply = s.tok().decode(s.reply(), true);
+  for (const bool by_ids : {false, true}) {
+    for (const int64_t max_tokens : {int64_t{0}, int64_t{50}}) {
+      for (const bool stream : {false, true}) {
+        const std::string what = std::string(by_ids ? "ids" : "text") + " max_tokens " +
+                                 std::to_string(max_tokens) + (stream ? " streamed" : "");
+        Json body = {{"prompt", by_ids ? Json(ids) : Json(prompt)},
+                     {"echo", true},
+                     {"logprobs", 2},
+                     {"max_tokens", max_tokens},
+                     {"stream", stream}};
+        const auto [status, text] = post(body);
+        ASSERT_EQ(status, 200) << what << ": " << text;
+        std::string got;
+        Json lp;
+        std::string finish;
+        if (!stream) {
+          const Json ch = Json::parse(text)["choices"][0];
+          got = ch["text"];
+          lp = ch["logprobs"];
+          finish = ch["finish_reason"];
+        } else {
+          bool first = true;
+          for (size_t at = 0; (at = text.find("data: {", at)) != std::string::npos; ++at) {
+            const Json e = Json::parse(text.substr(at + 6, text.find('\n', at) - at - 6));
+            const Json& ch = e["choices"][0];
+            if (first) {
+              EXPECT_EQ(ch["text"], prompt) << what << ": the first chunk";
+            }
+            first = false;
+            got += ch["text"].get<std::string>();
+            if (!ch["logprobs"].is_null()) append_logprobs(lp, ch["logprobs"]);
+            if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
+          }
+        }
+        const size_t n_reply = max_tokens == 0 ? 0 : s.reply().size();
+        EXPECT_EQ(got, prompt + (max_tokens == 0 ? "" : reply)) << what;
+        EXPECT_EQ(finish, max_tokens == 0 ? "length" : "stop") << what;
+        ASSERT_EQ(lp["tokens"].size(), ids.size() + n_reply) << what << ": " << lp.dump();
+        EXPECT_TRUE(lp["token_logprobs"][0].is_null()) << what;
+        EXPECT_TRUE(lp["top_logprobs"][0].is_null()) << what;
+        int64_t offset = 0;
+        for (size_t i = 0; i < ids.size() + n_reply; ++i) {
+          EXPECT_EQ(lp["text_offset"][i], offset) << what << " " << i;
+          const std::string tok_text = lp["tokens"][i];
+          offset += std::count_if(tok_text.begin(), tok_text.end(), [](char ch) {
+            return (static_cast<uint8_t>(ch) & 0xC0) != 0x80;
+          });
+          if (i == 0) continue;
+          const float want = i < ids.size() ? ScriptedServer::prompt_logprob(i)
+                                            : ScriptedServer::logprob(i - ids.size());
+          EXPECT_EQ(lp["token_logprobs"][i].get<float>(), want) << what << " " << i;
+          // 2 and the token (the scripted reply's alternatives include the token itself)
+          EXPECT_EQ(lp["top_logprobs"][i].size(), i < ids.size() ? 3u : 2u) << what << " " << i;
+        }
+        EXPECT_EQ(s.prompt_, ids) << what;
+      }
+    }
+  }
+  // Echo without logprobs: the text alone; max_tokens 0 without echo: refused.
+  const auto [status, text] = post({{"prompt", prompt}, {"echo", true}, {"max_tokens", 3}});
+  ASSERT_EQ(status, 200) << text;
+  const Json ch = Json::parse(text)["choices"][0];
+  EXPECT_TRUE(ch["logprobs"].is_null());
+  EXPECT_EQ(ch["text"], prompt + s.tok().decode(std::span(s.reply()).first(3), true));
+  const auto [bad, why] = post({{"prompt", prompt}, {"max_tokens", 0}});
+  EXPECT_EQ(bad, 400);
+  EXPECT_NE(why.find("0 only with 'echo'"), std::string::npos) << why;
+  EXPECT_NE(why.find("\"param\":\"max_tokens\""), std::string::npos) << why;
+}
+
 TEST(Server, StructuredOutputFollowsTheSchema) {
   RandomLogitsServer server;
   const Json schema = Json::parse(R"({"type": "object", "properties": {

@@ -38,6 +38,12 @@ struct GenerateOptions {
   std::function<void(const TokenLogprobs&)> on_logprobs;
   // Null: any id. Logprobs stay those of the unmasked row (vLLM's raw logprobs).
   std::shared_ptr<TokenConstraint> constraint;
+  // >= 0: every prompt token after the first gets its log-probability under the position before
+  // it and that position's `prompt_logprobs` most likely ids (GenerateResult::prompt_logprobs;
+  // a completion's echoed prompt). The whole prompt then runs from a fresh state. -1: none.
+  int prompt_logprobs = -1;
+  // Called with them once the prompt is consumed, before the first token (streamed echo).
+  std::function<void(const std::vector<TokenLogprobs>&)> on_prompt_logprobs;
 };
 
 struct GenerateResult {
@@ -45,6 +51,8 @@ struct GenerateResult {
   std::string finish_reason;  // "stop" or "length"
   int64_t prompt_tokens = 0;
   int64_t cached_tokens = 0;  // prompt tokens a kept state spared the engine (PrefixCache)
+  // GenerateOptions::prompt_logprobs >= 0: prompt tokens 1 .. n - 1, in order.
+  std::vector<TokenLogprobs> prompt_logprobs;
   double prefill_seconds = 0, decode_seconds = 0;
 };
 
@@ -120,16 +128,25 @@ using TopStepFn = std::function<int32_t(int32_t token, int k, TopLogits& out)>;
 // null, return their argmax.
 using PrefillFn = std::function<int32_t(std::span<const int32_t> tokens, float* logits)>;
 
+// Prompt scoring, where an engine has it (CudaEngine::prefill_scored): consume `tokens` as a
+// PrefillFn does, appending to `out` the logprobs of tokens[1 ..] (each under the row before
+// it, with its `n` most likely ids); the last row's logits [vocab] to `logits` when not null;
+// returns their argmax.
+using ScoreFn = std::function<int32_t(std::span<const int32_t> tokens, int n,
+                                      std::vector<TokenLogprobs>& out, float* logits)>;
+
 // The loop over any engine, from a fresh state or one that has consumed prompt[0, done)
 // already (PrefixCache; done < the prompt's length). Unless TokenChooser::needs_logits, it
 // passes null logits, so an engine that computes the argmax on its device copies nothing back.
 // With `prefill`, the prompt goes through it in one call; else step by step. With `top_step`,
-// decode steps use it wherever TokenChooser::top_candidates says the top ids suffice.
+// decode steps use it wherever TokenChooser::top_candidates says the top ids suffice. With
+// options.prompt_logprobs >= 0 (done must be 0), the prompt goes through `score` where given,
+// else step by step with every row on the host (prefill unused).
 GenerateResult generate_with(const StepFn& step, int64_t vocab, std::span<const int32_t> prompt,
                              const GenerateOptions& options,
                              const std::function<void(int32_t)>& on_token,
                              const PrefillFn& prefill = {}, size_t done = 0,
-                             const TopStepFn& top_step = {});
+                             const TopStepFn& top_step = {}, const ScoreFn& score = {});
 
 // The CPU engine's step as a StepFn (its own logits buffer; the argmax on the host).
 StepFn cpu_step(CpuEngine& engine);

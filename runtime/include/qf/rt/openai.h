@@ -5,7 +5,7 @@
 // enable_thinking`). Sampling fields a request leaves out take the model's generation_config.json
 // defaults, as vLLM does; so do vLLM's `repetition_penalty` and `min_p`. Unknown fields are
 // ignored (as vLLM does); known ones of the wrong type or range, and features this runtime lacks
-// (n > 1, echo, suffix), are refused with an ApiError naming the field. `response_format`:
+// (n > 1, suffix, best_of > 1), are refused with an ApiError naming the field. `response_format`:
 // "text", "json_object" or "json_schema" ({"json_schema": {"name", "schema", "strict"}}, the
 // schema in JsonGrammar's subset; one outside it is refused naming the keyword).
 // Logprobs: chat's `logprobs` + `top_logprobs`, completions' integer `logprobs`, at most
@@ -65,6 +65,10 @@ struct ApiRequest {
   // json_schema, or the JSON of a forced tool choice (tool_choice.h).
   std::shared_ptr<const JsonGrammar> grammar;
   bool stream = false, include_usage = false, ignore_eos = false;
+  // Completions: the reply's text starts with the prompt's (as given, or the ids decoded); with
+  // `logprobs`, so do its logprobs (the first token's null, each other's under the position
+  // before it). max_tokens 0 is then allowed: the prompt scored, nothing generated.
+  bool echo = false;
 };
 
 // `body` as parsed from the request (ordered, so that tool schemas keep their key order);
@@ -86,6 +90,13 @@ nlohmann::ordered_json chat_logprobs_json(const Tokenizer& tok,
 nlohmann::ordered_json completion_logprobs_json(const Tokenizer& tok,
                                                 std::span<const TokenLogprobs> entries,
                                                 int64_t& text_offset);
+// An echoed prompt's entries in the same shape: `first` (the prompt's first token: null
+// logprob and top_logprobs), then `rest` (GenerateResult::prompt_logprobs).
+nlohmann::ordered_json prompt_logprobs_json(const Tokenizer& tok, int32_t first,
+                                            std::span<const TokenLogprobs> rest,
+                                            int64_t& text_offset);
+// `more`'s entries after `into`'s (two completion_logprobs_json objects; null `into`: `more`).
+void append_logprobs(nlohmann::ordered_json& into, const nlohmann::ordered_json& more);
 
 // Cuts the reply's text at the first occurrence of any stop string, as the text streams: text
 // that may be the start of one is held back until it is decided.

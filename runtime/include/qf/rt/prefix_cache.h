@@ -29,6 +29,7 @@ struct PrefixEngine {
   StepFn step;
   PrefillFn prefill;   // may be empty
   TopStepFn top_step;  // may be empty
+  ScoreFn score;       // may be empty
   int64_t vocab = 0;
 };
 
@@ -53,7 +54,9 @@ class PrefixCache {
   // from a fresh state), taking the next snapshot on the way; result.cached_tokens, and
   // *cached_tokens (when not null) before the first token, say how many prompt tokens were
   // skipped. An exception before the snapshot is taken leaves the cache
-  // empty; one after it (the token callback's, say) leaves the snapshot in place.
+  // empty; one after it (the token callback's, say) leaves the snapshot in place. With
+  // options.prompt_logprobs >= 0 the whole prompt runs afresh (through engine.score where it
+  // has one) and the snapshot is forgotten (its KV rows are overwritten).
   GenerateResult generate(const PrefixEngine& engine, std::span<const int32_t> prompt,
                           const GenerateOptions& options,
                           const std::function<void(int32_t)>& on_token,
