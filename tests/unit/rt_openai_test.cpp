@@ -366,7 +366,14 @@ TEST(OpenAiRequest, CompletionPrompts) {
     EXPECT_EQ(error_of({{"prompt", bad}}, false).param(), "prompt") << bad.dump();
   }
   EXPECT_EQ(error_of({{"max_tokens", 5}}, false).param(), "prompt");
-  EXPECT_EQ(error_of({{"prompt", "x"}, {"echo", true}}, false).param(), "echo");
+  // echo: taken, and with it max_tokens 0 (the prompt scored alone); 0 without it refused.
+  EXPECT_TRUE(parse("x", {{"echo", true}}).echo);
+  EXPECT_FALSE(parse("x").echo);
+  EXPECT_EQ(parse("x", {{"echo", true}, {"max_tokens", 0}}).max_tokens, 0);
+  EXPECT_EQ(error_of({{"prompt", "x"}, {"max_tokens", 0}}, false).param(), "max_tokens");
+  EXPECT_EQ(error_of({{"prompt", "x"}, {"echo", true}, {"max_tokens", -1}}, false).param(),
+            "max_tokens");
+  EXPECT_EQ(error_of({{"prompt", "x"}, {"echo", "yes"}}, false).param(), "echo");
   EXPECT_EQ(error_of({{"prompt", "x"}, {"suffix", "y"}}, false).param(), "suffix");
   EXPECT_EQ(error_of({{"prompt", "x"}, {"best_of", 2}}, false).param(), "best_of");
 }
