@@ -203,7 +203,9 @@ int run(const BenchArgs& a) {
   // With --score: prompt scoring as eval-ppl runs it (prefill_scored: every row's normalizer,
   // argmax and next token's logit), and as eval-ppl ran it before (advance, 128 tokens a call,
   // every row's logits to the host, reduced there in double).
-  double score_us = 0, score_host_us = 0;
+  // With --mtp too: the MTP head's rows as well (prefill_scored_with_mtp; before, pairs
+  // (verify2) and a draft a position, every row to the host).
+  double score_us = 0, score_host_us = 0, score_mtp_us = 0, score_mtp_host_us = 0;
   if (a.prefill > 0) {
     std::vector<int32_t> prompt(static_cast<size_t>(a.prefill));
     uint64_t h = a.seed;
@@ -255,6 +257,12 @@ int run(const BenchArgs& a) {
       std::vector<float> picked(prompt.size()), rows(128 * v);
       std::vector<int32_t> top(128);
       double sink = 0;  // the host's sums, kept so that they are not optimized away
+      const auto reduce = [&](const float* row) {
+        const double mx = *std::max_element(row, row + v);
+        double sum = 0;
+        for (size_t j = 0; j < v; ++j) sum += std::exp(static_cast<double>(row[j]) - mx);
+        sink += mx + std::log(sum);
+      };
       const auto scored = [&] {
         engine->prefill_scored(prompt, targets, 1, tops.data(), picked.data());
       };
@@ -262,18 +270,38 @@ int run(const BenchArgs& a) {
         for (size_t i = 0; i < prompt.size(); i += 128) {
           const size_t n = std::min<size_t>(128, prompt.size() - i);
           engine->advance({prompt.data() + i, n}, top.data(), rows.data());
-          for (size_t r = 0; r < n; ++r) {
-            const float* row = rows.data() + r * v;
-            const double mx = *std::max_element(row, row + v);
-            double sum = 0;
-            for (size_t j = 0; j < v; ++j) sum += std::exp(static_cast<double>(row[j]) - mx);
-            sink += mx + std::log(sum);
-          }
+          for (size_t r = 0; r < n; ++r) reduce(rows.data() + r * v);
         }
       };
       timed(scored);
       for (int r = 0; r < kReps; ++r) score_us += timed(scored) / kReps;
       score_host_us = timed(on_host);
+      if (a.mtp) {
+        std::vector<int32_t> mtp_targets(prompt.begin() + 2, prompt.end());
+        mtp_targets.push_back(-1);
+        std::vector<rt::TopLogits> mtp_tops(prompt.size() - 1);
+        std::vector<float> mtp_picked(prompt.size() - 1);
+        const auto scored_mtp = [&] {
+          engine->prefill_scored_with_mtp(prompt, -1, targets, mtp_targets, 1, tops.data(),
+                                          picked.data(), mtp_tops.data(), mtp_picked.data());
+        };
+        const auto on_host_mtp = [&] {
+          for (size_t i = 0; i < prompt.size(); i += 2) {
+            const size_t n = std::min<size_t>(2, prompt.size() - i);
+            engine->advance({prompt.data() + i, n}, top.data(), rows.data());
+            for (size_t r = 0; r < n; ++r) {
+              reduce(rows.data() + r * v);
+              if (i + r + 1 < prompt.size()) {
+                engine->draft(static_cast<int>(r), prompt[i + r + 1], rows.data() + 2 * v);
+                reduce(rows.data() + 2 * v);
+              }
+            }
+          }
+        };
+        timed(scored_mtp);
+        for (int r = 0; r < kReps; ++r) score_mtp_us += timed(scored_mtp) / kReps;
+        score_mtp_host_us = timed(on_host_mtp);
+      }
       g_host_sums = sink;
     }
     engine->reset();
@@ -357,6 +385,13 @@ int run(const BenchArgs& a) {
                                    {"scored_tokens_per_s", prefill_tps(score_us)},
                                    {"rows_to_host_ms", score_host_us / 1e3},
                                    {"rows_to_host_tokens_per_s", prefill_tps(score_host_us)}};
+        if (a.mtp) {
+          j["prefill"]["scoring"]["with_mtp"] = {
+              {"scored_ms", score_mtp_us / 1e3},
+              {"scored_tokens_per_s", prefill_tps(score_mtp_us)},
+              {"rows_to_host_ms", score_mtp_host_us / 1e3},
+              {"rows_to_host_tokens_per_s", prefill_tps(score_mtp_host_us)}};
+        }
       }
       if (a.mtp) {
         j["prefill"]["with_mtp"] = {{"batched_ms", mtp_prefill_us / 1e3},
@@ -421,6 +456,14 @@ int run(const BenchArgs& a) {
           "tokens a call) %.1f ms = %.1f tok/s; %.2fx faster\n",
           score_us / 1e3, prefill_tps(score_us), score_host_us / 1e3, prefill_tps(score_host_us),
           score_host_us / score_us);
+      if (a.mtp) {
+        std::printf(
+            "  with the MTP head's rows too (eval-ppl with its MTP figures): "
+            "prefill_scored_with_mtp %.1f ms = %.1f tok/s; pairs and a draft a position, every "
+            "row to the host %.1f ms = %.1f tok/s; %.2fx faster\n",
+            score_mtp_us / 1e3, prefill_tps(score_mtp_us), score_mtp_host_us / 1e3,
+            prefill_tps(score_mtp_host_us), score_mtp_host_us / score_mtp_us);
+      }
     }
     if (a.mtp) {
       std::printf(

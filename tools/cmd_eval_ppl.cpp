@@ -126,49 +126,41 @@ void eval_cpu(const rt::Model& model, const std::vector<int32_t>& ids,
   }
 }
 
-// The same on the CUDA engine (its context at least the longest window), reset per window.
-// Without the MTP head: each window is one CudaEngine::prefill_scored (batched prefill, the LM
-// head over 128 positions a product, each row reduced on the device to its normalizer, argmax
-// and the next token's logit: equal to steps' up to the order of the sums). With it: two
-// positions a pass (CudaEngine::verify2: the same logits as two steps), the head after each pass
-// on both positions in turn, from the hidden states the pass left on the device.
+// The same on the CUDA engine (its context at least the longest window), reset per window: each
+// window is one prompt scoring (CudaEngine::prefill_scored, with the MTP head
+// prefill_scored_with_mtp: batched prefill, the LM head over 128 positions a product, each row
+// reduced on the device to its normalizer, argmax and target's logit; equal to steps' up to the
+// order of the sums).
 void eval_cuda(rt::CudaEngine& engine, const std::vector<int32_t>& ids,
                const std::vector<std::pair<int64_t, int64_t>>& windows, Score& main, Score* mtp,
                ckpt::Progress& progress) {
-  const int64_t vocab = engine.config().vocab_size;
-  std::vector<float> logits(static_cast<size_t>(2 * vocab)), mtp_logits(static_cast<size_t>(vocab));
-  std::vector<int32_t> top(2), targets;
-  std::vector<rt::TopLogits> tops;
-  std::vector<float> picked;
+  std::vector<int32_t> targets, mtp_targets;
+  std::vector<rt::TopLogits> tops, mtp_tops;
+  std::vector<float> picked, mtp_picked;
   for (const auto& [b, e] : windows) {
     engine.reset();
     const int32_t* w = ids.data() + b;
-    const int64_t n = e - b;
-    if (!mtp) {
-      targets.assign(w + 1, w + n);
-      targets.push_back(-1);
-      tops.resize(static_cast<size_t>(n));
-      picked.resize(static_cast<size_t>(n));
-      engine.prefill_scored({w, static_cast<size_t>(n)}, targets, 1, tops.data(), picked.data());
-      for (int64_t t = 0; t + 1 < n; ++t) {
-        const rt::TopLogits& r = tops[static_cast<size_t>(t)];
-        main.add(r.log_z, picked[static_cast<size_t>(t)], r.ids[0], w[t + 1]);
+    const auto n = static_cast<size_t>(e - b);
+    targets.assign(w + 1, w + n);
+    targets.push_back(-1);
+    tops.resize(n);
+    picked.resize(n);
+    const std::span<const int32_t> window(w, n);
+    if (mtp) {  // row t (t < n - 1) predicts token t + 2
+      mtp_targets.assign(w + 2, w + n);
+      mtp_targets.push_back(-1);
+      mtp_tops.resize(n - 1);
+      mtp_picked.resize(n - 1);
+      engine.prefill_scored_with_mtp(window, -1, targets, mtp_targets, 1, tops.data(),
+                                     picked.data(), mtp_tops.data(), mtp_picked.data());
+      for (size_t t = 0; t + 2 < n; ++t) {
+        mtp->add(mtp_tops[t].log_z, mtp_picked[t], mtp_tops[t].ids[0], w[t + 2]);
       }
-      progress.done.fetch_add(static_cast<uint64_t>(n));
-      continue;
+    } else {
+      engine.prefill_scored(window, targets, 1, tops.data(), picked.data());
     }
-    for (int64_t t = 0; t < n;) {
-      const int take = static_cast<int>(std::min<int64_t>(2, n - t));
-      engine.advance({w + t, static_cast<size_t>(take)}, top.data(), logits.data());
-      for (int r = 0; r < take; ++r, ++t) {
-        if (t + 1 < n) main.add(logits.data() + r * vocab, vocab, w[t + 1]);
-        if (t + 2 < n) {
-          engine.draft(r, w[t + 1], mtp_logits.data());
-          mtp->add(mtp_logits.data(), vocab, w[t + 2]);
-        }
-        progress.done.fetch_add(1);
-      }
-    }
+    for (size_t t = 0; t + 1 < n; ++t) main.add(tops[t].log_z, picked[t], tops[t].ids[0], w[t + 1]);
+    progress.done.fetch_add(n);
   }
 }
 

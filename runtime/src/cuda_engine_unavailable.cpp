@@ -86,6 +86,11 @@ int32_t CudaEngine::prefill_scored(std::span<const int32_t>, std::span<const int
                                    TopLogits*, float*, float*) {
   unavailable();
 }
+int32_t CudaEngine::prefill_scored_with_mtp(std::span<const int32_t>, int32_t,
+                                            std::span<const int32_t>, std::span<const int32_t>, int,
+                                            TopLogits*, float*, TopLogits*, float*, float*) {
+  unavailable();
+}
 void CudaEngine::reject_last() {
   unavailable();
 }

@@ -219,30 +219,14 @@ void expect_mtp_prefill(const Model& model, const std::vector<int32_t>& prompt,
   }
 }
 
-// prefill_scored against the CPU's rows `c` (every position of `prompt`): each row's
-// log-normalizer, its top 5 (the argmax exactly; each logit that of its id; the fifth the CPU's
-// fifth largest) and the next token's logit within bound x max |logit|, NaN for the last; the
-// engine then where prefill leaves it. Refused (nothing consumed): a target past the vocabulary,
-// targets of another length, k 0.
-void expect_scored(const Model& model, const std::vector<int32_t>& prompt,
-                   const std::vector<float>& c, int chunk, double bound, const std::string& what) {
-  const int64_t vocab = model.config().vocab_size;
-  const size_t n = prompt.size();
+// Rows reduced on the device (tops, picked: prefill_scored's) against the CPU's rows `c`: each
+// row's log-normalizer, its top 5 (the argmax exactly; each logit that of its id; the fifth the
+// CPU's fifth largest) and the target's logit within tol, NaN where the target is -1. The
+// largest difference goes to `worst`.
+void expect_rows(const std::vector<float>& c, int64_t vocab, const std::vector<TopLogits>& tops,
+                 const std::vector<float>& picked, const std::vector<int32_t>& targets, double tol,
+                 double& worst, const std::string& what) {
   constexpr int k = 5;
-  CudaOptions o;
-  o.max_context = static_cast<int64_t>(n) + 1;
-  o.prefill_chunk = chunk;
-  CudaEngine e(model, o);
-  std::vector<int32_t> targets(prompt.begin() + 1, prompt.end());
-  targets.push_back(-1);
-  std::vector<TopLogits> tops(n);
-  std::vector<float> picked(n), last(static_cast<size_t>(vocab));
-  const int32_t top = e.prefill_scored(prompt, targets, k, tops.data(), picked.data(), last.data());
-  EXPECT_EQ(e.position(), static_cast<int64_t>(n)) << what;
-  EXPECT_EQ(top, std::max_element(last.begin(), last.end()) - last.begin()) << what;
-  double max_logit = 0, worst = 0;
-  for (const float v : c) max_logit = std::max(max_logit, static_cast<double>(std::fabs(v)));
-  const double tol = bound * max_logit;
   int bad = 0;
   const auto near = [&](double got, double want, const std::string& at) {
     worst = std::max(worst, std::fabs(got - want));
@@ -250,7 +234,8 @@ void expect_scored(const Model& model, const std::vector<int32_t>& prompt,
       ADD_FAILURE() << what << " " << at << ": gpu " << got << " cpu " << want;
     }
   };
-  for (size_t r = 0; r < n; ++r) {
+  ASSERT_EQ(c.size(), tops.size() * vocab) << what;
+  for (size_t r = 0; r < tops.size(); ++r) {
     const float* row = c.data() + r * vocab;
     const std::string at = "position " + std::to_string(r);
     const double m = *std::max_element(row, row + vocab);
@@ -263,15 +248,54 @@ void expect_scored(const Model& model, const std::vector<int32_t>& prompt,
     std::vector<float> sorted(row, row + vocab);
     std::nth_element(sorted.begin(), sorted.begin() + k - 1, sorted.end(), std::greater<>());
     near(tops[r].logits[k - 1], sorted[k - 1], at + " fifth logit");
-    if (r + 1 < n) {
-      near(picked[r], row[prompt[r + 1]], at + " next token's logit");
+    if (targets[r] >= 0) {
+      near(picked[r], row[targets[r]], at + " target's logit");
     } else {
       EXPECT_TRUE(std::isnan(picked[r])) << what;
     }
   }
   EXPECT_EQ(bad, 0) << what;
+}
+
+// prefill_scored against the CPU's rows `c` (every position of `prompt`) within bound x max
+// |logit| (expect_rows), the engine then where prefill leaves it; with `c_mtp` (the CPU's MTP
+// rows, position t predicting t + 2) prefill_scored_with_mtp, its MTP rows too. Refused
+// (nothing consumed): a target past the vocabulary, targets of another length, k 0.
+void expect_scored(const Model& model, const std::vector<int32_t>& prompt,
+                   const std::vector<float>& c, const std::vector<float>* c_mtp, int chunk,
+                   double bound, const std::string& what) {
+  const int64_t vocab = model.config().vocab_size;
+  const size_t n = prompt.size();
+  constexpr int k = 5;
+  CudaOptions o;
+  o.max_context = static_cast<int64_t>(n) + 1;
+  o.prefill_chunk = chunk;
+  o.mtp = c_mtp != nullptr;
+  CudaEngine e(model, o);
+  std::vector<int32_t> targets(prompt.begin() + 1, prompt.end()), mtp_targets;
+  targets.push_back(-1);
+  std::vector<TopLogits> tops(n), mtp_tops;
+  std::vector<float> picked(n), last(static_cast<size_t>(vocab)), mtp_picked;
+  int32_t top = 0;
+  if (c_mtp) {
+    mtp_targets.assign(prompt.begin() + 2, prompt.end());
+    mtp_targets.push_back(-1);
+    mtp_tops.resize(n - 1);
+    mtp_picked.resize(n - 1);
+    top = e.prefill_scored_with_mtp(prompt, -1, targets, mtp_targets, k, tops.data(), picked.data(),
+                                    mtp_tops.data(), mtp_picked.data(), last.data());
+    EXPECT_EQ(e.mtp_position(), static_cast<int64_t>(n) - 1) << what;
+  } else {
+    top = e.prefill_scored(prompt, targets, k, tops.data(), picked.data(), last.data());
+  }
+  EXPECT_EQ(e.position(), static_cast<int64_t>(n)) << what;
+  EXPECT_EQ(top, std::max_element(last.begin(), last.end()) - last.begin()) << what;
+  const double tol = bound * top_logit(c);
+  double worst = 0;
+  expect_rows(c, vocab, tops, picked, targets, tol, worst, what);
+  if (c_mtp) expect_rows(*c_mtp, vocab, mtp_tops, mtp_picked, mtp_targets, tol, worst, what);
   std::printf("%-44s max |diff| %.3g = %.3g x max |logit|\n", what.c_str(), worst,
-              worst / max_logit);
+              worst / top_logit(c));
   // As prefill leaves it: the last logits its bits, step_greedy going on from their argmax.
   CudaEngine f(model, o);
   std::vector<float> want_last(last.size());
@@ -287,6 +311,13 @@ void expect_scored(const Model& model, const std::vector<int32_t>& prompt,
       Error)
       << what;
   EXPECT_THROW(e.prefill_scored(prompt, targets, 0, tops.data(), picked.data()), Error) << what;
+  if (c_mtp) {  // MTP targets one short
+    EXPECT_THROW(
+        e.prefill_scored_with_mtp(prompt, -1, targets, std::span(mtp_targets.data(), 1), k,
+                                  tops.data(), picked.data(), mtp_tops.data(), mtp_picked.data()),
+        Error)
+        << what;
+  }
   EXPECT_EQ(e.position(), 0) << what;
 }
 
@@ -345,8 +376,12 @@ void check(const fs::path& model_dir, const fs::path& reference, const std::stri
   expect_pairs_equal_steps(gpu, prompt, want.ids, name);
   expect_prefill(*model, gpu, prompt, c, g, want.ids, name);
   for (const int chunk : {1024, 3, 0}) {
-    expect_scored(*model, prompt, c, chunk, 5e-4,
+    expect_scored(*model, prompt, c, nullptr, chunk, 5e-4,
                   name + " scored in passes of " + std::to_string(chunk));
+    if (gpu.has_mtp()) {
+      expect_scored(*model, prompt, c, &c_mtp, chunk, 5e-4,
+                    name + " scored with MTP, passes of " + std::to_string(chunk));
+    }
   }
   {  // An echoed prompt's logprobs (PrefixEngine::score: prefill_scored) against the CPU's rows
     GenerateOptions echo;
@@ -449,11 +484,12 @@ std::vector<float> prompt_logits(Engine& e, const std::vector<int32_t>& prompt, 
   return out;
 }
 
-// A 4-layer tiny-preset checkpoint in `dir` (qforge synth; no MTP head, no vision tower).
-void synth_tiny(const fs::path& dir, const std::string& layout, int seed) {
+// A 4-layer tiny-preset checkpoint in `dir` (qforge synth; no vision tower, no MTP head unless
+// `mtp`).
+void synth_tiny(const fs::path& dir, const std::string& layout, int seed, bool mtp = false) {
   const test::CommandResult r = test::run_command(
       std::string(QF_BIN) + " synth " + dir.string() + " --preset tiny --layout " + layout +
-      " --layers 4 --no-mtp --no-vision --seed " + std::to_string(seed));
+      " --layers 4" + (mtp ? "" : " --no-mtp") + " --no-vision --seed " + std::to_string(seed));
   ASSERT_EQ(r.exit_code, 0) << r.err;
 }
 
@@ -570,8 +606,39 @@ TEST(CudaGoldenTiny, LongPromptInLargePassesEqualsTheCpuReference) {
     CudaEngine gpu(*model, o);
     expect_same(c, prefill_logits(gpu, prompt, vocab), vocab, 5e-4,
                 "tiny hybrid, 1300 tokens in passes of " + std::to_string(chunk));
-    expect_scored(*model, prompt, c, chunk, 5e-4,
+    expect_scored(*model, prompt, c, nullptr, chunk, 5e-4,
                   "tiny hybrid, 1300 tokens scored in passes of " + std::to_string(chunk));
+  }
+}
+
+// Prompt scoring with the MTP head on the tiny hybrid, whose main layers' experts are paired
+// (INT4, kern::gemm) and whose MTP layer's are not (BF16, GEMV slots), as at 122B-A10B: 300
+// tokens in passes of 1024 and of 128, every main and MTP row against the CPU's.
+TEST(CudaGoldenTiny, ScoredWithMtpOnTheHybridEqualsTheCpuReference) {
+  std::string why;
+  if (!CudaEngine::available(&why)) GTEST_SKIP() << why;
+  test::TempDir tmp;
+  const fs::path src = tmp / "tiny-bf16";
+  ASSERT_NO_FATAL_FAILURE(synth_tiny(src, "bf16", 17, true));
+  ASSERT_NO_FATAL_FAILURE(
+      test::build_hybrid(QF_BIN, src, tmp.path(), Model::load(src)->config().vocab_size));
+  const std::unique_ptr<Model> model = Model::load(tmp / "hybrid");
+  ASSERT_TRUE(model->mtp());
+  const int64_t vocab = model->config().vocab_size;
+  std::vector<int32_t> prompt(300);
+  for (size_t i = 0; i < prompt.size(); ++i)
+    prompt[i] = static_cast<int32_t>((i * 7919 + 29) % vocab);
+  CpuEngine cpu(*model, 2);
+  std::vector<float> c(prompt.size() * vocab), c_mtp((prompt.size() - 1) * vocab);
+  for (size_t t = 0; t < prompt.size(); ++t) {
+    cpu.step(prompt[t], c.data() + t * vocab);
+    if (t + 1 < prompt.size()) {
+      cpu.mtp_step(prompt[t + 1], cpu.hidden().data(), c_mtp.data() + t * vocab);
+    }
+  }
+  for (const int chunk : {1024, 128}) {
+    expect_scored(*model, prompt, c, &c_mtp, chunk, 5e-4,
+                  "tiny hybrid + MTP, 300 tokens scored in passes of " + std::to_string(chunk));
   }
 }
 

@@ -259,11 +259,14 @@ struct CudaEngine::Impl {
                     const int32_t* mtp_after = nullptr, int mtp_rows = 0);
   // The MTP head's cache entries (its attention layer's k and v rows) for the first n rows of
   // the pass: from pf.hidden and the embeddings of pf.mtp_tokens, at positions pf.pos. Only
-  // what the cache needs runs: not the layer's attention output, MoE or the LM head.
-  void launch_mtp_prefill(int n);
+  // what the cache needs runs: not the layer's attention output, MoE or the LM head, unless
+  // `full` (prompt scoring): then the layer's o projection and MoE and the head's final norm
+  // too, its rows' normed outputs left in pf.u.
+  void launch_mtp_prefill(int n, bool full = false);
   // prefill_pass's parts: the checks, uploads and layers (with the MTP head's entries), and
   // after the LM head the last hidden state to `hidden` and the step's token and position.
-  void pass_layers(const int32_t* tokens, int n, const int32_t* mtp_after, int mtp_rows);
+  void pass_layers(const int32_t* tokens, int n, const int32_t* mtp_after, int mtp_rows,
+                   bool mtp_full = false);
   void pass_end(int n);
   // After the passes: the last token's argmax (waited for), its logits to `out` when not null.
   int32_t last_argmax(float* out);
@@ -287,9 +290,10 @@ struct CudaEngine::Impl {
     int* pinned = nullptr;
   } sc;
   void alloc_score();
-  // Rows r0 .. r0 + n - 1 of pf.hidden through the LM head, reduced to tops and target logits
-  // (CudaEngine::prefill_scored), waited for.
-  void score_rows(int r0, int n, const int32_t* targets, int k, TopLogits* tops,
+  // Rows r0 .. r0 + n - 1 of `src` (hidden_size floats apart: pf.hidden, or pf.u for the MTP
+  // head's) through the LM head, reduced to tops and target logits (CudaEngine::prefill_scored),
+  // waited for.
+  void score_rows(const float* src, int r0, int n, const int32_t* targets, int k, TopLogits* tops,
                   float* target_logits);
 
   // launch_step or launch_mtp, captured into `exec` the first time (o.graph).

@@ -47,10 +47,12 @@ void CudaEngine::Impl::alloc_prefill() {
   pf.x = f(n * h), pf.u = f(n * h), pf.mix = f(n * h), pf.gin = f(n * gin_row());
   pf.core = f(n * c.value_dim()), pf.qkvp = f(n * qkvp_row());
   pf.att = f(n * c.num_attention_heads * c.head_dim), pf.rl = f(n * (e + 1)), pf.rw = f(n * k);
-  // egu: the gate | up rows before SwiGLU, where a layer's experts are not paired.
+  // egu: the gate | up rows before SwiGLU, where a layer's experts are not paired (the MTP
+  // layer's too: prompt scoring runs its MoE; 64 MB at 122B-A10B, whose MTP experts are BF16).
   const bool unpaired =
       std::any_of(m->layers.begin(), m->layers.end(),
-                  [](const cuda::DeviceLayer& l) { return !l.moe.gate_up.swiglu_pairs; });
+                  [](const cuda::DeviceLayer& l) { return !l.moe.gate_up.swiglu_pairs; }) ||
+      (m->mtp && !m->mtp->layer.moe.gate_up.swiglu_pairs);
   pf.egu = unpaired ? f(n * k * 2 * im) : nullptr, pf.eh = f(n * k * im), pf.ey = f(n * k * h);
   pf.sgu = f(n * 2 * is), pf.sh = f(n * is), pf.sy = f(n * h), pf.hidden = f(n * h);
   pf.tokens = i(n), pf.pos = i(n), pf.ids = i(n * k), pf.offsets = i(e + 1);
@@ -75,7 +77,12 @@ void CudaEngine::Impl::alloc_prefill() {
     if (g.fused.n > 0) need(g.fused, rows);
     for (const kern::DeviceLinear& p : g.parts) need(p, rows);
   };
-  if (m->mtp) need(m->mtp->fc, n), need_group(m->mtp->layer.qkv, n);
+  if (m->mtp) {  // the layer's o projection and MoE: prompt scoring's MTP rows (score.cpp)
+    const cuda::DeviceLayer& t = m->mtp->layer;
+    need(m->mtp->fc, n), need_group(t.qkv, n), need(t.o, n), need_group(t.moe.router, n);
+    need_group(t.moe.shared_gate_up, n), need(t.moe.shared_down, n);
+    need_group(t.moe.gate_up, n), need(t.moe.down, n * k);
+  }
   need(m->lm_head, std::min<int64_t>(n, kScoreRows));  // prompt scoring (score.cpp)
   for (const cuda::DeviceLayer& l : m->layers) {
     need_group(l.gdn_in, n), need(l.out, n), need_group(l.qkv, n), need(l.o, n);
@@ -203,7 +210,7 @@ void CudaEngine::Impl::launch_prefill(int n) {
   }
 }
 
-void CudaEngine::Impl::launch_mtp_prefill(int n) {
+void CudaEngine::Impl::launch_mtp_prefill(int n, bool full) {
   const ckpt::Qwen35Config& c = m->config;
   const cuda::DeviceMtp& t = *m->mtp;
   const int h = static_cast<int>(c.hidden_size);
@@ -237,6 +244,13 @@ void CudaEngine::Impl::launch_mtp_prefill(int n) {
                                  pf.attn_scratch, stream),
               "attn_prefill");
   mark("MTP head", bytes(t.layer.qkv));
+  if (!full) return;
+  gemm_rows(t.layer.o, pf.att, att_row, pf.mix, h_, n);
+  cuda::check(kern::add_parts_rms_norm_1p(pf.x, pf.mix, 1, h_, t.layer.post_norm, h, eps, pf.u,
+                                          stream, n, h_),
+              "add_rms_norm");
+  moe_rows(t.layer.moe, n, t.norm, pf.u);
+  mark("MTP head", kern::weight_bytes(t.layer.o));
 }
 
 void CudaEngine::Impl::head_row(int r) {
@@ -249,7 +263,7 @@ void CudaEngine::Impl::head_row(int r) {
 }
 
 void CudaEngine::Impl::pass_layers(const int32_t* tokens, int n, const int32_t* mtp_after,
-                                   int mtp_rows) {
+                                   int mtp_rows, bool mtp_full) {
   const int64_t vocab = m->config.vocab_size;
   for (int r = 0; r < n; ++r) {
     if (tokens[r] < 0 || tokens[r] >= vocab) {
@@ -281,7 +295,7 @@ void CudaEngine::Impl::pass_layers(const int32_t* tokens, int n, const int32_t* 
                                 static_cast<size_t>(mtp_rows) * sizeof(int), cudaMemcpyHostToDevice,
                                 stream),
                 "copy");
-    launch_mtp_prefill(mtp_rows);
+    launch_mtp_prefill(mtp_rows, mtp_full);
   }
 }
 

@@ -25,8 +25,8 @@ void CudaEngine::Impl::alloc_score() {
               "cudaMallocHost");
 }
 
-void CudaEngine::Impl::score_rows(int r0, int n, const int32_t* targets, int k, TopLogits* tops,
-                                  float* target_logits) {
+void CudaEngine::Impl::score_rows(const float* src, int r0, int n, const int32_t* targets, int k,
+                                  TopLogits* tops, float* target_logits) {
   const int64_t vocab = m->config.vocab_size, h = m->config.hidden_size;
   int* pinned_targets = sc.pinned + kScoreRows * kTopSlot;
   float* pinned_picked = reinterpret_cast<float*>(pinned_targets + kScoreRows);
@@ -34,8 +34,8 @@ void CudaEngine::Impl::score_rows(int r0, int n, const int32_t* targets, int k, 
   cuda::check(cudaMemcpyAsync(sc.targets, pinned_targets, static_cast<size_t>(n) * 4,
                               cudaMemcpyHostToDevice, stream),
               "copy");
-  gemm_rows(m->lm_head, pf.hidden + r0 * h, static_cast<size_t>(h), sc.logits,
-            static_cast<size_t>(vocab), n);
+  gemm_rows(m->lm_head, src + r0 * h, static_cast<size_t>(h), sc.logits, static_cast<size_t>(vocab),
+            n);
   for (int r = 0; r < n; ++r) {  // one launch at a time on the scratch: stream order
     int* row_ids = sc.top + r * kTopSlot;
     float* vals = reinterpret_cast<float*>(row_ids + kern::kTopKMax);
@@ -57,44 +57,99 @@ void CudaEngine::Impl::score_rows(int r0, int n, const int32_t* targets, int k, 
   std::copy(pinned_picked, pinned_picked + n, target_logits);
 }
 
+namespace {
+
+// A row of logits on the host reduced as score_rows reduces one on the device.
+void reduce_on_host(const std::vector<float>& row, int k, int32_t target, TopLogits& top,
+                    float& target_logit) {
+  std::vector<int> ids(static_cast<size_t>(k));
+  std::vector<float> vals(static_cast<size_t>(k));
+  double stats[2];
+  kern::logits_topk_ref(row.data(), static_cast<int>(row.size()), k, ids.data(), vals.data(),
+                        stats);
+  top.ids.assign(ids.begin(), ids.end());
+  top.logits = vals;
+  top.log_z = stats[0] + std::log(stats[1]);
+  target_logit = target >= 0 ? row[static_cast<size_t>(target)] : NAN;
+}
+
+// Ids in [-1, vocab): every target, and with `tokens` every token in [0, vocab).
+void check_ids(std::span<const int32_t> ids, int64_t vocab, bool token, const char* what) {
+  for (const int32_t id : ids) {
+    if (id < (token ? 0 : -1) || id >= vocab) {
+      throw Error(Errc::kUsage, std::string(what) + " " + std::to_string(id) +
+                                    " is outside the vocabulary [0, " + std::to_string(vocab) +
+                                    ")" + (token ? "" : " and not -1"));
+    }
+  }
+}
+
+}  // namespace
+
 int32_t CudaEngine::prefill_scored(std::span<const int32_t> tokens,
                                    std::span<const int32_t> targets, int k, TopLogits* tops,
                                    float* target_logits, float* logits) {
+  if (tokens.empty()) throw Error(Errc::kUsage, "prefill_scored: no tokens");
+  return score_tokens(tokens, targets, k, tops, target_logits, nullptr, {}, nullptr, nullptr,
+                      logits);
+}
+
+int32_t CudaEngine::prefill_scored_with_mtp(std::span<const int32_t> tokens, int32_t next,
+                                            std::span<const int32_t> targets,
+                                            std::span<const int32_t> mtp_targets, int k,
+                                            TopLogits* tops, float* target_logits,
+                                            TopLogits* mtp_tops, float* mtp_target_logits,
+                                            float* logits) {
+  Impl& s = *impl_;
+  if (!s.m->mtp) {
+    throw Error(Errc::kUnsupported, s.o.mtp ? "the checkpoint has no MTP head (mtp.* tensors)"
+                                            : "the MTP head is not loaded (CudaOptions::mtp)");
+  }
+  if (tokens.empty()) throw Error(Errc::kUsage, "prefill_scored_with_mtp: no tokens");
+  if (s.mtp_position != s.position) {
+    throw Error(Errc::kUsage, "prefill_scored_with_mtp: the MTP head is at position " +
+                                  std::to_string(s.mtp_position) + ", the main model at " +
+                                  std::to_string(s.position));
+  }
+  const size_t rows = tokens.size() - (next < 0 ? 1 : 0);
+  if (mtp_targets.size() != rows) {
+    throw Error(Errc::kUsage, "prefill_scored_with_mtp: " + std::to_string(mtp_targets.size()) +
+                                  " MTP targets for " + std::to_string(rows) + " MTP rows");
+  }
+  const int64_t vocab = s.m->config.vocab_size;
+  check_ids(std::span(&next, 1), vocab, false, "prefill_scored_with_mtp: the next token");
+  std::vector<int32_t> after(tokens.begin() + 1, tokens.end());  // each token's next
+  after.push_back(next);
+  return score_tokens(tokens, targets, k, tops, target_logits, after.data(), mtp_targets, mtp_tops,
+                      mtp_target_logits, logits);
+}
+
+int32_t CudaEngine::score_tokens(std::span<const int32_t> tokens, std::span<const int32_t> targets,
+                                 int k, TopLogits* tops, float* target_logits, const int32_t* after,
+                                 std::span<const int32_t> mtp_targets, TopLogits* mtp_tops,
+                                 float* mtp_target_logits, float* logits) {
   Impl& s = *impl_;
   const int64_t vocab = s.m->config.vocab_size;
-  if (tokens.empty()) throw Error(Errc::kUsage, "prefill_scored: no tokens");
   if (targets.size() != tokens.size()) {
     throw Error(Errc::kUsage, "prefill_scored: " + std::to_string(targets.size()) +
                                   " targets for " + std::to_string(tokens.size()) + " tokens");
   }
   Impl::check_top_k(k);
   // All checked first, so that a bad id in a later pass leaves nothing consumed.
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] < 0 || tokens[i] >= vocab) {
-      throw Error(Errc::kUsage, "token id " + std::to_string(tokens[i]) +
-                                    " is outside the vocabulary [0, " + std::to_string(vocab) +
-                                    ")");
-    }
-    if (targets[i] < -1 || targets[i] >= vocab) {
-      throw Error(Errc::kUsage, "prefill_scored: target " + std::to_string(targets[i]) +
-                                    " is outside the vocabulary [0, " + std::to_string(vocab) +
-                                    ") and not -1");
-    }
-  }
+  check_ids(tokens, vocab, true, "token id");
+  check_ids(targets, vocab, false, "prefill_scored: target");
+  check_ids(mtp_targets, vocab, false, "prefill_scored: MTP target");
   s.before_step(s.position + static_cast<int64_t>(tokens.size()) - 1);
-  if (s.pf.cap == 0) {  // no prefill buffers: steps, each row reduced on the host
-    std::vector<float> row(static_cast<size_t>(vocab));
-    std::vector<int> ids(static_cast<size_t>(k));
-    std::vector<float> vals(static_cast<size_t>(k));
+  const size_t mtp_rows = after ? mtp_targets.size() : 0;
+  if (s.pf.cap == 0) {  // no prefill buffers: steps (and MTP steps), rows reduced on the host
+    std::vector<float> row(static_cast<size_t>(vocab)), mtp_row(row.size());
     int32_t top = 0;
     for (size_t i = 0; i < tokens.size(); ++i) {
       top = step(tokens[i], row.data());
-      double stats[2];
-      kern::logits_topk_ref(row.data(), static_cast<int>(vocab), k, ids.data(), vals.data(), stats);
-      tops[i].ids.assign(ids.begin(), ids.end());
-      tops[i].logits = vals;
-      tops[i].log_z = stats[0] + std::log(stats[1]);
-      target_logits[i] = targets[i] >= 0 ? row[static_cast<size_t>(targets[i])] : NAN;
+      reduce_on_host(row, k, targets[i], tops[i], target_logits[i]);
+      if (i >= mtp_rows) continue;
+      mtp_step(after[i], nullptr, mtp_row.data());
+      reduce_on_host(mtp_row, k, mtp_targets[i], mtp_tops[i], mtp_target_logits[i]);
     }
     if (logits) std::copy(row.begin(), row.end(), logits);
     return top;
@@ -102,14 +157,28 @@ int32_t CudaEngine::prefill_scored(std::span<const int32_t> tokens,
   s.alloc_score();
   for (size_t i = 0; i < tokens.size(); i += static_cast<size_t>(s.pf.cap)) {
     const int n = static_cast<int>(std::min<size_t>(tokens.size() - i, s.pf.cap));
-    s.pass_layers(tokens.data() + i, n, nullptr, 0);
+    const int m = static_cast<int>(std::min<size_t>(n, mtp_rows - std::min(i, mtp_rows)));
+    s.pass_layers(tokens.data() + i, n, after ? after + i : nullptr, m, true);
+    s.mtp_position += m;
+    // The MTP rows first: their outputs in pf.u (the main rows' scoring leaves it alone).
+    for (int r = 0; r < m; r += Impl::kScoreRows) {
+      const size_t at = i + static_cast<size_t>(r);
+      s.score_rows(s.pf.u, r, std::min(Impl::kScoreRows, m - r), mtp_targets.data() + at, k,
+                   mtp_tops + at, mtp_target_logits + at);
+    }
     for (int r = 0; r < n; r += Impl::kScoreRows) {
       const size_t at = i + static_cast<size_t>(r);
-      s.score_rows(r, std::min(Impl::kScoreRows, n - r), targets.data() + at, k, tops + at,
-                   target_logits + at);
+      s.score_rows(s.pf.hidden, r, std::min(Impl::kScoreRows, n - r), targets.data() + at, k,
+                   tops + at, target_logits + at);
     }
     s.head_row(n - 1);  // the last row as prefill leaves it (step_greedy goes on from it)
     s.pass_end(n);
+  }
+  if (after) {  // launch_mtp reads its position on the device
+    s.pinned[10] = static_cast<int>(s.mtp_position);
+    cuda::check(
+        cudaMemcpyAsync(s.mtp_pos, s.pinned + 10, sizeof(int), cudaMemcpyHostToDevice, s.stream),
+        "copy");
   }
   return s.last_argmax(logits);
 }

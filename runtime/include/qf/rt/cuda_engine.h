@@ -184,6 +184,19 @@ class CudaEngine {
   // Error(kUsage) as prefill, for k out of range or a target outside [-1, V), nothing consumed.
   int32_t prefill_scored(std::span<const int32_t> tokens, std::span<const int32_t> targets, int k,
                          TopLogits* tops, float* target_logits, float* logits = nullptr);
+  // prefill_scored, and the MTP head's rows at the same positions in the same passes (its
+  // position must be the main model's; eval-ppl's MTP figures): row i from token i's hidden
+  // state with token i + 1 as the next (`next` for the last; -1: the last token gets no row),
+  // its layer, norm and the LM head, reduced as the main rows into mtp_tops[i] and
+  // mtp_target_logits[i] (the logit of mtp_targets[i], one per row). Its cache entries are
+  // prefill_with_mtp's. Without prefill buffers: steps and MTP steps, rows reduced on the host.
+  // Error(kUnsupported) without the MTP head; kUsage as prefill_scored, for mtp_targets of
+  // another length or the positions apart.
+  int32_t prefill_scored_with_mtp(std::span<const int32_t> tokens, int32_t next,
+                                  std::span<const int32_t> targets,
+                                  std::span<const int32_t> mtp_targets, int k, TopLogits* tops,
+                                  float* target_logits, TopLogits* mtp_tops,
+                                  float* mtp_target_logits, float* logits = nullptr);
 
   // One step launched kernel by kernel with events between them: time and bytes per family.
   std::vector<KernelShare> profile_step();
@@ -204,6 +217,12 @@ class CudaEngine {
   // for the first `entries` tokens.
   int32_t prefill_tokens(std::span<const int32_t> tokens, float* logits, const int32_t* after,
                          size_t entries);
+  // prefill_scored, and with `after` (each token's next) prefill_scored_with_mtp's MTP rows for
+  // the first mtp_targets.size() tokens.
+  int32_t score_tokens(std::span<const int32_t> tokens, std::span<const int32_t> targets, int k,
+                       TopLogits* tops, float* target_logits, const int32_t* after,
+                       std::span<const int32_t> mtp_targets, TopLogits* mtp_tops,
+                       float* mtp_target_logits, float* logits);
   explicit CudaEngine(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
