@@ -268,8 +268,14 @@ struct CudaEngine::Impl {
   void pass_layers(const int32_t* tokens, int n, const int32_t* mtp_after, int mtp_rows,
                    bool mtp_full = false);
   void pass_end(int n);
+  // After passes that made the MTP head's entries: its position to the device, where
+  // launch_mtp reads it (through pinned[10]; last_argmax's synchronization waits for the copy).
+  void upload_mtp_position();
   // After the passes: the last token's argmax (waited for), its logits to `out` when not null.
   int32_t last_argmax(float* out);
+  // prefill_with_mtp's and prefill_scored_with_mtp's preconditions: the MTP head loaded
+  // (kUnsupported), tokens, and the head at the main model's position (kUsage, naming `what`).
+  void check_mtp_prefill(const char* what, size_t n_tokens) const;
   // CudaEngine::advance for three or more tokens (passes with top and out as above).
   void prefill_rows(std::span<const int32_t> tokens, int32_t* top, float* out);
   // The LM head and argmax of row r of pf.hidden into logits / next.

@@ -334,18 +334,22 @@ int32_t CudaEngine::prefill(std::span<const int32_t> tokens, float* logits) {
   return prefill_tokens(tokens, logits, nullptr, 0);
 }
 
+void CudaEngine::Impl::check_mtp_prefill(const char* what, size_t n_tokens) const {
+  if (!m->mtp) {
+    throw Error(Errc::kUnsupported, o.mtp ? "the checkpoint has no MTP head (mtp.* tensors)"
+                                          : "the MTP head is not loaded (CudaOptions::mtp)");
+  }
+  if (n_tokens == 0) throw Error(Errc::kUsage, std::string(what) + ": no tokens");
+  if (mtp_position != position) {
+    throw Error(Errc::kUsage, std::string(what) + ": the MTP head is at position " +
+                                  std::to_string(mtp_position) + ", the main model at " +
+                                  std::to_string(position));
+  }
+}
+
 int32_t CudaEngine::prefill_with_mtp(std::span<const int32_t> tokens, int32_t next, float* logits) {
   Impl& s = *impl_;
-  if (!s.m->mtp) {
-    throw Error(Errc::kUnsupported, s.o.mtp ? "the checkpoint has no MTP head (mtp.* tensors)"
-                                            : "the MTP head is not loaded (CudaOptions::mtp)");
-  }
-  if (tokens.empty()) throw Error(Errc::kUsage, "prefill_with_mtp: no tokens");
-  if (s.mtp_position != s.position) {
-    throw Error(Errc::kUsage, "prefill_with_mtp: the MTP head is at position " +
-                                  std::to_string(s.mtp_position) + ", the main model at " +
-                                  std::to_string(s.position));
-  }
+  s.check_mtp_prefill("prefill_with_mtp", tokens.size());
   const int64_t vocab = s.m->config.vocab_size;
   if (next < -1 || next >= vocab) {
     throw Error(Errc::kUsage, "prefill_with_mtp: the next token " + std::to_string(next) +
@@ -401,13 +405,14 @@ int32_t CudaEngine::prefill_tokens(std::span<const int32_t> tokens, float* logit
     s.prefill_pass(tokens.data() + i, n, nullptr, nullptr, after ? after + i : nullptr, rows);
     s.mtp_position += rows;
   }
-  if (after) {  // launch_mtp reads its position on the device
-    s.pinned[10] = static_cast<int>(s.mtp_position);
-    cuda::check(
-        cudaMemcpyAsync(s.mtp_pos, s.pinned + 10, sizeof(int), cudaMemcpyHostToDevice, s.stream),
-        "copy");
-  }
+  if (after) s.upload_mtp_position();
   return s.last_argmax(logits);
+}
+
+void CudaEngine::Impl::upload_mtp_position() {
+  pinned[10] = static_cast<int>(mtp_position);
+  cuda::check(cudaMemcpyAsync(mtp_pos, pinned + 10, sizeof(int), cudaMemcpyHostToDevice, stream),
+              "copy");
 }
 
 int32_t CudaEngine::Impl::last_argmax(float* out) {

@@ -9,7 +9,6 @@
 #include <cmath>
 
 #include "engine_impl.h"
-#include "qf/kern/lm_head.h"
 #include "qf/kern/topk.h"
 
 namespace qf::rt {
@@ -101,16 +100,7 @@ int32_t CudaEngine::prefill_scored_with_mtp(std::span<const int32_t> tokens, int
                                             TopLogits* mtp_tops, float* mtp_target_logits,
                                             float* logits) {
   Impl& s = *impl_;
-  if (!s.m->mtp) {
-    throw Error(Errc::kUnsupported, s.o.mtp ? "the checkpoint has no MTP head (mtp.* tensors)"
-                                            : "the MTP head is not loaded (CudaOptions::mtp)");
-  }
-  if (tokens.empty()) throw Error(Errc::kUsage, "prefill_scored_with_mtp: no tokens");
-  if (s.mtp_position != s.position) {
-    throw Error(Errc::kUsage, "prefill_scored_with_mtp: the MTP head is at position " +
-                                  std::to_string(s.mtp_position) + ", the main model at " +
-                                  std::to_string(s.position));
-  }
+  s.check_mtp_prefill("prefill_scored_with_mtp", tokens.size());
   const size_t rows = tokens.size() - (next < 0 ? 1 : 0);
   if (mtp_targets.size() != rows) {
     throw Error(Errc::kUsage, "prefill_scored_with_mtp: " + std::to_string(mtp_targets.size()) +
@@ -174,12 +164,7 @@ int32_t CudaEngine::score_tokens(std::span<const int32_t> tokens, std::span<cons
     s.head_row(n - 1);  // the last row as prefill leaves it (step_greedy goes on from it)
     s.pass_end(n);
   }
-  if (after) {  // launch_mtp reads its position on the device
-    s.pinned[10] = static_cast<int>(s.mtp_position);
-    cuda::check(
-        cudaMemcpyAsync(s.mtp_pos, s.pinned + 10, sizeof(int), cudaMemcpyHostToDevice, s.stream),
-        "copy");
-  }
+  if (after) s.upload_mtp_position();
   return s.last_argmax(logits);
 }
 
