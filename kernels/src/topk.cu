@@ -149,10 +149,16 @@ __device__ void bitonic_desc(unsigned long long* buf, int p) {
   }
 }
 
+// Row blockIdx.y: its logits ld floats apart, its outputs out_stride elements apart, its scratch
+// scratch_stride bytes apart (logits_topk_rows).
 __global__ void __launch_bounds__(kThreads)
-    topk_kernel(const float* __restrict__ logits, int n, bool vec, int k, int* __restrict__ ids,
-                float* __restrict__ vals, float* __restrict__ stats, unsigned char* scratch) {
+    topk_kernel(const float* __restrict__ logits, int n, size_t ld, bool vec, int k,
+                int* __restrict__ ids, float* __restrict__ vals, float* __restrict__ stats,
+                size_t out_stride, unsigned char* scratch, size_t scratch_stride) {
   __shared__ Shared sh;
+  logits += blockIdx.y * ld;
+  ids += blockIdx.y * out_stride, vals += blockIdx.y * out_stride, stats += blockIdx.y * out_stride;
+  scratch += blockIdx.y * scratch_stride;
   unsigned* ticket = reinterpret_cast<unsigned*>(scratch);
   float* partial = reinterpret_cast<float*>(scratch + 16);  // [block] (m, s)
   uint32_t* cmax = reinterpret_cast<uint32_t*>(scratch + kHeadBytes);
@@ -316,18 +322,33 @@ size_t logits_topk_scratch_bytes(int n) {
   return kHeadBytes + static_cast<size_t>(chunk_count(std::max(n, 1))) * sizeof(uint32_t);
 }
 
+size_t logits_topk_rows_scratch_bytes(int n, int rows) {
+  return (logits_topk_scratch_bytes(n) + 15) / 16 * 16 * static_cast<size_t>(std::max(rows, 0));
+}
+
 cudaError_t logits_topk(const float* logits, int n, int k, int* ids, float* vals, float* stats,
                         void* scratch, cudaStream_t stream) {
+  return logits_topk_rows(logits, n, static_cast<size_t>(n), 1, k, ids, vals, stats, 0, scratch,
+                          stream);
+}
+
+cudaError_t logits_topk_rows(const float* logits, int n, size_t ld, int rows, int k, int* ids,
+                             float* vals, float* stats, size_t out_stride, void* scratch,
+                             cudaStream_t stream) {
   if (logits == nullptr || ids == nullptr || vals == nullptr || stats == nullptr ||
-      scratch == nullptr || n < 1 || n > kTopKMaxN || k < 1 || k > kTopKMax) {
+      scratch == nullptr || n < 1 || n > kTopKMaxN || k < 1 || k > kTopKMax || rows < 1 ||
+      rows > 65535 || (rows > 1 && (ld < static_cast<size_t>(n) || out_stride < 2))) {
     return cudaErrorInvalidValue;
   }
   // Four chunks a warp: one block per SM at most (128 registers a thread), one wave at 248320.
   const int blocks =
       std::min(kMaxBlocks, std::max(1, (chunk_count(n) + 4 * kWarps - 1) / (4 * kWarps)));
-  const bool vec = reinterpret_cast<uintptr_t>(logits) % 16 == 0;
-  topk_kernel<<<blocks, kThreads, 0, stream>>>(logits, n, vec, k, ids, vals, stats,
-                                               static_cast<unsigned char*>(scratch));
+  // Vector loads where every row is 16-byte aligned.
+  const bool vec = reinterpret_cast<uintptr_t>(logits) % 16 == 0 && (rows == 1 || ld % 4 == 0);
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(rows));
+  topk_kernel<<<grid, kThreads, 0, stream>>>(logits, n, ld, vec, k, ids, vals, stats, out_stride,
+                                             static_cast<unsigned char*>(scratch),
+                                             logits_topk_rows_scratch_bytes(n, 1));
   return cudaGetLastError();
 }
 

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gpu_test.h"
@@ -81,6 +82,62 @@ TEST(LogitsTopK, RandomRowsOfQwenAndAwkwardLengths) {
   }
   // A row that does not start on 16 bytes: 4-byte loads.
   for (const int n : {248320, 1001}) check(normal_row(n, ++seed), 20, "misaligned", nullptr, 1);
+}
+
+// logits_topk_rows: each row's results those of the reference on it alone (ids and logit bits
+// exact, the normalizer within 1e-5), rows ld apart (aligned and not) with outputs interleaved as
+// the engine's slots are, ties across rows, launch after launch on one scratch; bad arguments.
+TEST(LogitsTopK, RowsInOneLaunchAreEachRowAlone) {
+  QF_REQUIRE_GPU();
+  for (const auto& [n, ld, rows, k] : std::vector<std::tuple<int, size_t, int, int>>{
+           {248320, 248320, 5, 1}, {1000, 1003, 37, 20}, {33, 36, 3, 7}, {4099, 4100, 130, 128}}) {
+    SCOPED_TRACE("n " + std::to_string(n) + " ld " + std::to_string(ld) + " rows " +
+                 std::to_string(rows) + " k " + std::to_string(k));
+    std::vector<float> logits(ld * rows, 1e30f);  // the padding is never taken
+    for (int r = 0; r < rows; ++r) {
+      const std::vector<float> row = normal_row(n, 900 + r);
+      std::copy(row.begin(), row.end(), logits.begin() + static_cast<int64_t>(r * ld));
+      if (r % 3 == 1) std::fill_n(logits.begin() + static_cast<int64_t>(r * ld), 40 % n, 9.0f);
+    }
+    const DeviceBuffer<float> d = upload(logits);
+    const size_t stride = 2 * k + 2;  // ids, then logits, then the two stats: one slot a row
+    DeviceBuffer<int> out(stride * rows);
+    DeviceBuffer<unsigned char> scratch(logits_topk_rows_scratch_bytes(n, rows));
+    QF_CUDA_CHECK(cudaMemset(scratch.data(), 0, scratch.size()));
+    for (int launch = 0; launch < 2; ++launch) {
+      QF_CUDA_CHECK(cudaMemset(out.data(), 0xFF, out.bytes()));
+      float* vals = reinterpret_cast<float*>(out.data() + k);
+      ASSERT_EQ(logits_topk_rows(d.data(), n, ld, rows, k, out.data(), vals, vals + k, stride,
+                                 scratch.data(), nullptr),
+                cudaSuccess);
+      const std::vector<int> got = download(out);
+      for (int r = 0; r < rows; ++r) {
+        std::vector<int> want_ids(k);
+        std::vector<float> want_vals(k);
+        double want_stats[2];
+        logits_topk_ref(logits.data() + r * ld, n, k, want_ids.data(), want_vals.data(),
+                        want_stats);
+        const int* slot = got.data() + r * stride;
+        EXPECT_EQ(std::vector<int>(slot, slot + k), want_ids) << "row " << r;
+        EXPECT_EQ(std::memcmp(slot + k, want_vals.data(), k * sizeof(float)), 0) << "row " << r;
+        float stats[2];
+        std::memcpy(stats, slot + 2 * k, sizeof(stats));
+        EXPECT_EQ(static_cast<double>(stats[0]), want_stats[0]) << "row " << r;
+        EXPECT_LE(std::fabs(stats[1] - want_stats[1]) / want_stats[1], 1e-5) << "row " << r;
+      }
+    }
+  }
+  Scratch s(100);
+  DeviceBuffer<float> row(300), vals(8), stats(6);
+  DeviceBuffer<int> ids(8);
+  const auto call = [&](size_t ld, int rows, size_t stride) {
+    return logits_topk_rows(row.data(), 100, ld, rows, 1, ids.data(), vals.data(), stats.data(),
+                            stride, s.bytes.data(), nullptr);
+  };
+  EXPECT_EQ(call(100, 0, 2), cudaErrorInvalidValue);
+  EXPECT_EQ(call(99, 2, 2), cudaErrorInvalidValue);  // rows overlap
+  EXPECT_EQ(call(100, 2, 1), cudaErrorInvalidValue);
+  EXPECT_EQ(call(100, 65536, 2), cudaErrorInvalidValue);
 }
 
 TEST(LogitsTopK, TiesAreTakenInIndexOrder) {

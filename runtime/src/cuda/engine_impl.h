@@ -286,13 +286,14 @@ struct CudaEngine::Impl {
   // Rows of logits one LM head product takes (its output: ~127 MB at Qwen3.5's vocabulary).
   static constexpr int kScoreRows = 128;
   // Allocated on the first prefill_scored: the rows' logits, each row's kTopSlot words
-  // (queue_top's layout), targets in, picked logits out; pinned: the slots, then the targets,
-  // then the picked logits.
+  // (queue_top's layout), targets in, picked logits out, the top-k scratch; pinned: the slots,
+  // then the targets, then the picked logits.
   struct ScoreRows {
     float* logits = nullptr;
     int* top = nullptr;
     int* targets = nullptr;
     float* picked = nullptr;
+    void* top_scratch = nullptr;  // kern::logits_topk_rows's
     int* pinned = nullptr;
   } sc;
   void alloc_score();

@@ -1,6 +1,6 @@
 // Prompt scoring (CudaEngine::prefill_scored): the batched prefill's passes, and after each pass's
 // layers the LM head over its rows kScoreRows at a time, each row reduced on the device to its
-// top k, its log-normalizer (kern::logits_topk) and the logit of the token that follows it
+// top k, its log-normalizer (kern::logits_topk_rows) and the logit of the token that follows it
 // (kern::logits_pick), so that only those cross to the host. The head is one kern::gemm where it
 // takes the head (the INT8 head: its 764 MB at 122B-A10B read once per kScoreRows rows instead of
 // once per row), else a GEMV slot per row. Without prefill buffers each token is a step with its
@@ -20,6 +20,9 @@ void CudaEngine::Impl::alloc_score() {
   sc.top = static_cast<int*>(m->alloc(static_cast<size_t>(kScoreRows) * kTopSlot * 4));
   sc.targets = static_cast<int*>(m->alloc(static_cast<size_t>(kScoreRows) * 4));
   sc.picked = static_cast<float*>(m->alloc(static_cast<size_t>(kScoreRows) * 4));
+  const size_t scratch = kern::logits_topk_rows_scratch_bytes(static_cast<int>(vocab), kScoreRows);
+  sc.top_scratch = m->alloc(scratch);
+  cuda::check(cudaMemset(sc.top_scratch, 0, scratch), "cudaMemset");
   cuda::check(cudaMallocHost(&sc.pinned, static_cast<size_t>(kScoreRows) * (kTopSlot + 2) * 4),
               "cudaMallocHost");
 }
@@ -35,13 +38,11 @@ void CudaEngine::Impl::score_rows(const float* src, int r0, int n, const int32_t
               "copy");
   gemm_rows(m->lm_head, src + r0 * h, static_cast<size_t>(h), sc.logits, static_cast<size_t>(vocab),
             n);
-  for (int r = 0; r < n; ++r) {  // one launch at a time on the scratch: stream order
-    int* row_ids = sc.top + r * kTopSlot;
-    float* vals = reinterpret_cast<float*>(row_ids + kern::kTopKMax);
-    cuda::check(kern::logits_topk(sc.logits + r * vocab, static_cast<int>(vocab), k, row_ids, vals,
-                                  vals + kern::kTopKMax, top_scratch, stream),
-                "logits_topk");
-  }
+  float* vals = reinterpret_cast<float*>(sc.top + kern::kTopKMax);  // queue_top's slots
+  cuda::check(
+      kern::logits_topk_rows(sc.logits, static_cast<int>(vocab), static_cast<size_t>(vocab), n, k,
+                             sc.top, vals, vals + kern::kTopKMax, kTopSlot, sc.top_scratch, stream),
+      "logits_topk_rows");
   cuda::check(kern::logits_pick(sc.logits, static_cast<int>(vocab), static_cast<size_t>(vocab),
                                 sc.targets, n, sc.picked, stream),
               "logits_pick");

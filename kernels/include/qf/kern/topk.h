@@ -31,6 +31,17 @@ size_t logits_topk_scratch_bytes(int n);
 cudaError_t logits_topk(const float* logits, int n, int k, int* ids, float* vals, float* stats,
                         void* scratch, cudaStream_t stream);
 
+// The same for `rows` rows in one launch (prompt scoring): row r's logits at logits + r * ld,
+// its k ids, k vals and 2 stats at ids, vals and stats + r * out_stride elements (the caller
+// keeps the rows' outputs apart), each row's results those of logits_topk on it alone.
+// scratch: logits_topk_rows_scratch_bytes(n, rows) bytes, zero-filled once, as above.
+// 1 <= rows <= 65535, and where rows > 1 ld >= n and out_stride >= 2; cudaErrorInvalidValue
+// otherwise.
+size_t logits_topk_rows_scratch_bytes(int n, int rows);
+cudaError_t logits_topk_rows(const float* logits, int n, size_t ld, int rows, int k, int* ids,
+                             float* vals, float* stats, size_t out_stride, void* scratch,
+                             cudaStream_t stream);
+
 // Host twin on host arrays; stats in double (the exact sum's rounding only).
 void logits_topk_ref(const float* logits, int n, int k, int* ids, float* vals, double* stats);
 
