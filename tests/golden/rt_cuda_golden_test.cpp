@@ -493,6 +493,24 @@ void synth_tiny(const fs::path& dir, const std::string& layout, int seed, bool m
   ASSERT_EQ(r.exit_code, 0) << r.err;
 }
 
+// The tiny preset's hybrid (+ INT8 head) built in `dir` from a BF16 synth of `seed`.
+void tiny_hybrid(const fs::path& dir, int seed, bool mtp, std::unique_ptr<Model>& out) {
+  const fs::path src = dir / "tiny-bf16";
+  ASSERT_NO_FATAL_FAILURE(synth_tiny(src, "bf16", seed, mtp));
+  ASSERT_NO_FATAL_FAILURE(
+      test::build_hybrid(QF_BIN, src, dir, Model::load(src)->config().vocab_size));
+  out = Model::load(dir / "hybrid");
+}
+
+// n token ids spread over the vocabulary (a stride prime to it), from `offset`.
+std::vector<int32_t> spread_tokens(size_t n, int64_t vocab, int64_t offset) {
+  std::vector<int32_t> ids(n);
+  for (size_t i = 0; i < n; ++i) {
+    ids[i] = static_cast<int32_t>((static_cast<int64_t>(i) * 7919 + offset) % vocab);
+  }
+  return ids;
+}
+
 class CudaGolden : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
@@ -588,15 +606,10 @@ TEST(CudaGoldenTiny, LongPromptInLargePassesEqualsTheCpuReference) {
   std::string why;
   if (!CudaEngine::available(&why)) GTEST_SKIP() << why;
   test::TempDir tmp;
-  const fs::path src = tmp / "tiny-bf16";
-  ASSERT_NO_FATAL_FAILURE(synth_tiny(src, "bf16", 9));
-  ASSERT_NO_FATAL_FAILURE(
-      test::build_hybrid(QF_BIN, src, tmp.path(), Model::load(src)->config().vocab_size));
-  const std::unique_ptr<Model> model = Model::load(tmp / "hybrid");
+  std::unique_ptr<Model> model;
+  ASSERT_NO_FATAL_FAILURE(tiny_hybrid(tmp.path(), 9, false, model));
   const int64_t vocab = model->config().vocab_size;
-  std::vector<int32_t> prompt(1300);
-  for (size_t i = 0; i < prompt.size(); ++i)
-    prompt[i] = static_cast<int32_t>((i * 7919 + 13) % vocab);
+  const std::vector<int32_t> prompt = spread_tokens(1300, vocab, 13);
   CpuEngine cpu(*model, 2);
   const std::vector<float> c = prompt_logits(cpu, prompt, vocab);
   for (const int chunk : {1024, 256}) {
@@ -618,16 +631,11 @@ TEST(CudaGoldenTiny, ScoredWithMtpOnTheHybridEqualsTheCpuReference) {
   std::string why;
   if (!CudaEngine::available(&why)) GTEST_SKIP() << why;
   test::TempDir tmp;
-  const fs::path src = tmp / "tiny-bf16";
-  ASSERT_NO_FATAL_FAILURE(synth_tiny(src, "bf16", 17, true));
-  ASSERT_NO_FATAL_FAILURE(
-      test::build_hybrid(QF_BIN, src, tmp.path(), Model::load(src)->config().vocab_size));
-  const std::unique_ptr<Model> model = Model::load(tmp / "hybrid");
+  std::unique_ptr<Model> model;
+  ASSERT_NO_FATAL_FAILURE(tiny_hybrid(tmp.path(), 17, true, model));
   ASSERT_TRUE(model->mtp());
   const int64_t vocab = model->config().vocab_size;
-  std::vector<int32_t> prompt(300);
-  for (size_t i = 0; i < prompt.size(); ++i)
-    prompt[i] = static_cast<int32_t>((i * 7919 + 29) % vocab);
+  const std::vector<int32_t> prompt = spread_tokens(300, vocab, 29);
   CpuEngine cpu(*model, 2);
   std::vector<float> c(prompt.size() * vocab), c_mtp((prompt.size() - 1) * vocab);
   for (size_t t = 0; t < prompt.size(); ++t) {
