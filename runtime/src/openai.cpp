@@ -110,7 +110,13 @@ void parse_common(const Json& body, const SamplingOptions& defaults, ApiRequest&
     r.sampling.top_k = *k < 0 ? 0 : static_cast<int>(*k);
   }
   if (const auto s = integer(body, "seed")) r.sampling.seed = static_cast<uint64_t>(*s);
-  if (const auto n = integer(body, "n"); n && *n != 1) unsupported("'n' other than 1", "n");
+  if (const auto n = integer(body, "n")) {
+    if (*n < 1 || *n > kMaxChoices) {
+      bad_request("'n' must be 1 to " + std::to_string(kMaxChoices) + ", got " + std::to_string(*n),
+                  "n");
+    }
+    r.n = static_cast<int>(*n);
+  }
   for (const char* name : {"presence_penalty", "frequency_penalty"}) {
     if (const auto x = number(body, name)) {
       if (*x < -2 || *x > 2) {

@@ -54,6 +54,14 @@ struct Outcome {
   std::vector<TokenLogprobs> prompt_logprobs;  // echo: GenerateResult::prompt_logprobs
 };
 
+// The request's totals over its choices: completion tokens and seconds summed, the first
+// choice's cached prompt tokens and finish reason.
+void add(Outcome& total, const Outcome& out, int i) {
+  total.completion_tokens += out.completion_tokens;
+  total.seconds += out.seconds;
+  if (i == 0) total.cached_tokens = out.cached_tokens, total.finish_reason = out.finish_reason;
+}
+
 // What a reply part carries: its text, and the logprobs of the tokens generated since the last
 // part (their text may be held back by a stop string or the output parser, or empty).
 using DeltaFn = std::function<void(const ChatDelta&, std::vector<TokenLogprobs>&&)>;
@@ -234,10 +242,16 @@ void Server::Impl::handle(const httplib::Request& req, httplib::Response& res, b
   // echo: the prompt's text leads the reply's (the ids decoded where they were given).
   const std::string echo_text = !r->echo ? "" : r->ids.empty() ? r->prompt : tok.decode(r->ids);
   if (!r->ignore_eos) o.stop_ids = opt.eos_ids;
-  if (r->grammar) {
-    o.constraint = std::make_shared<JsonConstraint>(token_trie(), r->grammar, o.stop_ids,
-                                                    r->chat && r->thinking);
-  }
+  // Choice i's options: the seed + i, and a structured-output state of its own.
+  const auto options_for = [this, r, o](int i) {
+    GenerateOptions c = o;
+    c.sampling.seed = o.sampling.seed + static_cast<uint64_t>(i);
+    if (r->grammar) {
+      c.constraint = std::make_shared<JsonConstraint>(token_trie(), r->grammar, c.stop_ids,
+                                                      r->chat && r->thinking);
+    }
+    return c;
+  };
 
   const std::string id = (chat ? "chatcmpl-" : "cmpl-") + random_hex(24);
   const auto created = static_cast<int64_t>(std::time(nullptr));
@@ -258,133 +272,145 @@ void Server::Impl::handle(const httplib::Request& req, httplib::Response& res, b
   };
 
   if (!r->stream) {
-    ChatDelta all;
-    std::vector<TokenLogprobs> lps;
-    const Outcome out =
-        run(*r, *prompt, o, [&](const ChatDelta& d, std::vector<TokenLogprobs>&& l) {
-          append(all, d);
-          lps.insert(lps.end(), std::make_move_iterator(l.begin()),
-                     std::make_move_iterator(l.end()));
-        });
-    lps.insert(lps.end(), out.logprobs.begin(), out.logprobs.end());
-    Json choice = {{"index", 0}};
-    if (chat) {
-      Json m = {{"role", "assistant"}};
-      m["content"] = all.content.empty() && !all.tool_calls.empty() ? Json() : Json(all.content);
-      if (!all.reasoning.empty()) m["reasoning_content"] = all.reasoning;
-      if (!all.tool_calls.empty()) m["tool_calls"] = tool_calls_json(all.tool_calls, 0, false);
-      choice["message"] = std::move(m);
-    } else {
-      choice["text"] = echo_text + all.content;
+    Json choices = Json::array();
+    Outcome total;
+    for (int i = 0; i < r->n; ++i) {
+      ChatDelta all;
+      std::vector<TokenLogprobs> lps;
+      const Outcome out =
+          run(*r, *prompt, options_for(i), [&](const ChatDelta& d, std::vector<TokenLogprobs>&& l) {
+            append(all, d);
+            lps.insert(lps.end(), std::make_move_iterator(l.begin()),
+                       std::make_move_iterator(l.end()));
+          });
+      add(total, out, i);
+      lps.insert(lps.end(), out.logprobs.begin(), out.logprobs.end());
+      Json choice = {{"index", i}};
+      if (chat) {
+        Json m = {{"role", "assistant"}};
+        m["content"] = all.content.empty() && !all.tool_calls.empty() ? Json() : Json(all.content);
+        if (!all.reasoning.empty()) m["reasoning_content"] = all.reasoning;
+        if (!all.tool_calls.empty()) m["tool_calls"] = tool_calls_json(all.tool_calls, 0, false);
+        choice["message"] = std::move(m);
+      } else {
+        choice["text"] = echo_text + all.content;
+      }
+      int64_t text_offset = 0;
+      Json lp_json;
+      if (o.prompt_logprobs >= 0) {
+        lp_json = prompt_logprobs_json(tok, prompt->front(), out.prompt_logprobs, text_offset);
+      }
+      if (r->logprobs >= 0) append_logprobs(lp_json, logprobs_json(lps, text_offset));
+      choice["logprobs"] = std::move(lp_json);
+      choice["finish_reason"] = out.finish_reason;
+      choices.push_back(std::move(choice));
     }
-    int64_t text_offset = 0;
-    Json lp_json;
-    if (o.prompt_logprobs >= 0) {
-      lp_json = prompt_logprobs_json(tok, prompt->front(), out.prompt_logprobs, text_offset);
-    }
-    if (r->logprobs >= 0) append_logprobs(lp_json, logprobs_json(lps, text_offset));
-    choice["logprobs"] = std::move(lp_json);
-    choice["finish_reason"] = out.finish_reason;
     const Json reply = {{"id", id},
                         {"object", object},
                         {"created", created},
                         {"model", opt.model_name},
-                        {"choices", Json::array({choice})},
-                        {"usage", usage(out)}};
+                        {"choices", std::move(choices)},
+                        {"usage", usage(total)}};
     res.set_content(dump(reply), "application/json");
-    log(chat ? "chat" : "completion", n_prompt, out);
+    log(chat ? "chat" : "completion", n_prompt, total);
     return;
   }
 
   res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider("text/event-stream", [this, r, prompt, o, id, created, chat,
-                                                         usage, n_prompt, logprobs_json, echo_text](
-                                                            size_t, httplib::DataSink& sink) {
-    const char* chunk_object = chat ? "chat.completion.chunk" : "text_completion";
-    const auto send = [&](const Json& j) {
-      const std::string event = "data: " + dump(j) + "\n\n";
-      if (!sink.write(event.data(), event.size())) throw ClientGone{};
-    };
-    const auto chunk = [&](Json choice) {
-      return Json{{"id", id},
-                  {"object", chunk_object},
-                  {"created", created},
-                  {"model", opt.model_name},
-                  {"choices", Json::array({std::move(choice)})}};
-    };
-    size_t n_calls = 0;
-    int64_t text_offset = 0;
-    try {
-      if (chat) {
-        send(chunk({{"index", 0},
-                    {"delta", {{"role", "assistant"}, {"content", ""}}},
-                    {"logprobs", nullptr},
-                    {"finish_reason", nullptr}}));
-      }
-      // echo: the prompt's text (and its logprobs, once scored) in the first chunk.
-      const auto echo = [&](const std::vector<TokenLogprobs>* prompt_lps) {
-        Json choice = {{"index", 0}, {"text", echo_text}};
-        choice["logprobs"] =
-            prompt_lps ? prompt_logprobs_json(tok, prompt->front(), *prompt_lps, text_offset)
-                       : Json();
-        choice["finish_reason"] = nullptr;
-        send(chunk(std::move(choice)));
-      };
-      if (r->echo && o.prompt_logprobs < 0) echo(nullptr);
-      const Outcome out = run(
-          *r, *prompt, o,
-          [&](const ChatDelta& d, std::vector<TokenLogprobs>&& l) {
-            Json choice = {{"index", 0}};
+  res.set_chunked_content_provider(
+      "text/event-stream", [this, r, prompt, o, id, created, chat, usage, n_prompt, logprobs_json,
+                            echo_text, options_for](size_t, httplib::DataSink& sink) {
+        const char* chunk_object = chat ? "chat.completion.chunk" : "text_completion";
+        const auto send = [&](const Json& j) {
+          const std::string event = "data: " + dump(j) + "\n\n";
+          if (!sink.write(event.data(), event.size())) throw ClientGone{};
+        };
+        const auto chunk = [&](Json choice) {
+          return Json{{"id", id},
+                      {"object", chunk_object},
+                      {"created", created},
+                      {"model", opt.model_name},
+                      {"choices", Json::array({std::move(choice)})}};
+        };
+        Outcome total;
+        try {
+          // Choice after choice, each from its role (chat) or echo chunk to its finish_reason.
+          for (int i = 0; i < r->n; ++i) {
+            size_t n_calls = 0;
+            int64_t text_offset = 0;
             if (chat) {
-              Json delta = Json::object();
-              if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
-              if (!d.content.empty()) delta["content"] = d.content;
-              if (!d.tool_calls.empty()) {
-                delta["tool_calls"] = tool_calls_json(d.tool_calls, n_calls, true);
-                n_calls += d.tool_calls.size();
-              }
-              choice["delta"] = std::move(delta);
-            } else {
-              choice["text"] = d.content;
+              send(chunk({{"index", i},
+                          {"delta", {{"role", "assistant"}, {"content", ""}}},
+                          {"logprobs", nullptr},
+                          {"finish_reason", nullptr}}));
             }
-            choice["logprobs"] = logprobs_json(l, text_offset);
-            choice["finish_reason"] = nullptr;
-            send(chunk(std::move(choice)));
-          },
-          [&](const std::vector<TokenLogprobs>& v) { echo(&v); });
-      Json last = {{"index", 0}};
-      if (chat) {
-        last["delta"] = Json::object();
-      } else {
-        last["text"] = "";
-      }
-      last["logprobs"] = out.logprobs.empty() ? Json() : logprobs_json(out.logprobs, text_offset);
-      last["finish_reason"] = out.finish_reason;
-      send(chunk(std::move(last)));
-      if (r->include_usage) {
-        Json u = chunk(Json());
-        u["choices"] = Json::array();
-        u["usage"] = usage(out);
-        send(u);
-      }
-      const std::string done = "data: [DONE]\n\n";
-      if (!sink.write(done.data(), done.size())) throw ClientGone{};
-      sink.done();
-      log(chat ? "chat, streamed" : "completion, streamed", n_prompt, out);
-      return true;
-    } catch (const ClientGone&) {
-      std::fprintf(stderr, "[serve] %s: the client closed the stream; generation stopped\n",
-                   id.c_str());
-      return false;
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "[serve] %s failed: %s\n", id.c_str(), e.what());
-      const std::string event =
-          "data: " + dump(ApiError(500, "server_error", e.what()).to_json()) + "\n\n";
-      sink.write(event.data(), event.size());
-      sink.done();
-      return true;
-    }
-  });
+            // echo: the prompt's text (and its logprobs, once scored) in the first chunk.
+            const auto echo = [&](const std::vector<TokenLogprobs>* prompt_lps) {
+              Json choice = {{"index", i}, {"text", echo_text}};
+              choice["logprobs"] =
+                  prompt_lps ? prompt_logprobs_json(tok, prompt->front(), *prompt_lps, text_offset)
+                             : Json();
+              choice["finish_reason"] = nullptr;
+              send(chunk(std::move(choice)));
+            };
+            if (r->echo && o.prompt_logprobs < 0) echo(nullptr);
+            const Outcome out = run(
+                *r, *prompt, options_for(i),
+                [&](const ChatDelta& d, std::vector<TokenLogprobs>&& l) {
+                  Json choice = {{"index", i}};
+                  if (chat) {
+                    Json delta = Json::object();
+                    if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
+                    if (!d.content.empty()) delta["content"] = d.content;
+                    if (!d.tool_calls.empty()) {
+                      delta["tool_calls"] = tool_calls_json(d.tool_calls, n_calls, true);
+                      n_calls += d.tool_calls.size();
+                    }
+                    choice["delta"] = std::move(delta);
+                  } else {
+                    choice["text"] = d.content;
+                  }
+                  choice["logprobs"] = logprobs_json(l, text_offset);
+                  choice["finish_reason"] = nullptr;
+                  send(chunk(std::move(choice)));
+                },
+                [&](const std::vector<TokenLogprobs>& v) { echo(&v); });
+            add(total, out, i);
+            Json last = {{"index", i}};
+            if (chat) {
+              last["delta"] = Json::object();
+            } else {
+              last["text"] = "";
+            }
+            last["logprobs"] =
+                out.logprobs.empty() ? Json() : logprobs_json(out.logprobs, text_offset);
+            last["finish_reason"] = out.finish_reason;
+            send(chunk(std::move(last)));
+          }
+          if (r->include_usage) {
+            Json u = chunk(Json());
+            u["choices"] = Json::array();
+            u["usage"] = usage(total);
+            send(u);
+          }
+          const std::string done = "data: [DONE]\n\n";
+          if (!sink.write(done.data(), done.size())) throw ClientGone{};
+          sink.done();
+          log(chat ? "chat, streamed" : "completion, streamed", n_prompt, total);
+          return true;
+        } catch (const ClientGone&) {
+          std::fprintf(stderr, "[serve] %s: the client closed the stream; generation stopped\n",
+                       id.c_str());
+          return false;
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "[serve] %s failed: %s\n", id.c_str(), e.what());
+          const std::string event =
+              "data: " + dump(ApiError(500, "server_error", e.what()).to_json()) + "\n\n";
+          sink.write(event.data(), event.size());
+          sink.done();
+          return true;
+        }
+      });
 }
 
 Server::Server(const Tokenizer& tokenizer, GenerateFn generate, ServeOptions options)

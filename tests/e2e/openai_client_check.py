@@ -205,7 +205,7 @@ def errors(base, key):
     expect_error(lambda: chat(model="other", messages=msgs), openai.NotFoundError, 404, "model", "model")
     expect_error(lambda: chat(model=model, messages=msgs, temperature=-1), openai.BadRequestError, 400,
                  "temperature", "temperature")
-    expect_error(lambda: chat(model=model, messages=msgs, n=2), openai.BadRequestError, 400, "n", "n")
+    expect_error(lambda: chat(model=model, messages=msgs, n=0), openai.BadRequestError, 400, "n", "n")
     expect_error(lambda: chat(model=model, messages=msgs, presence_penalty=3), openai.BadRequestError,
                  400, "presence_penalty", "presence_penalty")
     expect_error(lambda: chat(model=model, messages=msgs, logit_bias={"99999999": 1}),

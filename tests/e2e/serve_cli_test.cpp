@@ -252,6 +252,36 @@ void expect_echo_scores(const std::string& engine) {
   EXPECT_EQ(serve.stop(), 0) << serve.log();
 }
 
+// n choices from a served engine: choice i is what `qforge generate --seed S+i` writes for the
+// same prompt and sampling (the second choice's prompt served from the kept prefix).
+void expect_choices_follow_seeds(const std::string& engine) {
+  const std::string prompt = "import os\n\n\ndef read_config(path):\n";
+  const std::string flags = " --max-tokens 20 --temperature 0.8 --top-p 0.9 --top-k 30";
+  std::vector<Json> want;
+  for (const int seed : {11, 12}) {
+    want.push_back(generate(engine + " --prompt '" + prompt + "'" + flags + " --seed " +
+                            std::to_string(seed)));
+  }
+  ServeProcess serve(engine + " --threads 2");
+  ASSERT_GT(serve.port(), 0) << serve.log();
+  httplib::Client c("127.0.0.1", serve.port());
+  c.set_read_timeout(300);
+  const Json body = {{"prompt", prompt}, {"n", 2},      {"max_tokens", 20}, {"temperature", 0.8},
+                     {"top_p", 0.9},     {"top_k", 30}, {"seed", 11}};
+  const auto res = c.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(res && res->status == 200) << (res ? res->body : "no reply") << serve.log();
+  const Json reply = Json::parse(res->body);
+  ASSERT_EQ(reply["choices"].size(), 2u) << reply.dump();
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(reply["choices"][i]["text"], want[i]["text"]) << engine << " choice " << i;
+    EXPECT_EQ(reply["choices"][i]["finish_reason"], want[i]["finish_reason"]) << engine;
+  }
+  EXPECT_NE(want[0]["text"], want[1]["text"]) << "the seeds should sample apart";
+  EXPECT_EQ(reply["usage"]["completion_tokens"], want[0]["completion_tokens"].get<int64_t>() +
+                                                     want[1]["completion_tokens"].get<int64_t>());
+  EXPECT_EQ(serve.stop(), 0) << serve.log();
+}
+
 TEST(ServeCli, OpenAiClientGetsWhatGenerateWrites) {
   expect_generates_replies("--device cpu");
 }
@@ -259,6 +289,11 @@ TEST(ServeCli, OpenAiClientGetsWhatGenerateWrites) {
 TEST(ServeCli, EchoedPromptLogprobsAreTheModels) {
   expect_echo_scores("--device cpu");
   expect_echo_scores("--device cpu --speculative");
+}
+
+TEST(ServeCli, ChoicesAreGenerateWithTheSeedPlusTheirIndex) {
+  expect_choices_follow_seeds("--device cpu");
+  expect_choices_follow_seeds("--device cpu --speculative");
 }
 
 TEST(ServeCli, SpeculativeOnTheCpu) {
@@ -272,6 +307,8 @@ TEST(ServeCli, CudaEngine) {
   expect_generates_replies("--device cuda --speculative");
   expect_echo_scores("--device cuda");
   expect_echo_scores("--device cuda --speculative");
+  expect_choices_follow_seeds("--device cuda");
+  expect_choices_follow_seeds("--device cuda --speculative");
 }
 
 TEST(ServeCli, ErrorsKeyAndAClientLeaving) {

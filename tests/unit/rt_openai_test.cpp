@@ -80,6 +80,9 @@ TEST(OpenAiRequest, ChatFieldsAndDefaults) {
   EXPECT_EQ(r.stop, std::vector<std::string>{"END"});
   EXPECT_TRUE(r.stream && r.include_usage && r.ignore_eos && r.parse_tools);
   EXPECT_FALSE(r.thinking);
+  EXPECT_EQ(r.n, 1);
+  EXPECT_EQ(parse_chat_request(chat_body({{"n", 128}}), kDefaults).n, 128);
+  EXPECT_EQ(parse_completion_request({{"prompt", "x"}, {"n", 3}}, kDefaults).n, 3);
   ChatOptions no_think;
   no_think.enable_thinking = false;
   EXPECT_EQ(r.prompt, render_chat(chat_body()["messages"], tools, no_think));
@@ -294,7 +297,9 @@ TEST(OpenAiRequest, BadChatFieldsNameTheField) {
       {{{"seed", "1"}}, "seed"},
       {{{"max_tokens", 0}}, "max_tokens"},
       {{{"max_completion_tokens", -3}}, "max_completion_tokens"},
-      {{{"n", 2}}, "n"},
+      {{{"n", 0}}, "n"},
+      {{{"n", 129}}, "n"},
+      {{{"n", 1.5}}, "n"},
       {{{"stream", "yes"}}, "stream"},
       {{{"stream_options", {{"include_usage", true}}}}, "stream_options"},  // without stream
       {{{"stop", 5}}, "stop"},

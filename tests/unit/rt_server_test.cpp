@@ -55,6 +55,7 @@ class ScriptedServer {
           *cached = 0;
           if (active_.fetch_add(1) != 0) overlapped_ = true;
           prompt_.assign(prompt.begin(), prompt.end());
+          seeds_.push_back(go.sampling.seed);
           GenerateResult r;
           r.prompt_tokens = static_cast<int64_t>(prompt.size());
           r.finish_reason = "stop";
@@ -111,6 +112,7 @@ class ScriptedServer {
   const Tokenizer& tok() const { return tok_; }
 
   std::vector<int32_t> prompt_;
+  std::vector<uint64_t> seeds_;  // of every generation, in order
   std::atomic<int> active_{0};
   std::atomic<bool> overlapped_{false};
   int fail_at_ = -1;
@@ -358,6 +360,68 @@ TEST(Server, CompletionEchoesThePromptAndItsLogprobs) {
   EXPECT_EQ(bad, 400);
   EXPECT_NE(why.find("0 only with 'echo'"), std::string::npos) << why;
   EXPECT_NE(why.find("\"param\":\"max_tokens\""), std::string::npos) << why;
+}
+
+// n choices: generated one after the other with the request's seed + i, each whole or streamed
+// in its own run of chunks (its index in each, its own role chunk and finish_reason), usage
+// summing their tokens; on both endpoints.
+TEST(Server, ChoicesTakeTheSeedPlusTheirIndex) {
+  ScriptedServer s("Fine, thanks.");
+  httplib::Client c("127.0.0.1", s.port());
+  const size_t reply = s.reply().size();
+  for (const bool chat : {false, true}) {
+    for (const bool stream : {false, true}) {
+      const std::string what =
+          std::string(chat ? "chat" : "completion") + (stream ? ", streamed" : "");
+      Json body = {{"n", 3}, {"seed", 40}, {"temperature", 0.7}, {"stream", stream}};
+      if (chat) {
+        body["messages"] = kMessages;
+        body["chat_template_kwargs"] = {{"enable_thinking", false}};  // the reply is content
+      } else {
+        body["prompt"] = "Hello";
+        body["max_tokens"] = 50;
+      }
+      if (stream) body["stream_options"] = {{"include_usage", true}};
+      s.seeds_.clear();
+      const auto res = c.Post(chat ? "/v1/chat/completions" : "/v1/completions", body.dump(),
+                              "application/json");
+      ASSERT_TRUE(res && res->status == 200) << what << ": " << (res ? res->body : "no reply");
+      EXPECT_EQ(s.seeds_, (std::vector<uint64_t>{40, 41, 42})) << what;
+      std::vector<std::string> text(3);
+      std::vector<int> finished(3, 0);
+      Json usage;
+      if (!stream) {
+        const Json j = Json::parse(res->body);
+        ASSERT_EQ(j["choices"].size(), 3u) << what;
+        for (int i = 0; i < 3; ++i) {
+          const Json& ch = j["choices"][i];
+          EXPECT_EQ(ch["index"], i) << what;
+          text[i] =
+              chat ? ch["message"]["content"].get<std::string>() : ch["text"].get<std::string>();
+          finished[i] = ch["finish_reason"] == "stop";
+        }
+        usage = j["usage"];
+      } else {
+        int last_index = 0;
+        for (size_t at = 0; (at = res->body.find("data: {", at)) != std::string::npos; ++at) {
+          const Json e = Json::parse(res->body.substr(at + 6, res->body.find('\n', at) - at - 6));
+          if (e.contains("usage") && !e["usage"].is_null()) usage = e["usage"];
+          if (e["choices"].empty()) continue;
+          const Json& ch = e["choices"][0];
+          const int i = ch["index"];
+          EXPECT_GE(i, last_index) << what << ": choices one after the other";
+          last_index = i;
+          text[i] += chat ? ch["delta"].value("content", "") : ch["text"].get<std::string>();
+          if (!ch["finish_reason"].is_null()) ++finished[i];
+        }
+      }
+      for (int i = 0; i < 3; ++i) {
+        EXPECT_EQ(text[i], "Fine, thanks.") << what << " choice " << i;
+        EXPECT_EQ(finished[i], 1) << what << " choice " << i;
+      }
+      EXPECT_EQ(usage["completion_tokens"], 3 * reply) << what;
+    }
+  }
 }
 
 TEST(Server, StructuredOutputFollowsTheSchema) {

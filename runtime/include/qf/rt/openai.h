@@ -5,7 +5,7 @@
 // enable_thinking`). Sampling fields a request leaves out take the model's generation_config.json
 // defaults, as vLLM does; so do vLLM's `repetition_penalty` and `min_p`. Unknown fields are
 // ignored (as vLLM does); known ones of the wrong type or range, and features this runtime lacks
-// (n > 1, suffix, best_of > 1), are refused with an ApiError naming the field. `response_format`:
+// (suffix, best_of > 1), are refused with an ApiError naming the field. `response_format`:
 // "text", "json_object" or "json_schema" ({"json_schema": {"name", "schema", "strict"}}, the
 // schema in JsonGrammar's subset; one outside it is refused naming the keyword).
 // Logprobs: chat's `logprobs` + `top_logprobs`, completions' integer `logprobs`, at most
@@ -48,6 +48,9 @@ class ApiError : public std::runtime_error {
 // 400 invalid_request_error.
 [[noreturn]] void bad_request(const std::string& message, const std::string& param = "");
 
+// The most choices a request may ask for (`n`; OpenAI's limit).
+constexpr int kMaxChoices = 128;
+
 struct ApiRequest {
   bool chat = false;
   std::string model;             // as given ("" when absent)
@@ -69,6 +72,9 @@ struct ApiRequest {
   // `logprobs`, so do its logprobs (the first token's null, each other's under the position
   // before it). max_tokens 0 is then allowed: the prompt scored, nothing generated.
   bool echo = false;
+  // Choices (`n`): generated one after the other, choice i with the seed + i (the request's, or
+  // one drawn for it), each its own structured-output state.
+  int n = 1;
 };
 
 // `body` as parsed from the request (ordered, so that tool schemas keep their key order);
