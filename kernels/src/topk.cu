@@ -149,16 +149,18 @@ __device__ void bitonic_desc(unsigned long long* buf, int p) {
   }
 }
 
-// Row blockIdx.y: its logits ld floats apart, its outputs out_stride elements apart, its scratch
-// scratch_stride bytes apart (logits_topk_rows).
-__global__ void __launch_bounds__(kThreads)
-    topk_kernel(const float* __restrict__ logits, int n, size_t ld, bool vec, int k,
-                int* __restrict__ ids, float* __restrict__ vals, float* __restrict__ stats,
-                size_t out_stride, unsigned char* scratch, size_t scratch_stride) {
+// One row's work; kRows: row blockIdx.y, its logits ld floats apart, its outputs out_stride
+// elements apart, its scratch scratch_stride bytes apart (logits_topk_rows), the outputs'
+// offsets added where they are written. The one-row kernel takes its pointers as they come: the
+// offsets' registers made ptxas spill on sm_121 (64 registers there), none before them.
+template <bool kRows>
+__device__ __forceinline__ void topk_row(const float* __restrict__ logits, int n, size_t ld,
+                                         bool vec, int k, int* __restrict__ ids,
+                                         float* __restrict__ vals, float* __restrict__ stats,
+                                         size_t out_stride, unsigned char* scratch,
+                                         size_t scratch_stride) {
   __shared__ Shared sh;
-  logits += blockIdx.y * ld;
-  ids += blockIdx.y * out_stride, vals += blockIdx.y * out_stride, stats += blockIdx.y * out_stride;
-  scratch += blockIdx.y * scratch_stride;
+  if constexpr (kRows) logits += blockIdx.y * ld, scratch += blockIdx.y * scratch_stride;
   unsigned* ticket = reinterpret_cast<unsigned*>(scratch);
   float* partial = reinterpret_cast<float*>(scratch + 16);  // [block] (m, s)
   uint32_t* cmax = reinterpret_cast<uint32_t*>(scratch + kHeadBytes);
@@ -225,7 +227,8 @@ __global__ void __launch_bounds__(kThreads)
       combine(m, s, __shfl_xor_sync(0xFFFFFFFFu, m, d), __shfl_xor_sync(0xFFFFFFFFu, s, d));
     }
     if (lane == 0) {
-      stats[0] = m, stats[1] = s;
+      float* st = stats + (kRows ? blockIdx.y * out_stride : 0);
+      st[0] = m, st[1] = s;
       *ticket = 0;  // every block has taken its ticket: ready for the next launch
     }
   }
@@ -274,6 +277,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
   const int n_g = sh.n_g;  // < k
+  if constexpr (kRows) ids += blockIdx.y * out_stride, vals += blockIdx.y * out_stride;
   int p = 1;
   while (p < n_g) p <<= 1;
   for (int i = n_g + tid; i < p; i += kThreads) sh.g[i] = 0ull;
@@ -301,6 +305,21 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   for (int j = filled + tid; j < k; j += kThreads) ids[j] = INT_MAX, vals[j] = -INFINITY;
+}
+
+__global__ void __launch_bounds__(kThreads)
+    topk_kernel(const float* __restrict__ logits, int n, bool vec, int k, int* __restrict__ ids,
+                float* __restrict__ vals, float* __restrict__ stats, unsigned char* scratch) {
+  topk_row<false>(logits, n, 0, vec, k, ids, vals, stats, 0, scratch, 0);
+}
+
+// Many rows (grid.y): one block per SM asked for, so that ptxas gives the rows' offsets their
+// registers (without it, sm_121's 64 spilled 52 bytes).
+__global__ void __launch_bounds__(kThreads, 1)
+    topk_rows_kernel(const float* __restrict__ logits, int n, size_t ld, bool vec, int k,
+                     int* __restrict__ ids, float* __restrict__ vals, float* __restrict__ stats,
+                     size_t out_stride, unsigned char* scratch, size_t scratch_stride) {
+  topk_row<true>(logits, n, ld, vec, k, ids, vals, stats, out_stride, scratch, scratch_stride);
 }
 
 __global__ void pick_kernel(const float* __restrict__ logits, int n, size_t ld,
@@ -345,10 +364,15 @@ cudaError_t logits_topk_rows(const float* logits, int n, size_t ld, int rows, in
       std::min(kMaxBlocks, std::max(1, (chunk_count(n) + 4 * kWarps - 1) / (4 * kWarps)));
   // Vector loads where every row is 16-byte aligned.
   const bool vec = reinterpret_cast<uintptr_t>(logits) % 16 == 0 && (rows == 1 || ld % 4 == 0);
-  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(rows));
-  topk_kernel<<<grid, kThreads, 0, stream>>>(logits, n, ld, vec, k, ids, vals, stats, out_stride,
-                                             static_cast<unsigned char*>(scratch),
-                                             logits_topk_rows_scratch_bytes(n, 1));
+  auto* sc = static_cast<unsigned char*>(scratch);
+  if (rows == 1) {
+    topk_kernel<<<blocks, kThreads, 0, stream>>>(logits, n, vec, k, ids, vals, stats, sc);
+  } else {
+    const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(rows));
+    topk_rows_kernel<<<grid, kThreads, 0, stream>>>(logits, n, ld, vec, k, ids, vals, stats,
+                                                    out_stride, sc,
+                                                    logits_topk_rows_scratch_bytes(n, 1));
+  }
   return cudaGetLastError();
 }
 
