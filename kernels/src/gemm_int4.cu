@@ -141,11 +141,7 @@ __global__ void __launch_bounds__(kThreads, kGemmBlocks)
   const int se = tid >> 4, sc = tid & 15;  // the entry and 32-byte chunk this thread stages
 
   for (int base = lo + pz * kPass; base < hi; base += a.pass_blocks * kPass) {
-    const int e = base + se;
-    const int xrow = e < hi ? (r.x_rows ? __ldg(r.x_rows + e) : e) : -1;  // -1: zeros
-    // The entry's limbs and SegStats in uint4 from xq (stats follow the limbs in the scratch).
-    const uint32_t lofs = static_cast<uint32_t>(max(xrow, 0)) * S * 32 + 2 * sc;
-    const uint32_t sofs = static_cast<uint32_t>(stats - xq) / 2 + lofs / 32;
+    const EntrySrc ent = entry_src(r, base + se, hi, S, sc, xq, stats);
     const auto fill = [&](int s, int buf) {
       if (s < S) {
         Stage& st = stage[buf];
@@ -154,12 +150,8 @@ __global__ void __launch_bounds__(kThreads, kGemmBlocks)
           cp_async16(&st.w[warp * kTiles + i][lane], w4 + oa[i] + s * step[i]);
           cp_async16(&st.w[warp * kTiles + i][lane + 32], w4 + ob[i] + s * step[i]);
         }
-        const int have = xrow >= 0 ? 16 : 0;
-        const uint4* x4 = reinterpret_cast<const uint4*>(xq);
         if (se < kPass) {  // always at kPass 16; dropping the test changed sm_90 code
-          cp_async16(&st.limbs[se][4 * sc], x4 + lofs + s * 32, have);
-          cp_async16(&st.limbs[se][4 * sc + 2], x4 + lofs + s * 32 + 1, have);
-          if (sc == 0) cp_async16(&st.stat[se], x4 + sofs + s, have);
+          copy_entry(st.limbs[se], &st.stat[se], xq, ent, s, sc);
         }
       }
       cp_async_commit();

@@ -86,10 +86,7 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
   const int se = tid >> 4, sc = tid & 15;  // the entry and 32-byte chunk this thread stages
 
   for (int base = pz * kPass; base < r.entries; base += a.pass_blocks * kPass) {
-    const int e = base + se;
-    const int xrow = e < r.entries ? (r.x_rows ? __ldg(r.x_rows + e) : e) : -1;  // -1: zeros
-    const uint32_t lofs = static_cast<uint32_t>(max(xrow, 0)) * S * 32 + 2 * sc;
-    const uint32_t sofs = static_cast<uint32_t>(stats - xq) / 2 + lofs / 32;
+    const EntrySrc ent = entry_src(r, base + se, r.entries, S, sc, xq, stats);
     const auto fill = [&](int s, int buf) {
       if (s < S) {
         Stage& st = stage[buf];
@@ -97,11 +94,7 @@ __global__ void __launch_bounds__(kThreads, kBlocks)
         for (int j = 0; j < kChunksPerLane; ++j) {
           cp_async16(&st.w[warp][dst[j]], w4 + src[j] + s * 8);
         }
-        const int have = xrow >= 0 ? 16 : 0;
-        const uint4* x4 = reinterpret_cast<const uint4*>(xq);
-        cp_async16(&st.limbs[se][4 * sc], x4 + lofs + s * 32, have);
-        cp_async16(&st.limbs[se][4 * sc + 2], x4 + lofs + s * 32 + 1, have);
-        if (sc == 0) cp_async16(&st.stat[se], x4 + sofs + s, have);
+        copy_entry(st.limbs[se], &st.stat[se], xq, ent, s, sc);
       }
       cp_async_commit();
     };

@@ -8,7 +8,9 @@
 
 #include <cstdint>
 
+#include "cp_async.cuh"
 #include "gemv_common.cuh"
+#include "qf/kern/gemm.h"
 
 namespace qf::kern::gemv_detail {
 
@@ -118,6 +120,32 @@ inline cudaError_t stage_rows(const float* x, size_t ldx, int k, int x_count, ui
       <<<static_cast<unsigned>((warps + kWarps - 1) / kWarps), kThreads, 0, stream>>>(
           x, ldx, k, x_count, xq, stats);
   return cudaGetLastError();
+}
+
+// Where the thread staging 32-byte chunk sc of entry e (of entries before `hi`) finds that entry's
+// limbs and SegStats in the GEMMs' scratch: uint4 offsets from xq (the stats follow the limbs),
+// and 16 bytes to copy, or 0 past the entries (the copies then write zeros).
+struct EntrySrc {
+  int have;
+  uint32_t lofs, sofs;
+};
+__device__ __forceinline__ EntrySrc entry_src(const GemmRows& r, int e, int hi, int segs, int sc,
+                                              const uint2* xq, const uint2* stats) {
+  const int xrow = e < hi ? (r.x_rows ? __ldg(r.x_rows + e) : e) : -1;
+  EntrySrc src;
+  src.lofs = static_cast<uint32_t>(max(xrow, 0)) * segs * 32 + 2 * sc;
+  src.sofs = static_cast<uint32_t>(stats - xq) / 2 + src.lofs / 32;
+  src.have = xrow >= 0 ? 16 : 0;
+  return src;
+}
+// Segment s of that entry into a stage: its chunk of the limbs (64 uint2 an entry) by cp.async,
+// and the SegStat by chunk 0's thread.
+__device__ __forceinline__ void copy_entry(uint2* limbs, uint4* stat, const uint2* xq,
+                                           const EntrySrc& src, int s, int sc) {
+  const uint4* x4 = reinterpret_cast<const uint4*>(xq);
+  cp_async16(limbs + 4 * sc, x4 + src.lofs + s * 32, src.have);
+  cp_async16(limbs + 4 * sc + 2, x4 + src.lofs + s * 32 + 1, src.have);
+  if (sc == 0) cp_async16(stat, x4 + src.sofs + s, src.have);
 }
 
 // Group scale (f16 bits, low half) and zero (bits 16..23) of one row and group.
