@@ -32,7 +32,9 @@
 // the same weights, T = 1 .. 512: the DeltaNet in_proj [20608 x 3072]; the routed gate | up with
 // SwiGLU (256 experts [2048 x 3072], 8 distinct random experts per token, the entries grouped by
 // expert) and down [3072 x 1024]; the FP8 shared expert's gate | up [2048 x 3072] (gemv: one launch
-// of T slots on the matrix, as the prefill ran it before gemm took FP8). Microseconds per token
+// of T slots on the matrix, as the prefill ran it before gemm took FP8); the BF16 MTP head's routed
+// experts (grouped, gate | up [2048 x 3072] and down [3072 x 1024]) and fc [3072 x 6144] (gemv:
+// one launch of T x 8 or T slots, as before gemm took BF16). Microseconds per token
 // each way (median of 5 timings of back- to-back launches on a stream, gemm's limb staging
 // included) and gemm's GB/s over the weights its entries touch (each expert counted once).
 //
@@ -281,6 +283,10 @@ void gemm_section(cudaStream_t stream, double copy, int only_t) {
   Stack fp8 = make_stack(WeightKind::kFp8, 2048, 3072, 1, 128, 3);
   constexpr int kVocab = 248320;  // the INT8 LM head (prompt scoring), one scale per row
   Stack head = make_stack(WeightKind::kInt8, kVocab, 3072, 1, 3072, 4);
+  // The 122B hybrid's BF16 MTP head: its routed experts and its fc [3072 x 6144].
+  Stack bf_gu = make_stack(WeightKind::kBf16, 2048, 3072, kExperts, 128, 5);
+  Stack bf_dn = make_stack(WeightKind::kBf16, 3072, 1024, kExperts, 128, 6);
+  Stack bf_fc = make_stack(WeightKind::kBf16, 3072, 6144, 1, 128, 8);
   DeviceBuffer<float> x(kMaxT * 3072), h(kMaxT * kTopK * 1024), y(kMaxT * kTopK * 3072);
   DeviceBuffer<float> logits(static_cast<size_t>(kMaxT) * kVocab);
   {
@@ -428,6 +434,64 @@ void gemm_section(cudaStream_t stream, double copy, int only_t) {
           },
           reps, stream);
       out.push_back({"fp8 shared gate|up", gv / T, gm / T, qf::kern::weight_bytes(w)});
+    }
+    {  // the BF16 MTP experts: gate | up and down, T x 8 gemv slots in one launch each (as
+       // the prefill ran them before gemm took BF16) against the grouped gemm
+      const DeviceLinear &gu = bf_gu.lin, &dn = bf_dn.lin;
+      GemmRows r;
+      r.entries = T * kTopK;
+      r.x_count = T;
+      r.ldx = 3072;
+      r.ldy = 2048;
+      r.n_mats = kExperts;
+      r.offsets = d_off.data();
+      r.x_rows = d_rows.data();
+      GemvBatch b{T * kTopK, d_ids.data(), 3072, 2048};
+      b.slots_per_x = kTopK;
+      const double gv =
+          time_calls([&](cudaStream_t s) { return qf::kern::gemv(gu, x.data(), y.data(), b, s); },
+                     reps, stream);
+      const double gm = time_calls(
+          [&](cudaStream_t s) {
+            return qf::kern::gemm(gu, x.data(), y.data(), r, false, scratch.data(), s);
+          },
+          reps, stream);
+      out.push_back({"bf16 mtp gate|up", gv / T, gm / T, qf::kern::weight_bytes(gu) * touched});
+      GemmRows rd = r;
+      rd.x_count = T * kTopK;
+      rd.x_rows = nullptr;
+      rd.ldx = 1024;
+      rd.ldy = 3072;
+      const GemvBatch bd{T * kTopK, d_ids.data(), 1024, 3072};
+      const double dv =
+          time_calls([&](cudaStream_t s) { return qf::kern::gemv(dn, h.data(), y.data(), bd, s); },
+                     reps, stream);
+      const double dm = time_calls(
+          [&](cudaStream_t s) {
+            return qf::kern::gemm(dn, h.data(), y.data(), rd, false, scratch.data(), s);
+          },
+          reps, stream);
+      out.push_back({"bf16 mtp down", dv / T, dm / T, qf::kern::weight_bytes(dn) * touched});
+    }
+    {  // the BF16 MTP fc: T slots of one gemv launch against gemm (x: h's rows of 6144)
+      const DeviceLinear& w = bf_fc.lin;
+      GemmRows r;
+      r.entries = r.x_count = T;
+      r.ldx = 6144;
+      r.ldy = 3072;
+      DeviceLinear one = w;  // every slot on the one matrix
+      one.w_stride = 0;
+      const double gv = time_calls(
+          [&](cudaStream_t s) {
+            return qf::kern::gemv(one, h.data(), y.data(), GemvBatch{T, nullptr, 6144, 3072}, s);
+          },
+          reps, stream);
+      const double gm = time_calls(
+          [&](cudaStream_t s) {
+            return qf::kern::gemm(w, h.data(), y.data(), r, false, scratch.data(), s);
+          },
+          reps, stream);
+      out.push_back({"bf16 mtp fc", gv / T, gm / T, qf::kern::weight_bytes(w)});
     }
     {  // the INT8 LM head: a gemv per token (as prefill's rows ran it) against gemm
       const DeviceLinear& w = head.lin;

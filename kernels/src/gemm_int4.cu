@@ -29,6 +29,7 @@
 #include <cstdint>
 
 #include "cp_async.cuh"
+#include "gemm_bf16.h"
 #include "gemm_fp8.h"
 #include "gemm_int8.h"
 #include "gemv_common.cuh"
@@ -233,6 +234,7 @@ bool gemm_ok(const DeviceLinear& w, bool swiglu) {
   GemvBatch b;
   b.n_slots = 2;  // a stack: experts 16-byte aligned too
   if (w.kind == WeightKind::kFp8) return !swiglu && gemm_fp8_ok(w);
+  if (w.kind == WeightKind::kBf16) return !swiglu && gemm_bf16_ok(w);
   if (w.kind == WeightKind::kInt8) return !swiglu && gemm_int8_ok(w);
   if (w.kind != WeightKind::kInt4 || !int4_tiled(w.k) || !int4_mma_ok(w, b)) return false;
   return !swiglu || w.n % 16 == 0;
@@ -240,6 +242,7 @@ bool gemm_ok(const DeviceLinear& w, bool swiglu) {
 
 size_t gemm_scratch_bytes(const DeviceLinear& w, const GemmRows& rows) {
   if (w.kind == WeightKind::kFp8) return gemv_detail::gemm_fp8_scratch_bytes(w, rows);
+  if (w.kind == WeightKind::kBf16) return gemv_detail::gemm_bf16_scratch_bytes(w, rows);
   if (w.kind == WeightKind::kInt8) return gemv_detail::gemm_int8_scratch_bytes(w, rows);
   return gemv_detail::limb_bytes(w, rows);
 }
@@ -259,6 +262,7 @@ cudaError_t gemm(const DeviceLinear& w, const float* x, float* y, const GemmRows
   }
   if (r.entries == 0 || r.x_count == 0) return cudaSuccess;
   if (w.kind == WeightKind::kFp8) return gemm_fp8(w, x, y, r, scratch, stream);
+  if (w.kind == WeightKind::kBf16) return gemm_bf16(w, x, y, r, scratch, stream);
   if (w.kind == WeightKind::kInt8) return gemm_int8(w, x, y, r, scratch, stream);
   GemmArgs a;
   a.tiles = (w.n + 15) / 16;

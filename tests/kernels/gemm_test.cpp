@@ -1,4 +1,4 @@
-// gemm (gemm.h): many rows of x through one INT4 (INT8, FP8) weight stream, against gemm_ref
+// gemm (gemm.h): many rows of x through one INT4 (INT8, FP8, BF16) weight stream, against gemm_ref
 // (gemv_ref per entry) within the gemv tolerance (gemv_check.h), over dense and grouped (expert)
 // products, entry counts around the kernel's pass of 16 and its pairs, partial tiles, group sizes,
 // x rows picked by x_rows; the SwiGLU epilogue bit for bit the plain product's rows through swiglu
@@ -298,6 +298,75 @@ TEST(Gemm, Fp8WithinItsSplitBound) {
   check_fp8(3072, 1024, 64, true, ++seed);   // and down
 }
 
+// BF16 (the router, the MTP head, BF16 checkpoints; dense or grouped): against the exact sums.
+// x enters as three bf16 limbs, their sum within 2^-24 |x|, and the tensor cores sum exact
+// products 16 at a time in f32, so |y - exact| <= (2^-24 + (K / 16 + 16) 2^-22) sum_c |w_c x_c|
+// (a margin of 2). The x elements span 2^-20 .. 2^20, so a lost limb or a wrong column cannot
+// hide at small K; entries around the pass of 32 and its groups of 8, K past whole 64-column
+// segments, partial tiles, rows picked and scattered, grouped matrices with empty ones and more
+// passes than blocks; nothing written outside the entries' rows.
+void check_bf16(const Case& c, uint64_t seed) {
+  SCOPED_TRACE("bf16 " + name(c));
+  const auto t = make_linear(WeightKind::kBf16, c.n, c.k, c.n_mats, c.group, 128, seed);
+  ASSERT_TRUE(gemm_ok(t->view(true), false));
+  EXPECT_FALSE(gemm_ok(t->view(true), true));
+  const Product r = run(*t, c, false, seed + 1, [](std::vector<float>& x, size_t ldx) {
+    for (size_t i = 0; i < x.size(); ++i) {
+      x[i] *= std::ldexp(1.0f, static_cast<int>((i % ldx) * 7 + i / ldx * 3) % 41 - 20);
+    }
+  });
+  int bad = 0;
+  for (int row = 0; row < r.rows.entries; ++row) {
+    const int e = r.entry_at(row), j = mat_of(r, e);
+    const float* xe = r.x.data() + (r.x_rows.empty() ? e : r.x_rows[e]) * r.rows.ldx;
+    for (size_t i = 0; i < r.rows.ldy; ++i) {
+      const float got = r.y[row * r.rows.ldy + i];
+      if (j < 0 || i >= static_cast<size_t>(c.n)) {  // not an output: the poison stays
+        uint32_t bits;
+        std::memcpy(&bits, &got, 4);
+        if (bits != 0xFFFFFFFFu && ++bad <= 5) ADD_FAILURE() << "entry " << e << " [" << i << "]";
+        continue;
+      }
+      double exact = 0.0, abs_sum = 0.0;
+      for (int col = 0; col < c.k; ++col) {
+        const double p =
+            static_cast<double>(weight_at(*t, j, static_cast<int64_t>(i), col)) * xe[col];
+        exact += p;
+        abs_sum += std::fabs(p);
+      }
+      const double tol = 2 * (0x1p-24 + (c.k / 16 + 16) * 0x1p-22) * abs_sum;
+      if (!(std::fabs(got - exact) <= tol) && ++bad <= 5) {
+        ADD_FAILURE() << "entry " << e << " matrix " << j << " row " << i << ": gpu " << got
+                      << " exact " << exact << " tol " << tol;
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(Gemm, Bf16Dense) {
+  QF_REQUIRE_GPU();
+  uint64_t seed = 81;
+  for (const int entries : {1, 7, 8, 9, 31, 32, 33, 70})
+    check_bf16({32, 256, 128, 1, {entries}}, ++seed);
+  for (const int k : {8, 40, 96, 200, 328}) check_bf16({24, k, 128, 1, {11}}, ++seed);  // K tails
+  check_bf16({1, 64, 128, 1, {5}}, ++seed);                                             // one row
+  check_bf16({257, 192, 128, 1, {20}, 0, true, true}, ++seed);  // 17 tiles: a partial one
+  check_bf16({24, 128, 128, 1, {2100}}, ++seed);                // 66 passes over 64 blocks
+  check_bf16({257, 3072, 128, 1, {37}}, ++seed);                // 122B-A10B router | gate
+  check_bf16({3072, 6144, 128, 1, {40}, 0, true}, ++seed);      // its MTP head's fc
+}
+
+TEST(Gemm, Bf16GroupedExperts) {
+  QF_REQUIRE_GPU();
+  uint64_t seed = 91;
+  check_bf16({64, 256, 128, 8, {3, 0, 17, 1, 0, 40, 2, 16}, 5, true}, ++seed);
+  check_bf16({40, 96, 128, 5, {7, 0, 33, 1, 9}, 4, true, true}, ++seed);  // gathered, scattered
+  check_bf16({48, 256, 128, 2, {140, 1}, 0, true}, ++seed);  // 5 passes of matrix 0, 3 blocks
+  check_bf16({2048, 3072, 128, 4, {30, 0, 41, 5}, 0, true}, ++seed);  // MTP experts' gate | up
+  check_bf16({3072, 1024, 128, 3, {33, 2, 0}}, ++seed);               // and down
+}
+
 // gemm_route against its host twin (a counting sort): sizes around the warp's window of 32,
 // matrix counts up to the limit, ids outside the range (no entry), and a prefill's real shape.
 TEST(Gemm, RouteSortsChoicesByMatrix) {
@@ -397,14 +466,22 @@ TEST(Gemm, RefusesWhatItCannotTake) {
   QF_REQUIRE_GPU();
   const auto t = make_linear(WeightKind::kInt4, 40, 256, 1, 128, 128, 51);
   const auto odd = make_linear(WeightKind::kInt4, 40, 264, 1, 8, 128, 52);  // K % 128 != 0
-  const auto bf16 = make_linear(WeightKind::kBf16, 40, 256, 1, 128, 128, 53);
+  const auto f32 = make_linear(WeightKind::kF32, 40, 256, 1, 128, 128, 53);
   GemmRows r;
   r.entries = r.x_count = 1;
   r.ldx = 256;
   r.ldy = 40;
   EXPECT_EQ(gemm(odd->view(true), nullptr, nullptr, r, false, nullptr, nullptr),
             cudaErrorNotSupported);
-  EXPECT_EQ(gemm(bf16->view(true), nullptr, nullptr, r, false, nullptr, nullptr),
+  EXPECT_EQ(gemm(f32->view(true), nullptr, nullptr, r, false, nullptr, nullptr),
+            cudaErrorNotSupported);
+  // BF16: K a multiple of 8 (16-byte rows), no SwiGLU epilogue.
+  const auto bf16 = make_linear(WeightKind::kBf16, 40, 256, 1, 128, 128, 58);
+  const auto bf16_odd = make_linear(WeightKind::kBf16, 40, 68, 1, 128, 128, 59);
+  EXPECT_TRUE(gemm_ok(bf16->view(true), false));
+  EXPECT_FALSE(gemm_ok(bf16->view(true), true));
+  EXPECT_FALSE(gemm_ok(bf16_odd->view(true), false));
+  EXPECT_EQ(gemm(bf16_odd->view(true), nullptr, nullptr, r, false, nullptr, nullptr),
             cudaErrorNotSupported);
   EXPECT_FALSE(gemm_ok(t->view(true), true));  // 40 rows cannot pair
   r.ldx = 100;

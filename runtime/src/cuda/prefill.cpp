@@ -1,16 +1,16 @@
 // Batched prefill (CudaEngine::prefill): a pass of up to CudaOptions::prefill_chunk tokens runs
 // every layer over all of them. Each projection reads its weights once per pass: kern::gemm for
-// INT4 matrices (dense), the routed experts grouped by expert (kern::gemm_route sorts the
-// router's choices; the gate | up product reads each choice's token row, the down product
-// writes each result back to its token's slot, so the combine sees the step's layout); formats
-// gemm does not take (BF16, FP8 shared experts) run as gemv with one slot per token, side by
-// side on the one matrix. The DeltaNet layers run kern::gdn_prefill (all tokens of a pass in
-// four launches, the state kept on chip through them), attention kern::attn_prefill (every
-// token's k and v rows appended, then each token's attention in one launch); where they do not
-// take the model's shapes the engine has no prefill buffers and prompts go in pairs.
-// Everything runs on the main stream (the GEMM's limbs are one scratch). A full pass is captured
-// once and replayed (tokens and positions are read on the device); a shorter last pass runs
-// launch by launch.
+// INT4, FP8, INT8 and BF16 matrices (dense), the routed experts grouped by expert
+// (kern::gemm_route sorts the router's choices; the gate | up product reads each choice's token
+// row, the down product writes each result back to its token's slot, so the combine sees the
+// step's layout; BF16 experts, the MTP head's, alike); products gemm does not take (F32, odd
+// shapes) run as gemv with one slot per token, side by side on the one matrix. The DeltaNet
+// layers run kern::gdn_prefill (all tokens of a pass in four launches, the state kept on chip
+// through them), attention kern::attn_prefill (every token's k and v rows appended, then each
+// token's attention in one launch); where they do not take the model's shapes the engine has no
+// prefill buffers and prompts go in pairs. Everything runs on the main stream (the GEMM's limbs
+// are one scratch). A full pass is captured once and replayed (tokens and positions are read on
+// the device); a shorter last pass runs launch by launch.
 #include <algorithm>
 
 #include "engine_impl.h"

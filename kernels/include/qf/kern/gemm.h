@@ -6,7 +6,9 @@
 // f16 tensor cores, x split per 128-column segment into two f16 limbs (gemm_fp8.cu states the
 // numerics): within a few 2^-22 of the exact sums, not gemv's bits. INT8 (dense only: the LM
 // head over a prompt's positions) on the integer tensor cores, x in the INT4 path's limbs
-// (gemm_int8.cu): within gemv_test's bound of the exact sums, not gemv's bits.
+// (gemm_int8.cu): within gemv_test's bound of the exact sums, not gemv's bits. BF16 (dense or
+// grouped: the router, the MTP head, BF16 checkpoints) on the bf16 tensor cores, x split into
+// three bf16 limbs (gemm_bf16.cu: x to 2^-24), sums in f32: not gemv's bits.
 //
 // Entries: entry e reads row x_rows[e] of x (nullptr: row e) and writes row y_rows[e] of y
 // (nullptr: row e). Grouped (experts): entries offsets[j] .. offsets[j + 1] - 1 use matrix j of
@@ -38,9 +40,10 @@ struct GemmRows {
 // row; with swiglu also gemv_swiglu's paired rows (n a multiple of 16). Or kFp8 without swiglu:
 // K a multiple of 128, N of 16, 128 x 128 scale blocks, 16-byte aligned codes (gemm then takes
 // no offsets: cudaErrorNotSupported). Or kInt8 without swiglu: K a multiple of 128 up to 10240,
-// 16-byte aligned rows, groups as kInt4's (no offsets either).
+// 16-byte aligned rows, groups as kInt4's (no offsets either). Or kBf16 without swiglu, dense or
+// grouped: K a multiple of 8, 16-byte aligned matrices, N * K / 8 < 2^32.
 bool gemm_ok(const DeviceLinear& w, bool swiglu);
-// Device scratch gemm needs: x's rows as limbs (INT4: 8-bit, FP8: f16).
+// Device scratch gemm needs: x's rows as limbs (INT4, INT8: 8-bit, FP8: f16, BF16: bf16).
 size_t gemm_scratch_bytes(const DeviceLinear& w, const GemmRows& rows);
 // y[e] = W x[x_rows[e]] for every entry; swiglu: w in gemv_swiglu's paired row order, y[e][j] =
 // silu(gate_j) * up_j (n / 2 values), bit for bit swiglu of the rows gemm would write. Device
