@@ -31,6 +31,7 @@ constexpr rt::SamplingOptions kBenchSampling{.temperature = 0.6f, .top_p = 0.95f
 
 struct BenchArgs {
   std::string model, synthetic;
+  std::string synthetic_format = "hybrid";  // hybrid, int4 or bf16 (rt::SyntheticFormat)
   int steps = 64;
   int64_t context = 512;
   uint64_t seed = 1;
@@ -67,12 +68,23 @@ void print_shares(const std::vector<rt::KernelShare>& shares) {
   }
 }
 
+// "synthetic PRESET" and its format where not the hybrid's.
+std::string synthetic_name(const BenchArgs& a) {
+  const std::string s = "synthetic " + a.synthetic;
+  if (a.synthetic_format == "int4") return s + " (Intel's INT4 formats)";
+  if (a.synthetic_format == "bf16") return s + " (BF16)";
+  return s;
+}
+
 // The host's sums in the --score comparison land here, so that they are not optimized away.
 volatile double g_host_sums = 0;
 
 int run(const BenchArgs& a) {
   if (a.model.empty() == a.synthetic.empty()) {
     throw Error(Errc::kUsage, "give exactly one of --model DIR or --synthetic PRESET");
+  }
+  if (!a.model.empty() && a.synthetic_format != "hybrid") {
+    throw Error(Errc::kUsage, "--synthetic-format goes with --synthetic, not --model");
   }
   if (a.steps < 1 || a.context < 1) throw Error(Errc::kUsage, "--steps and --context must be >= 1");
   if (a.score && a.prefill < 2) throw Error(Errc::kUsage, "--score needs --prefill N (N >= 2)");
@@ -91,7 +103,11 @@ int run(const BenchArgs& a) {
   std::unique_ptr<rt::Model> model;
   std::unique_ptr<rt::CudaEngine> engine;
   if (!a.synthetic.empty()) {
-    engine = rt::CudaEngine::synthetic(ckpt::qwen35_preset(a.synthetic), a.seed, o);
+    const rt::SyntheticFormat format = a.synthetic_format == "int4" ? rt::SyntheticFormat::kInt4
+                                       : a.synthetic_format == "bf16"
+                                           ? rt::SyntheticFormat::kBf16
+                                           : rt::SyntheticFormat::kHybrid;
+    engine = rt::CudaEngine::synthetic(ckpt::qwen35_preset(a.synthetic), a.seed, o, format);
   } else {
     model = rt::Model::load(a.model);
     engine = std::make_unique<rt::CudaEngine>(*model, o);
@@ -328,7 +344,7 @@ int run(const BenchArgs& a) {
 
   if (a.json) {
     nlohmann::json j = {{"device", ls.device_name},
-                        {"model", a.model.empty() ? "synthetic " + a.synthetic : a.model},
+                        {"model", a.model.empty() ? synthetic_name(a) : a.model},
                         {"context", a.context},
                         {"steps", a.steps},
                         {"step_us", us},
@@ -405,8 +421,8 @@ int run(const BenchArgs& a) {
     return kExitOk;
   }
   std::printf("%s on %s: %s on the GPU",
-              a.model.empty() ? ("synthetic " + a.synthetic).c_str() : a.model.c_str(),
-              ls.device_name.c_str(), human_bytes(ls.device_bytes).c_str());
+              a.model.empty() ? synthetic_name(a).c_str() : a.model.c_str(), ls.device_name.c_str(),
+              human_bytes(ls.device_bytes).c_str());
   if (!a.model.empty()) std::printf(" (loaded in %.1f s)", ls.load_seconds);
   std::printf("\ndecode at context %lld, %d graph-launched steps: %.1f us/step = %.1f tok/s\n",
               static_cast<long long>(a.context), a.steps, us, 1e6 / us);
@@ -505,6 +521,11 @@ Command add_bench(CLI::App& app) {
   sub->add_option("--synthetic", a->synthetic,
                   "random weights of a preset's shapes made on the GPU: tiny, 35b-a3b, "
                   "122b-a10b, 397b-a17b (hybrid formats: INT4, FP8 shared experts, INT8 head)");
+  sub->add_option("--synthetic-format", a->synthetic_format,
+                  "--synthetic's formats: hybrid (above), int4 (Intel's AutoRound release: BF16 "
+                  "shared experts and LM head) or bf16 (Qwen's BF16 release)")
+      ->check(CLI::IsMember({"hybrid", "int4", "bf16"}))
+      ->capture_default_str();
   sub->add_option("--steps", a->steps, "timed decode steps")->capture_default_str();
   sub->add_option("--context", a->context, "tokens in the context when timing")
       ->capture_default_str();
@@ -513,8 +534,9 @@ Command add_bench(CLI::App& app) {
                 "run the shared expert as extra slots of the routed experts' two launches, not "
                 "in launches of its own (to compare)");
   sub->add_flag("--mtp", a->mtp,
-                "also time the MTP head's step (a draft token; --synthetic: BF16 with an FP8 "
-                "shared expert, as the 122B hybrid's) and speculative decoding's verify pass and "
+                "also time the MTP head's step (a draft token; --synthetic: BF16 but for the "
+                "format's shared expert, as the 122B hybrid's) and speculative decoding's verify "
+                "pass and "
                 "rollback, greedy and sampled");
   sub->add_option("--prefill", a->prefill,
                   "also time a batched prefill of this many prompt tokens, and the same prompt "

@@ -24,7 +24,7 @@ CudaEngine::CudaEngine(const Model&, const CudaOptions&) {
 }
 CudaEngine::CudaEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 std::unique_ptr<CudaEngine> CudaEngine::synthetic(const ckpt::Qwen35Config&, uint64_t,
-                                                  const CudaOptions&) {
+                                                  const CudaOptions&, SyntheticFormat) {
   unavailable();
 }
 CudaEngine::~CudaEngine() = default;

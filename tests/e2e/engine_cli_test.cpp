@@ -462,6 +462,35 @@ TEST(EngineCli, BenchTimesABatchedPrefill) {
   EXPECT_EQ(qforge_split("bench --synthetic tiny --prefill-chunk 0").exit_code, kExitUsage);
 }
 
+// Where a GPU is usable: bench --synthetic-format makes Intel's INT4 release (BF16 shared experts
+// and LM head) and Qwen's BF16 release instead of the hybrid, each step moving more bytes than the
+// one before; prefill and the MTP head run on each.
+TEST(EngineCli, BenchTakesTheReleasesFormats) {
+  EXPECT_EQ(qforge_split("bench --synthetic tiny --synthetic-format fp4").exit_code, 1);
+  EXPECT_EQ(qforge_split("bench --model " + kModel.string() + " --synthetic-format int4").exit_code,
+            kExitUsage);
+  std::string why;
+  if (!rt::CudaEngine::available(&why)) GTEST_SKIP() << "no GPU: " << why;
+  uint64_t last = 0;
+  for (const char* format : {"hybrid", "int4", "bf16"}) {
+    SCOPED_TRACE(format);
+    const CommandResult r =
+        qforge_split(std::string("bench --synthetic tiny --synthetic-format ") + format +
+                     " --mtp --context 8 --steps 4 --prefill 11 --json");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    const auto bytes = j["bytes_per_step"].get<uint64_t>();
+    EXPECT_GT(bytes, last);
+    last = bytes;
+    EXPECT_GT(j["prefill"]["batched_ms"].get<double>(), 0);
+    EXPECT_GT(j["mtp"]["step_us"].get<double>(), 0);
+    if (std::string(format) != "hybrid") {
+      EXPECT_NE(j["model"].get<std::string>().find(std::string(format) == "int4" ? "INT4" : "BF16"),
+                std::string::npos);
+    }
+  }
+}
+
 // bench --skip takes only the engine's launch names, checked before anything is loaded.
 TEST(EngineCli, BenchRejectsUnknownSkip) {
   const CommandResult r = qforge("bench --synthetic tiny --skip router,bogus");

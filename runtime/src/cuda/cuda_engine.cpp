@@ -42,12 +42,13 @@ CudaEngine::CudaEngine(const Model& model, const CudaOptions& options) {
 }
 
 std::unique_ptr<CudaEngine> CudaEngine::synthetic(const ckpt::Qwen35Config& config, uint64_t seed,
-                                                  const CudaOptions& options) {
+                                                  const CudaOptions& options,
+                                                  SyntheticFormat format) {
   std::string why;
   if (!available(&why)) throw Error(Errc::kUnsupported, "--device cuda: " + why);
   cuda::check(cudaSetDevice(options.device), "cudaSetDevice");
   return std::unique_ptr<CudaEngine>(new CudaEngine(std::make_unique<Impl>(
-      cuda::synthetic_model(config, seed, options.fused_swiglu, options.mtp), options)));
+      cuda::synthetic_model(config, seed, options.fused_swiglu, options.mtp, format), options)));
 }
 
 CudaEngine::~CudaEngine() = default;

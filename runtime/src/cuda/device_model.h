@@ -15,6 +15,7 @@
 #include "qf/kern/device_buffer.h"
 #include "qf/kern/gemv.h"
 #include "qf/kern/ops.h"
+#include "qf/rt/cuda_engine.h"
 #include "qf/rt/model.h"
 
 namespace qf::rt::cuda {
@@ -82,11 +83,12 @@ struct DeviceModel {
 // kern::gemv_swiglu_shape_ok allows it (RowGroup::swiglu_pairs says where it did). mtp: the MTP
 // head too, where the checkpoint has one.
 std::unique_ptr<DeviceModel> upload_model(const Model& model, bool swiglu_pairs, bool mtp);
-// Random weights of `config`'s shapes in the hybrid's formats: INT4 (group 128) for every
-// decoder linear module, FP8 block-128 shared experts, BF16 router / shared-expert gate /
-// embeddings, INT8 LM head; norms near 0, gates in range. mtp: an MTP head too, BF16 but for
-// its FP8 shared expert (the 122B hybrid's formats).
+// Random weights of `config`'s shapes in `format` (SyntheticFormat: the hybrid's INT4 (group 128)
+// decoder linear modules, FP8 block-128 shared experts and INT8 LM head; Intel's INT4 release
+// with BF16 shared experts and LM head; or all BF16), BF16 router / shared-expert gate /
+// embeddings in each; norms near 0, gates in range. mtp: an MTP head too, BF16 but for its
+// shared expert, which is the format's (the 122B hybrid's: FP8).
 std::unique_ptr<DeviceModel> synthetic_model(const ckpt::Qwen35Config& config, uint64_t seed,
-                                             bool swiglu_pairs, bool mtp);
+                                             bool swiglu_pairs, bool mtp, SyntheticFormat format);
 
 }  // namespace qf::rt::cuda

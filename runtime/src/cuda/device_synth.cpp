@@ -1,4 +1,5 @@
-// synthetic_model: random weights of a config's shapes in the hybrid's formats, made on the GPU.
+// synthetic_model: random weights of a config's shapes in a checkpoint's formats (the hybrid's,
+// Intel's INT4 release, BF16), made on the GPU.
 #include "device_model.h"
 #include "qf/error.h"
 
@@ -94,9 +95,10 @@ struct Maker {
     return static_cast<const float*>(p);
   }
 
-  // A decoder layer: its linear modules in `kind` (INT4 or BF16), router BF16, shared expert FP8.
+  // A decoder layer: its linear modules in `kind` (INT4 or BF16), router BF16, shared expert in
+  // `shared` (FP8 or BF16).
   DeviceLayer layer(const ckpt::Qwen35Config& c, bool full_attention, WeightKind kind,
-                    bool swiglu_pairs) {
+                    WeightKind shared, bool swiglu_pairs) {
     const int h = static_cast<int>(c.hidden_size), e = static_cast<int>(c.num_experts),
               im = static_cast<int>(c.moe_intermediate_size),
               is = static_cast<int>(c.shared_expert_intermediate_size);
@@ -129,8 +131,9 @@ struct Maker {
     d.moe.gate_up.swiglu_pairs =
         swiglu_pairs && kern::gemv_swiglu_shape_ok(kind, im, h, d.moe.gate_up.fused.group);
     d.moe.down = linear(h, im, e);
-    d.moe.shared_gate_up = group(fp8(2 * is, h), {is, is});
-    d.moe.shared_down = fp8(h, is);
+    const bool f8 = shared == WeightKind::kFp8;
+    d.moe.shared_gate_up = group(f8 ? fp8(2 * is, h) : bf16(2 * is, h), {is, is});
+    d.moe.shared_down = f8 ? fp8(h, is) : bf16(h, is);
     return d;
   }
 };
@@ -138,24 +141,28 @@ struct Maker {
 }  // namespace
 
 std::unique_ptr<DeviceModel> synthetic_model(const ckpt::Qwen35Config& c, uint64_t seed,
-                                             bool swiglu_pairs, bool mtp) {
+                                             bool swiglu_pairs, bool mtp, SyntheticFormat format) {
   auto m = std::make_unique<DeviceModel>();
   m->config = c;
   Maker mk{*m, seed};
-  const int h = static_cast<int>(c.hidden_size);
-  m->embed = mk.bf16(static_cast<int>(c.vocab_size), h).w;
+  const int h = static_cast<int>(c.hidden_size), vocab = static_cast<int>(c.vocab_size);
+  const WeightKind kind = format == SyntheticFormat::kBf16 ? WeightKind::kBf16 : WeightKind::kInt4;
+  const WeightKind shared =
+      format == SyntheticFormat::kHybrid ? WeightKind::kFp8 : WeightKind::kBf16;
+  m->embed = mk.bf16(vocab, h).w;
   for (int64_t i = 0; i < c.num_layers(); ++i) {
-    m->layers.push_back(mk.layer(c, c.full_attention[i], WeightKind::kInt4, swiglu_pairs));
+    m->layers.push_back(mk.layer(c, c.full_attention[i], kind, shared, swiglu_pairs));
   }
   m->final_norm = mk.vec(h, kSmall);
-  m->lm_head = mk.int_stack(WeightKind::kInt8, static_cast<int>(c.vocab_size), h, 1);
-  if (mtp) {  // BF16 but for the FP8 shared expert, as the 122B hybrid's MTP head
+  m->lm_head = format == SyntheticFormat::kHybrid ? mk.int_stack(WeightKind::kInt8, vocab, h, 1)
+                                                  : mk.bf16(vocab, h);
+  if (mtp) {  // BF16 but for the shared expert (the 122B hybrid's: FP8)
     DeviceMtp t;
     t.fc = mk.bf16(h, 2 * h);
     t.pre_fc_norm_embedding = mk.vec(h, kSmall);
     t.pre_fc_norm_hidden = mk.vec(h, kSmall);
     t.norm = mk.vec(h, kSmall);
-    t.layer = mk.layer(c, true, WeightKind::kBf16, swiglu_pairs);
+    t.layer = mk.layer(c, true, WeightKind::kBf16, shared, swiglu_pairs);
     m->mtp = t;
   }
   return m;

@@ -17,6 +17,12 @@
 
 namespace qf::rt {
 
+// The formats of CudaEngine::synthetic's random weights: the hybrid qforge builds (INT4 decoder
+// modules, FP8 block-128 shared experts, INT8 LM head), Intel's AutoRound INT4 release it starts
+// from (the same with BF16 shared experts and a BF16 LM head), or Qwen's BF16 release (every
+// linear module BF16). The router, shared-expert gate and embeddings are BF16 in all three.
+enum class SyntheticFormat { kHybrid, kInt4, kBf16 };
+
 struct CudaOptions {
   int device = 0;
   int64_t max_context = 4096;  // KV cache rows per attention layer
@@ -87,10 +93,11 @@ class CudaEngine {
   // Uploads `model` (repacked to the kernels' layouts). Throws Error(kUnsupported) when CUDA is
   // not available, kIo when the GPU runs out of memory.
   CudaEngine(const Model& model, const CudaOptions& options = {});
-  // Random weights of `config`'s shapes in the hybrid's formats, made on the GPU (benchmarks);
-  // with options.mtp an MTP head too.
+  // Random weights of `config`'s shapes in `format`, made on the GPU (benchmarks); with
+  // options.mtp an MTP head too (BF16, its shared expert FP8 in the hybrid, as the 122B hybrid's).
   static std::unique_ptr<CudaEngine> synthetic(const ckpt::Qwen35Config& config, uint64_t seed,
-                                               const CudaOptions& options = {});
+                                               const CudaOptions& options = {},
+                                               SyntheticFormat format = SyntheticFormat::kHybrid);
   ~CudaEngine();
 
   const ckpt::Qwen35Config& config() const;
