@@ -3,6 +3,8 @@
 //   states do not sit in L2 between calls, as in a real decode step): time per layer and the
 //   recurrent-state bytes read + written per token / time, against device-to-device copy
 //   bandwidth (cudaMemcpy, counted as read + write).
+//   GDN prefill (gdn_prefill: a pass of 1024 tokens through the conv, the recurrence, the norm
+//   and the history's shift) at the same shapes: time per layer and per token.
 //   Attention decode (norms, rotary, cache append and split-K attention in one launch, then the
 //   combine) at the 122B shape, 12 layers with their own caches, at several contexts: time per
 //   layer and KV bytes read / time.
@@ -117,6 +119,42 @@ void bench_gdn(const char* name, qf::kern::GdnShape s, int n_layers, double copy
       100.0 * bytes / (us * 1e3) / copy_gbs);
 }
 
+// gdn_prefill over n tokens at once (the batched prefill's pass): time per layer and per token,
+// n_layers layers with their own states in one graph.
+void bench_gdn_prefill(const char* name, qf::kern::GdnShape s, int n, int n_layers,
+                       cudaStream_t stream) {
+  const size_t conv_dim = static_cast<size_t>(s.conv_dim());
+  const size_t vd = static_cast<size_t>(s.n_v_heads) * s.dv;
+  const size_t state = static_cast<size_t>(s.n_v_heads) * s.dk * s.dv;
+  const size_t ld = conv_dim + vd + 2 * static_cast<size_t>(s.n_v_heads);  // in_proj's rows
+  auto conv_w = filled(conv_dim * s.kc, 0.25f), dt = filled(s.n_v_heads, 0.5f),
+       a_log = filled(s.n_v_heads, 0.1f), norm_w = filled(s.dv, 1.0f);
+  auto rows = filled(static_cast<size_t>(n) * ld, 0.3f);
+  DeviceBuffer<float> out(static_cast<size_t>(n) * vd);
+  DeviceBuffer<float> scratch(qf::kern::gdn_prefill_scratch_floats(s, n));
+  DeviceBuffer<int> pos(1);
+  QF_CUDA_CHECK(cudaMemset(pos.data(), 0, sizeof(int)));
+  std::vector<DeviceBuffer<float>> convs, ssms;
+  for (int l = 0; l < n_layers; ++l) {
+    convs.push_back(filled(qf::kern::gdn_conv_state_floats(s), 0.0f));
+    ssms.push_back(patterned(state));
+  }
+  const qf::kern::GdnParams p{conv_w.data(), dt.data(), a_log.data(), norm_w.data()};
+  const float* z = rows.data() + conv_dim;
+  const double us = time_graph_us(stream, 5,
+                                  [&] {
+                                    for (int l = 0; l < n_layers; ++l) {
+                                      QF_CUDA_CHECK(qf::kern::gdn_prefill(
+                                          s, p, rows.data(), z, z + vd, z + vd + s.n_v_heads, ld, n,
+                                          pos.data(), {convs[l].data(), ssms[l].data()}, out.data(),
+                                          vd, scratch.data(), stream));
+                                    }
+                                  }) /
+                    n_layers;
+  std::printf("gdn prefill %-5s Nk %2d Nv %2d, %d tokens: %8.1f us/layer, %6.3f us/token\n", name,
+              s.n_k_heads, s.n_v_heads, n, us, us / n);
+}
+
 void bench_attention(const char* name, qf::kern::AttnShape s, int n_layers, int context,
                      double copy_gbs, cudaStream_t stream) {
   s.max_len = context;
@@ -173,6 +211,8 @@ int main(int argc, char** argv) {
 
   bench_gdn("35B", gdn_shape(16, 32), 30, copy_gbs, stream);
   bench_gdn("122B", gdn_shape(16, 64), 36, copy_gbs, stream);
+  bench_gdn_prefill("35B", gdn_shape(16, 32), 1024, 4, stream);
+  bench_gdn_prefill("122B", gdn_shape(16, 64), 1024, 4, stream);
   qf::kern::AttnShape a122;
   a122.n_q_heads = 32;
   a122.n_kv_heads = 2;
