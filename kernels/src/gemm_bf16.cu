@@ -30,6 +30,7 @@
 
 #include "cp_async.cuh"
 #include "gemm_bf16.h"
+#include "gemm_entries.cuh"
 #include "gemv_common.cuh"
 
 namespace qf::kern::gemv_detail {
@@ -108,8 +109,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   extern __shared__ uint4 smem[];
   Stage* stage = reinterpret_cast<Stage*>(smem);
   const int mat = blockIdx.y;
-  const int lo = r.offsets ? __ldg(r.offsets + mat) : 0;
-  const int hi = r.offsets ? min(__ldg(r.offsets + mat + 1), r.entries) : r.entries;
+  const EntryRange range = matrix_entries(r, mat);
+  const int lo = range.lo, hi = range.hi;
   const int pz = static_cast<int>(blockIdx.x) % a.pass_blocks;
   const int tb = static_cast<int>(blockIdx.x) / a.pass_blocks;
   if (lo + pz * kPass >= hi) return;  // the whole block
