@@ -130,6 +130,25 @@ __global__ void __launch_bounds__(kPrefillThreads)
   }
 }
 
+// A recurrence thread's rows g + groups i of its state column (S: the column's first row, rows
+// dv apart): into st (zeros past dk, or for a column past dv), and back.
+__device__ __forceinline__ void column_rows(float (&st)[kMaxRows], const float* S, int g,
+                                            int groups, int dk, int dv, bool live) {
+#pragma unroll
+  for (int i = 0; i < kMaxRows; ++i) {
+    const int d = g + groups * i;
+    st[i] = live && d < dk ? S[static_cast<size_t>(d) * dv] : 0.0f;
+  }
+}
+__device__ __forceinline__ void store_rows(const float (&st)[kMaxRows], float* S, int g, int groups,
+                                           int dk, int dv, bool live) {
+#pragma unroll
+  for (int i = 0; i < kMaxRows; ++i) {
+    const int d = g + groups * i;
+    if (live && d < dk) S[static_cast<size_t>(d) * dv] = st[i];
+  }
+}
+
 // The recurrence with gdn_decode's thread layout, where a warp cannot hold whole columns.
 __global__ void __launch_bounds__(kPrefillThreads, 1)
     gdn_prefill_recur_kernel(Dims dm, Plan pl, GdnParams p, const float* __restrict__ xs,
@@ -147,11 +166,7 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
   const float neg_a = -expf(__ldg(p.a_log + j)), dt_bias = __ldg(p.dt_bias + j);
   float* S = ssm + static_cast<size_t>(j) * dk * dv + e;
   float st[kMaxRows];
-#pragma unroll
-  for (int i = 0; i < kMaxRows; ++i) {
-    const int d = g + groups * i;
-    st[i] = live && d < dk ? S[static_cast<size_t>(d) * dv] : 0.0f;
-  }
+  column_rows(st, S, g, groups, dk, dv, live);
   // Token t's inputs, fetched one token ahead: this thread's q / k elements (slots tid +
   // n_thr i < 2 dk: q then k), its v column, b and a.
   float pre[kConvSlots], pre_v = 0, pre_b = 0, pre_a = 0;
@@ -188,11 +203,7 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
       o_raw[static_cast<size_t>(t) * dm.nvd + static_cast<size_t>(j) * dv + e] = o;
     }
   }
-#pragma unroll
-  for (int i = 0; i < kMaxRows; ++i) {
-    const int d = g + groups * i;
-    if (live && d < dk) S[static_cast<size_t>(d) * dv] = st[i];
-  }
+  store_rows(st, S, g, groups, dk, dv, live);
 }
 
 // The recurrence where a warp holds whole columns (32 % groups == 0): lane (c, g) of warp w keeps
@@ -219,11 +230,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
   const bool live = e < dv;
   float* S = ssm + static_cast<size_t>(j) * dk * dv + e;
   float st[kMaxRows];
-#pragma unroll
-  for (int i = 0; i < kMaxRows; ++i) {
-    const int d = g + groups * i;
-    st[i] = live && d < dk ? S[static_cast<size_t>(d) * dv] : 0.0f;
-  }
+  column_rows(st, S, g, groups, dk, dv, live);
   struct In {
     float k[kMaxRows], q[kMaxRows], v;
     float2 ab;  // alpha, beta
@@ -303,11 +310,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
     if (t + 2 < n) fetch(t + 2, a);
     token(t + 1, b);
   }
-#pragma unroll
-  for (int i = 0; i < kMaxRows; ++i) {
-    const int d = g + groups * i;
-    if (live && d < dk) S[static_cast<size_t>(d) * dv] = st[i];
-  }
+  store_rows(st, S, g, groups, dk, dv, live);
 }
 
 // Block (token, value head), one thread per column of the head's tiles.
