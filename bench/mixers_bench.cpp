@@ -83,31 +83,45 @@ double copy_bandwidth_gbs(cudaStream_t stream) {
   return 2.0 * bytes / (us * 1e3);
 }
 
+// A GDN layer's parameters and n_layers layers' own conv and recurrent states.
+struct GdnLayers {
+  DeviceBuffer<float> conv_w, dt, a_log, norm_w;
+  std::vector<DeviceBuffer<float>> convs, ssms;
+};
+GdnLayers gdn_layers(const qf::kern::GdnShape& s, int n_layers) {
+  GdnLayers layers{filled(static_cast<size_t>(s.conv_dim()) * s.kc, 0.25f),
+                   filled(s.n_v_heads, 0.5f),
+                   filled(s.n_v_heads, 0.1f),
+                   filled(s.dv, 1.0f),
+                   {},
+                   {}};
+  for (int l = 0; l < n_layers; ++l) {
+    layers.convs.push_back(filled(qf::kern::gdn_conv_state_floats(s), 0.0f));
+    layers.ssms.push_back(patterned(static_cast<size_t>(s.n_v_heads) * s.dk * s.dv));
+  }
+  return layers;
+}
+
 void bench_gdn(const char* name, qf::kern::GdnShape s, int n_layers, double copy_gbs,
                cudaStream_t stream) {
   const size_t conv_dim = static_cast<size_t>(s.conv_dim());
   const size_t vd = static_cast<size_t>(s.n_v_heads) * s.dv;
   const size_t state = static_cast<size_t>(s.n_v_heads) * s.dk * s.dv;
-  auto conv_w = filled(conv_dim * s.kc, 0.25f), dt = filled(s.n_v_heads, 0.5f),
-       a_log = filled(s.n_v_heads, 0.1f), norm_w = filled(s.dv, 1.0f);
   auto qkv = filled(conv_dim, 0.3f), z = filled(vd, 0.2f), b = filled(s.n_v_heads, 0.1f),
        a = filled(s.n_v_heads, -0.2f);
   DeviceBuffer<float> out(vd);
   DeviceBuffer<int> pos(1);
   QF_CUDA_CHECK(cudaMemset(pos.data(), 0, sizeof(int)));
-  std::vector<DeviceBuffer<float>> convs, ssms;
-  for (int l = 0; l < n_layers; ++l) {
-    convs.push_back(filled(qf::kern::gdn_conv_state_floats(s), 0.0f));
-    ssms.push_back(patterned(state));
-  }
-  const qf::kern::GdnParams p{conv_w.data(), dt.data(), a_log.data(), norm_w.data()};
+  GdnLayers layers = gdn_layers(s, n_layers);
+  const qf::kern::GdnParams p{layers.conv_w.data(), layers.dt.data(), layers.a_log.data(),
+                              layers.norm_w.data()};
   const double us =
       time_graph_us(stream, 20,
                     [&] {
                       for (int l = 0; l < n_layers; ++l) {
                         QF_CUDA_CHECK(qf::kern::gdn_decode(
                             s, p, qkv.data(), z.data(), b.data(), a.data(), pos.data(),
-                            {convs[l].data(), ssms[l].data()}, out.data(), stream));
+                            {layers.convs[l].data(), layers.ssms[l].data()}, out.data(), stream));
                       }
                     }) /
       n_layers;
@@ -125,32 +139,27 @@ void bench_gdn_prefill(const char* name, qf::kern::GdnShape s, int n, int n_laye
                        cudaStream_t stream) {
   const size_t conv_dim = static_cast<size_t>(s.conv_dim());
   const size_t vd = static_cast<size_t>(s.n_v_heads) * s.dv;
-  const size_t state = static_cast<size_t>(s.n_v_heads) * s.dk * s.dv;
   const size_t ld = conv_dim + vd + 2 * static_cast<size_t>(s.n_v_heads);  // in_proj's rows
-  auto conv_w = filled(conv_dim * s.kc, 0.25f), dt = filled(s.n_v_heads, 0.5f),
-       a_log = filled(s.n_v_heads, 0.1f), norm_w = filled(s.dv, 1.0f);
   auto rows = filled(static_cast<size_t>(n) * ld, 0.3f);
   DeviceBuffer<float> out(static_cast<size_t>(n) * vd);
   DeviceBuffer<float> scratch(qf::kern::gdn_prefill_scratch_floats(s, n));
   DeviceBuffer<int> pos(1);
   QF_CUDA_CHECK(cudaMemset(pos.data(), 0, sizeof(int)));
-  std::vector<DeviceBuffer<float>> convs, ssms;
-  for (int l = 0; l < n_layers; ++l) {
-    convs.push_back(filled(qf::kern::gdn_conv_state_floats(s), 0.0f));
-    ssms.push_back(patterned(state));
-  }
-  const qf::kern::GdnParams p{conv_w.data(), dt.data(), a_log.data(), norm_w.data()};
+  GdnLayers layers = gdn_layers(s, n_layers);
+  const qf::kern::GdnParams p{layers.conv_w.data(), layers.dt.data(), layers.a_log.data(),
+                              layers.norm_w.data()};
   const float* z = rows.data() + conv_dim;
-  const double us = time_graph_us(stream, 5,
-                                  [&] {
-                                    for (int l = 0; l < n_layers; ++l) {
-                                      QF_CUDA_CHECK(qf::kern::gdn_prefill(
-                                          s, p, rows.data(), z, z + vd, z + vd + s.n_v_heads, ld, n,
-                                          pos.data(), {convs[l].data(), ssms[l].data()}, out.data(),
-                                          vd, scratch.data(), stream));
-                                    }
-                                  }) /
-                    n_layers;
+  const double us =
+      time_graph_us(stream, 5,
+                    [&] {
+                      for (int l = 0; l < n_layers; ++l) {
+                        QF_CUDA_CHECK(qf::kern::gdn_prefill(
+                            s, p, rows.data(), z, z + vd, z + vd + s.n_v_heads, ld, n, pos.data(),
+                            {layers.convs[l].data(), layers.ssms[l].data()}, out.data(), vd,
+                            scratch.data(), stream));
+                      }
+                    }) /
+      n_layers;
   std::printf("gdn prefill %-5s Nk %2d Nv %2d, %d tokens: %8.1f us/layer, %6.3f us/token\n", name,
               s.n_k_heads, s.n_v_heads, n, us, us / n);
 }
