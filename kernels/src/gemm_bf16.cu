@@ -36,13 +36,11 @@
 namespace qf::kern::gemv_detail {
 namespace {
 
-constexpr int kSeg = 64;                  // columns per segment: a weight row's 128 bytes
-constexpr int kChunks = kSeg / 8;         // 16-byte chunks of a segment's row
-constexpr int kGroups = 4;                // groups of 8 entries (the MMA's N) per pass
-constexpr int kPass = 8 * kGroups;        // entries per pass
-constexpr int kStages = 3;                // segments in shared memory (2 in flight)
-constexpr int kMaxPassBlocks = 64;        // dense: blocks along a tile range's passes
-constexpr int kMaxGroupedPassBlocks = 4;  // grouped: the same per matrix
+constexpr int kSeg = 64;            // columns per segment: a weight row's 128 bytes
+constexpr int kChunks = kSeg / 8;   // 16-byte chunks of a segment's row
+constexpr int kGroups = 4;          // groups of 8 entries (the MMA's N) per pass
+constexpr int kPass = 8 * kGroups;  // entries per pass
+constexpr int kStages = 3;          // segments in shared memory (2 in flight)
 constexpr int kWChunks = kWarps * 16 * kChunks / kThreads;     // weight chunks a thread stages
 constexpr int kLimbs = 3;                                      // bf16 limbs of x
 constexpr int kXChunks = kPass * kLimbs * kChunks / kThreads;  // limb chunks a thread stages
@@ -229,12 +227,7 @@ cudaError_t gemm_bf16(const DeviceLinear& w, const float* x, float* y, const Gem
   Bf16Args a;
   a.tiles = (w.n + 15) / 16;
   a.segs = segs;
-  // Dense: up to kMaxPassBlocks; grouped: a matrix has at most x_count entries where every row
-  // of x picks distinct matrices (gemm_route), and up to kMaxGroupedPassBlocks (the rest exit at
-  // once).
-  const int most = r.offsets ? std::min(r.entries, r.x_count) : r.entries;
-  a.pass_blocks =
-      std::clamp((most + kPass - 1) / kPass, 1, r.offsets ? kMaxGroupedPassBlocks : kMaxPassBlocks);
+  a.pass_blocks = pass_blocks(r, kPass);
   constexpr int smem = kStages * sizeof(Stage);
   e = cudaFuncSetAttribute(gemm_bf16_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;

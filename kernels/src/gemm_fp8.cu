@@ -26,6 +26,7 @@
 #include <cstdint>
 
 #include "cp_async.cuh"
+#include "gemm_entries.cuh"
 #include "gemm_fp8.h"
 #include "gemv_common.cuh"
 
@@ -35,7 +36,6 @@ namespace {
 constexpr int kGroups = 4;          // groups of 8 entries (the MMA's N) per pass
 constexpr int kPass = 8 * kGroups;  // entries per pass
 constexpr int kStages = 3;          // segments in shared memory (2 in flight)
-constexpr int kMaxPassBlocks = 64;  // blocks along a tile range's passes
 
 // One segment of a block's work: codes [tile][row][128 bytes], limbs [entry][hi | lo][128 f16]
 // (both swizzled), and the entries' scales.
@@ -240,7 +240,7 @@ cudaError_t gemm_fp8(const DeviceLinear& w, const float* x, float* y, const Gemm
   a.tiles = w.n / 16;
   a.segs = segs;
   a.cb = segs;
-  a.pass_blocks = std::clamp((r.entries + kPass - 1) / kPass, 1, kMaxPassBlocks);
+  a.pass_blocks = pass_blocks(r, kPass);  // dense
   constexpr int smem = kStages * sizeof(Stage);
   e = cudaFuncSetAttribute(gemm_fp8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;

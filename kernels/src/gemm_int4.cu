@@ -48,8 +48,6 @@ constexpr int kTiles = 2;                     // tiles of 16 rows per warp: a li
 constexpr int kBlockTiles = kWarps * kTiles;  // tiles per block
 constexpr int kStages = 3;                    // segments in shared memory (2 in flight)
 constexpr int kGemmBlocks = 2;                // resident blocks per SM the registers allow
-constexpr int kMaxPassBlocks = 64;            // dense: blocks along a tile range's passes
-constexpr int kMaxGroupedPassBlocks = 4;      // grouped: the same per matrix
 static_assert(kPass * 16 <= kThreads, "16 threads stage an entry's limbs");
 
 struct GemmArgs {
@@ -274,13 +272,7 @@ cudaError_t gemm(const DeviceLinear& w, const float* x, float* y, const GemmRows
   auto* stats = reinterpret_cast<SegStat*>(xq + static_cast<size_t>(r.x_count) * a.segs * 64);
   cudaError_t e = stage_rows<false>(x, r.ldx, w.k, r.x_count, xq, stats, stream);
   if (e != cudaSuccess) return e;
-  // The passes of a tile range spread over pass_blocks blocks, adjacent in blockIdx.x so that
-  // they run together and read the tiles' weights from DRAM about once. Dense: up to
-  // kMaxPassBlocks; grouped: a matrix has at most x_count entries where every row of x picks
-  // distinct matrices (gemm_route), and up to kMaxGroupedPassBlocks (the rest exit at once).
-  const int most = r.offsets ? std::min(r.entries, r.x_count) : r.entries;
-  a.pass_blocks =
-      std::clamp((most + kPass - 1) / kPass, 1, r.offsets ? kMaxGroupedPassBlocks : kMaxPassBlocks);
+  a.pass_blocks = pass_blocks(r, kPass);
   const dim3 grid(static_cast<unsigned>((a.tiles + kBlockTiles - 1) / kBlockTiles * a.pass_blocks),
                   static_cast<unsigned>(r.n_mats));
   const auto* st = reinterpret_cast<const uint2*>(stats);

@@ -15,11 +15,12 @@
 // scale and added with one fma scaled by the segment's power of two; the segments are added in
 // column order. So a row differs from gemv's INT8 path (an fp32 fma per weight) by its roundings:
 // within gemv_test's bound of the exact sums. The weights are read from DRAM about once: the
-// passes of a tile range run in up to kMaxPassBlocks blocks adjacent in launch order.
+// passes of a tile range run in up to 64 blocks adjacent in launch order (pass_blocks).
 #include <algorithm>
 #include <cstdint>
 
 #include "cp_async.cuh"
+#include "gemm_entries.cuh"
 #include "gemm_int8.h"
 #include "gemv_common.cuh"
 #include "int4_mma.cuh"
@@ -31,7 +32,6 @@ constexpr int kPairs = 8;            // pairs of entries per pass
 constexpr int kPass = 2 * kPairs;    // entries per pass (16 threads stage each)
 constexpr int kStages = 3;           // segments in shared memory (2 in flight)
 constexpr int kBlocks = 2;           // resident blocks per SM the launch bounds ask for
-constexpr int kMaxPassBlocks = 64;   // blocks along a tile range's passes
 constexpr int kTileChunks = 16 * 8;  // 16-byte chunks of a tile's segment (16 rows)
 constexpr int kChunksPerLane = kTileChunks / 32;
 static_assert(kPass * 16 == kThreads, "16 threads stage an entry's limbs");
@@ -168,7 +168,7 @@ cudaError_t gemm_int8(const DeviceLinear& w, const float* x, float* y, const Gem
   a.segs = w.k / kSegCols;
   a.seg_shift = w.group >= w.k ? 30 : __builtin_ctz(static_cast<unsigned>(w.group / kSegCols));
   a.n_groups = static_cast<uint32_t>((w.k + w.group - 1) / w.group);
-  a.pass_blocks = std::clamp((r.entries + kPass - 1) / kPass, 1, kMaxPassBlocks);
+  a.pass_blocks = pass_blocks(r, kPass);  // dense
   auto* xq = static_cast<uint2*>(scratch);
   auto* stats = reinterpret_cast<SegStat*>(xq + static_cast<size_t>(r.x_count) * a.segs * 64);
   cudaError_t e = stage_rows<true>(x, r.ldx, w.k, r.x_count, xq, stats, stream);
