@@ -238,7 +238,9 @@ TEST(GdnKernel, PrefillIsDecodeTokenByToken) {
         GdnShape{.n_k_heads = 2, .n_v_heads = 4, .dk = 32, .dv = 16, .kc = 3},
         GdnShape{.n_k_heads = 3, .n_v_heads = 6, .dk = 48, .dv = 48, .kc = 4},
         GdnShape{.n_k_heads = 1, .n_v_heads = 2, .dk = 64, .dv = 200, .kc = 1},
-        GdnShape{.n_k_heads = 1, .n_v_heads = 2, .dk = 16, .dv = 32, .kc = 2}}) {
+        GdnShape{.n_k_heads = 1, .n_v_heads = 2, .dk = 16, .dv = 32, .kc = 2},
+        // 12 row groups, which do not divide a warp: the barrier kernel's shape.
+        GdnShape{.n_k_heads = 2, .n_v_heads = 4, .dk = 12, .dv = 16, .kc = 4}}) {
     for (const int n : {1, 2, 5}) expect_prefill_is_decode(s, n, 3, ++seed);
   }
   // 1024-thread blocks are gdn_decode's only.
