@@ -70,8 +70,8 @@ __device__ __forceinline__ float conv_at(const float* __restrict__ qkv, size_t l
   return silu(acc);
 }
 
-// Also each of the key head's value heads' decay alpha and beta for token t into gates [n, Nv]
-// (the recurrence kernel's expressions).
+// Also each of the key head's value heads' decay alpha and beta for token t into gates [n, Nv],
+// gdn_decode's expressions, for either recurrence kernel.
 __global__ void __launch_bounds__(kPrefillThreads)
     gdn_prefill_conv_kernel(Dims d, const float* __restrict__ qkv, size_t ld,
                             const float* __restrict__ conv_w, const int* __restrict__ pos_p,
@@ -151,9 +151,9 @@ __device__ __forceinline__ void store_rows(const float (&st)[kMaxRows], float* S
 
 // The recurrence with gdn_decode's thread layout, where a warp cannot hold whole columns.
 __global__ void __launch_bounds__(kPrefillThreads, 1)
-    gdn_prefill_recur_kernel(Dims dm, Plan pl, GdnParams p, const float* __restrict__ xs,
-                             const float* __restrict__ b, const float* __restrict__ a, size_t ld,
-                             int n, float* __restrict__ ssm, float* __restrict__ o_raw) {
+    gdn_prefill_recur_kernel(Dims dm, Plan pl, const float* __restrict__ xs,
+                             const float2* __restrict__ gates, int n, float* __restrict__ ssm,
+                             float* __restrict__ o_raw) {
   extern __shared__ __align__(16) float smem[];  // k^ [dk] | q^ [dk] | red_p | red_o
   const int dk = dm.dk, dv = dm.dv, tile = pl.tile, groups = pl.groups, n_thr = tile * groups;
   const int j = blockIdx.y, tid = threadIdx.x, kh = j / dm.r;
@@ -163,13 +163,13 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
   float* qs = smem + dk;
   float* red_p = smem + 2 * dk;
   float* red_o = red_p + groups * tile;
-  const float neg_a = -expf(__ldg(p.a_log + j)), dt_bias = __ldg(p.dt_bias + j);
   float* S = ssm + static_cast<size_t>(j) * dk * dv + e;
   float st[kMaxRows];
   column_rows(st, S, g, groups, dk, dv, live);
   // Token t's inputs, fetched one token ahead: this thread's q / k elements (slots tid +
-  // n_thr i < 2 dk: q then k), its v column, b and a.
-  float pre[kConvSlots], pre_v = 0, pre_b = 0, pre_a = 0;
+  // n_thr i < 2 dk: q then k), its v column, alpha and beta (the conv kernel's gates).
+  float pre[kConvSlots], pre_v = 0;
+  float2 pre_ab = {0.0f, 0.0f};
   const auto fetch = [&](int t) {
     const float* row = xs + static_cast<size_t>(t) * dm.conv_dim;
 #pragma unroll
@@ -178,8 +178,7 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
       pre[i] = c < dk ? row[kh * dk + c] : c < 2 * dk ? row[dm.key_dim + kh * dk + c - dk] : 0.0f;
     }
     pre_v = live ? row[2 * dm.key_dim + j * dv + e] : 0.0f;
-    pre_b = b[static_cast<size_t>(t) * ld + j];
-    pre_a = a[static_cast<size_t>(t) * ld + j];
+    pre_ab = gates[static_cast<size_t>(t) * dm.n_v + j];
   };
   fetch(0);
   for (int t = 0; t < n; ++t) {
@@ -192,9 +191,7 @@ __global__ void __launch_bounds__(kPrefillThreads, 1)
         ks[c - dk] = pre[i];
       }
     }
-    const float v = pre_v;
-    const float beta = mixer::sigmoid(pre_b);
-    const float alpha = expf(neg_a * mixer::softplus(pre_a + dt_bias));
+    const float v = pre_v, alpha = pre_ab.x, beta = pre_ab.y;
     if (t + 1 < n) fetch(t + 1);
     __syncthreads();  // ks, qs ready
     const float o = delta_rule<false>(st, g, groups, col, tile, dk, ks, qs, alpha, beta, v, red_p,
@@ -405,7 +402,7 @@ cudaError_t gdn_prefill(const GdnShape& shape, const GdnParams& p, const float* 
     gdn_prefill_recur_warp_kernel<0, false>
         <<<grid, threads, 0, stream>>>(d, pl, xs, gates, n, state.ssm, o_raw);
   } else {
-    gdn_prefill_recur_kernel<<<grid, threads, smem, stream>>>(d, pl, p, xs, b, a, ld, n, state.ssm,
+    gdn_prefill_recur_kernel<<<grid, threads, smem, stream>>>(d, pl, xs, gates, n, state.ssm,
                                                               o_raw);
   }
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
