@@ -8,12 +8,16 @@
 //   Attention decode (norms, rotary, cache append and split-K attention in one launch, then the
 //   combine) at the 122B shape, 12 layers with their own caches, at several contexts: time per
 //   layer and KV bytes read / time.
+//   Attention prefill (attn_prefill, one layer at the 122B shape) by each path: the scalar
+//   kernel and the tensor-core one in both launch shapes, prompts of 1024 and 4096 tokens and
+//   1024 tokens deep into a cache of up to 32768 rows: time per layer and the useful FLOP rate.
 // All layers of one measurement are captured into one CUDA graph and replayed (launch gaps as in
 // the engine's captured decode step). Usage: qforge-bench-mixers [--quick]
 #include <cuda_runtime.h>
 
 #include <cstdio>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "qf/kern/attention.h"
@@ -201,6 +205,50 @@ void bench_attention(const char* name, qf::kern::AttnShape s, int n_layers, int 
       bytes / (us * 1e3), 100.0 * bytes / (us * 1e3) / copy_gbs);
 }
 
+// attn_prefill over n tokens at positions p0 .. p0 + n - 1 (the cache's first p0 rows already
+// there), one layer, by each path the device takes: time per layer and the useful multiply-adds'
+// rate (q.k and p.v over every token's rows 0 .. pos, 2 FLOP each).
+void bench_attention_prefill(const char* name, qf::kern::AttnShape s, int p0, int n,
+                             cudaStream_t stream) {
+  using qf::kern::AttnPrefillPath;
+  s.max_len = p0 + n;
+  const size_t hd = static_cast<size_t>(s.head_dim), nq = static_cast<size_t>(s.n_q_heads);
+  const size_t kv_row = static_cast<size_t>(s.n_kv_heads) * hd, ld = nq * 2 * hd + 2 * kv_row;
+  auto rows = filled(n * ld, 0.5f), qn = filled(hd, 0.0f), kn = filled(hd, 0.0f);
+  auto kc = patterned(static_cast<size_t>(s.max_len) * kv_row),
+       vc = patterned(static_cast<size_t>(s.max_len) * kv_row);
+  DeviceBuffer<float> out(n * nq * hd), scratch(qf::kern::attn_prefill_scratch_floats(s, n)),
+      rope(qf::kern::attn_rope_floats(s));
+  QF_CUDA_CHECK(qf::kern::attn_rope_table(s, rope.data(), stream));
+  std::vector<int> pos(n);
+  for (int t = 0; t < n; ++t) pos[t] = p0 + t;
+  DeviceBuffer<int> d_pos(n);
+  QF_CUDA_CHECK(cudaMemcpy(d_pos.data(), pos.data(), n * sizeof(int), cudaMemcpyHostToDevice));
+  const double flop = 4.0 * nq * hd * (static_cast<double>(n) * p0 + 0.5 * n * (n + 1.0));
+  std::printf("attention prefill %-5s Nq %2d Nkv %d, %5d tokens from %6d:", name, s.n_q_heads,
+              s.n_kv_heads, n, p0);
+  const std::pair<AttnPrefillPath, const char*> paths[] = {{AttnPrefillPath::kScalar, "scalar"},
+                                                           {AttnPrefillPath::kMma, "mma"},
+                                                           {AttnPrefillPath::kMmaNarrow, "narrow"}};
+  for (const auto& [path, label] : paths) {
+    const float* r = rows.data();
+    if (qf::kern::attn_prefill(s, r, r + nq * 2 * hd, r + nq * 2 * hd + kv_row, ld, n, qn.data(),
+                               kn.data(), rope.data(), d_pos.data(), kc.data(), vc.data(),
+                               out.data(), nq * hd, scratch.data(), stream,
+                               path) == cudaErrorInvalidValue) {
+      continue;  // not on this device
+    }
+    const int reps = path == AttnPrefillPath::kScalar && flop > 1e12 ? 1 : 5;
+    const double us = time_graph_us(stream, reps, [&] {
+      QF_CUDA_CHECK(qf::kern::attn_prefill(
+          s, r, r + nq * 2 * hd, r + nq * 2 * hd + kv_row, ld, n, qn.data(), kn.data(), rope.data(),
+          d_pos.data(), kc.data(), vc.data(), out.data(), nq * hd, scratch.data(), stream, path));
+    });
+    std::printf("  %s %9.1f us (%5.1f TFLOP/s)", label, us, flop / (us * 1e6));
+  }
+  std::printf("\n");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -230,6 +278,11 @@ int main(int argc, char** argv) {
   for (int ctx : {1, 1024, 4096, 32768, 131072}) {
     if (quick && ctx > 4096) break;
     bench_attention("122B", a122, 12, ctx, copy_gbs, stream);
+  }
+  for (const auto& [p0, n] :
+       {std::pair{0, 1024}, {0, 4096}, {3072, 1024}, {15360, 1024}, {31744, 1024}}) {
+    if (quick && p0 + n > 4096) break;
+    bench_attention_prefill("122B", a122, p0, n, stream);
   }
   QF_CUDA_CHECK(cudaStreamDestroy(stream));
   return 0;

@@ -38,6 +38,7 @@ struct BenchArgs {
   bool json = false;
   bool serial_shared = false;
   bool unfused_swiglu = false;
+  bool scalar_attention = false;
   bool shared_in_experts = false;
   bool mtp = false;
   int prefill = 0;     // prompt tokens to time a batched prefill on (0: none)
@@ -97,6 +98,7 @@ int run(const BenchArgs& a) {
   o.parallel_shared = !a.serial_shared;
   o.shared_in_experts = a.shared_in_experts;
   o.fused_swiglu = !a.unfused_swiglu;
+  o.tensor_core_attention = !a.scalar_attention;
   o.out_parts = a.out_parts;
   o.skip = a.skip;
   o.mtp = a.mtp;
@@ -222,6 +224,8 @@ int run(const BenchArgs& a) {
   // With --mtp too: the MTP head's rows as well (prefill_scored_with_mtp; before, pairs
   // (verify2) and a draft a position, every row to the host).
   double score_us = 0, score_host_us = 0, score_mtp_us = 0, score_mtp_host_us = 0;
+  // Two-token passes take ~1.5 steps a pair: beyond this many tokens they are not timed.
+  constexpr int kPairsMax = 4096;
   if (a.prefill > 0) {
     std::vector<int32_t> prompt(static_cast<size_t>(a.prefill));
     uint64_t h = a.seed;
@@ -246,8 +250,10 @@ int run(const BenchArgs& a) {
     timed(batched);
     constexpr int kReps = 3;
     for (int r = 0; r < kReps; ++r) prefill_us += timed(batched) / kReps;
-    timed(pairs);
-    pairs_us = timed(pairs);
+    if (a.prefill <= kPairsMax) {
+      timed(pairs);
+      pairs_us = timed(pairs);
+    }
     if (a.mtp) {
       const auto mtp_batched = [&] { engine->prefill_with_mtp(prompt, -1); };
       const auto mtp_pairs = [&] {
@@ -262,8 +268,10 @@ int run(const BenchArgs& a) {
       };
       timed(mtp_batched);
       for (int r = 0; r < kReps; ++r) mtp_prefill_us += timed(mtp_batched) / kReps;
-      timed(mtp_pairs);
-      mtp_pairs_us = timed(mtp_pairs);
+      if (a.prefill <= kPairsMax) {
+        timed(mtp_pairs);
+        mtp_pairs_us = timed(mtp_pairs);
+      }
     }
     if (a.score) {
       const size_t v = static_cast<size_t>(engine->config().vocab_size);
@@ -460,11 +468,14 @@ int run(const BenchArgs& a) {
                 top_tps(0.5), top_tps(0.7), top_tps(0.9));
   }
   if (a.prefill > 0) {
-    std::printf(
-        "prefill of %d tokens (passes of %d): batched %.1f ms = %.1f tok/s; in pairs (verify2) "
-        "%.1f ms = %.1f tok/s; batched %.2fx faster\n",
-        a.prefill, a.prefill_chunk, prefill_us / 1e3, prefill_tps(prefill_us), pairs_us / 1e3,
-        prefill_tps(pairs_us), pairs_us / prefill_us);
+    std::printf("prefill of %d tokens (passes of %d): batched %.1f ms = %.1f tok/s", a.prefill,
+                a.prefill_chunk, prefill_us / 1e3, prefill_tps(prefill_us));
+    if (pairs_us > 0) {
+      std::printf("; in pairs (verify2) %.1f ms = %.1f tok/s; batched %.2fx faster\n",
+                  pairs_us / 1e3, prefill_tps(pairs_us), pairs_us / prefill_us);
+    } else {
+      std::printf(" (in pairs: not timed beyond %d tokens)\n", kPairsMax);
+    }
     if (a.score) {
       std::printf(
           "  prompt scoring (eval-ppl: each row's normalizer, argmax and next token's logit): "
@@ -484,9 +495,14 @@ int run(const BenchArgs& a) {
     if (a.mtp) {
       std::printf(
           "  with the MTP head's entries (speculative decoding's prompt): batched %.1f ms = %.1f "
-          "tok/s; in pairs with an MTP step a token %.1f ms = %.1f tok/s; batched %.2fx faster\n",
-          mtp_prefill_us / 1e3, prefill_tps(mtp_prefill_us), mtp_pairs_us / 1e3,
-          prefill_tps(mtp_pairs_us), mtp_pairs_us / mtp_prefill_us);
+          "tok/s",
+          mtp_prefill_us / 1e3, prefill_tps(mtp_prefill_us));
+      if (mtp_pairs_us > 0) {
+        std::printf(
+            "; in pairs with an MTP step a token %.1f ms = %.1f tok/s; batched %.2fx faster",
+            mtp_pairs_us / 1e3, prefill_tps(mtp_pairs_us), mtp_pairs_us / mtp_prefill_us);
+      }
+      std::printf("\n");
     }
   }
   if (a.shared_in_experts) {
@@ -539,8 +555,8 @@ Command add_bench(CLI::App& app) {
                 "pass and "
                 "rollback, greedy and sampled");
   sub->add_option("--prefill", a->prefill,
-                  "also time a batched prefill of this many prompt tokens, and the same prompt "
-                  "in two-token passes (0: not timed)")
+                  "also time a batched prefill of this many prompt tokens, and (up to 4096) the "
+                  "same prompt in two-token passes (0: not timed)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 20));
   sub->add_flag("--score", a->score,
@@ -549,6 +565,9 @@ Command add_bench(CLI::App& app) {
   sub->add_option("--prefill-chunk", a->prefill_chunk, "tokens per batched prefill pass")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
+  sub->add_flag("--scalar-attention", a->scalar_attention,
+                "with --prefill: the batched prefill's attention on the CUDA cores, not the "
+                "tensor cores (to compare)");
   sub->add_flag("--serial-shared", a->serial_shared,
                 "run the shared expert after the routed experts, not beside them (to compare)");
   sub->add_flag("--unfused-swiglu", a->unfused_swiglu,

@@ -36,6 +36,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "attention_common.cuh"
+#include "attention_prefill.h"
 #include "mixer_common.cuh"
 #include "pdl.cuh"
 #include "qf/kern/attention.h"
@@ -135,35 +137,6 @@ struct AttnArgs {
   size_t q_row, out_row;
 };
 
-// Writes the zero-centred RMSNorm of src (hd floats; sum of squares in double, as the CPU
-// engine) times (1 + w) to dst, then rotates pairs (i, i + half) for i < half. One warp.
-template <int kHd>
-__device__ __forceinline__ void norm_rope_warp(const float* src, const float* w, float eps,
-                                               int half, const float* cos_s, const float* sin_s,
-                                               float* dst) {
-  constexpr int kE = kHd / 32;
-  const int lane = threadIdx.x & 31;
-  float x[kE];
-  double ss = 0;
-#pragma unroll
-  for (int e = 0; e < kE; ++e) {
-    x[e] = src[lane + 32 * e];
-    ss += static_cast<double>(x[e]) * x[e];
-  }
-  ss = mixer::warp_sum(ss);
-  const float inv = 1.0f / sqrtf(static_cast<float>(ss) / static_cast<float>(kHd) + eps);
-#pragma unroll
-  for (int e = 0; e < kE; ++e) dst[lane + 32 * e] = x[e] * inv * (1.0f + w[lane + 32 * e]);
-  __syncwarp();
-  // Unfused products so the rounding is the CPU engine's; a lane rewrites only its own pairs.
-  for (int i = lane; i < half; i += 32) {
-    const float a = dst[i], b = dst[i + half];
-    dst[i] = __fsub_rn(__fmul_rn(a, cos_s[i]), __fmul_rn(b, sin_s[i]));
-    dst[i + half] = __fadd_rn(__fmul_rn(b, cos_s[i]), __fmul_rn(a, sin_s[i]));
-  }
-  __syncwarp();
-}
-
 // kFixed: the Qwen3.5 attention shape (kFixed* below) with its head count per block, KV heads
 // and rotary width as compile-time constants, so that the head loops and row strides fold.
 // kPrefill: attn_prefill's tokens (AttnArgs), an instance of its own so that decode's keeps its
@@ -253,11 +226,11 @@ __global__ void __launch_bounds__(kThreads)
   // Warp per item: query heads 0 .. nh - 1, then the new k row.
   for (int it = warp; it < nh + (has_new ? 1 : 0); it += kWarps) {
     if (it < nh) {
-      norm_rope_warp<kHd>(q_proj + static_cast<size_t>(h_lo + it) * 2 * kHd, a.q_norm_w, s.eps,
-                          half, cos_s, sin_s, qs + it * kHd);
+      attn_detail::norm_rope_warp<kHd>(q_proj + static_cast<size_t>(h_lo + it) * 2 * kHd,
+                                       a.q_norm_w, s.eps, half, cos_s, sin_s, qs + it * kHd);
     } else {
-      norm_rope_warp<kHd>(a.k_proj + static_cast<size_t>(kvh) * kHd, a.k_norm_w, s.eps, half, cos_s,
-                          sin_s, kn_s);
+      attn_detail::norm_rope_warp<kHd>(a.k_proj + static_cast<size_t>(kvh) * kHd, a.k_norm_w, s.eps,
+                                       half, cos_s, sin_s, kn_s);
     }
   }
   if (has_new) {
@@ -499,12 +472,18 @@ __global__ void __launch_bounds__(32) attn_append_kernel(AttnShape s, AttnArgs a
   }
   __syncwarp();
   const size_t src = static_cast<size_t>(t) * ld + static_cast<size_t>(kvh) * kHd;
-  norm_rope_warp<kHd>(a.k_proj + src, a.k_norm_w, s.eps, half, cos_s, sin_s, kn);
+  attn_detail::norm_rope_warp<kHd>(a.k_proj + src, a.k_norm_w, s.eps, half, cos_s, sin_s, kn);
   const size_t row = (static_cast<size_t>(pos) * s.n_kv_heads + kvh) * kHd;
   for (int i = lane; i < kHd; i += 32) {
     a.k_cache[row + i] = kn[i];
     a.v_cache[row + i] = a.v_proj[src + i];
   }
+}
+
+template <int kHd>
+void append(const AttnShape& s, const AttnArgs& a, size_t ld, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(s.n_kv_heads));
+  attn_append_kernel<kHd><<<grid, 32, 0, stream>>>(s, a, ld);
 }
 
 // Prefill: the append, then the split kernel in one split per token (grid.z: token x head
@@ -513,9 +492,7 @@ template <int kHd>
 cudaError_t launch_prefill(const AttnShape& s, AttnArgs a, size_t ld, float* scratch,
                            cudaStream_t stream) {
   const int n = a.n_tokens, hpb = heads_per_block(s), n_sub = head_blocks(s);
-  attn_append_kernel<kHd>
-      <<<dim3(static_cast<unsigned>(n), static_cast<unsigned>(s.n_kv_heads)), 32, 0, stream>>>(s, a,
-                                                                                               ld);
+  append<kHd>(s, a, ld, stream);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
   a.part_o = scratch;
@@ -588,18 +565,40 @@ bool attn_prefill_ok(const AttnShape& shape, int n) {
 
 size_t attn_prefill_scratch_floats(const AttnShape& shape, int n) {
   if (!shape_ok(shape) || n < 0) return 0;
-  return static_cast<size_t>(n) * shape.n_q_heads * (shape.head_dim + 2);
+  const size_t scalar = static_cast<size_t>(n) * shape.n_q_heads * (shape.head_dim + 2);
+  return attn_detail::mma_prefill_shape_ok(shape)
+             ? std::max(scalar, attn_detail::mma_prefill_scratch_floats(shape))
+             : scalar;
 }
 
 cudaError_t attn_prefill(const AttnShape& shape, const float* q_proj, const float* k_proj,
                          const float* v_proj, size_t ld, int n, const float* q_norm_w,
                          const float* k_norm_w, const float* rope, const int* pos, float* k_cache,
                          float* v_cache, float* out, size_t ld_out, float* scratch,
-                         cudaStream_t stream) {
+                         cudaStream_t stream, AttnPrefillPath path) {
   if (!attn_prefill_ok(shape, n)) return cudaErrorInvalidValue;
+  using attn_detail::MmaShape;
+  const bool mma_shape = attn_detail::mma_prefill_shape_ok(shape);
+  if (path == AttnPrefillPath::kAuto) {
+    path = !mma_shape                                         ? AttnPrefillPath::kScalar
+           : attn_detail::mma_prefill_fits(MmaShape::kWide)   ? AttnPrefillPath::kMma
+           : attn_detail::mma_prefill_fits(MmaShape::kNarrow) ? AttnPrefillPath::kMmaNarrow
+                                                              : AttnPrefillPath::kScalar;
+  }
+  const MmaShape m = path == AttnPrefillPath::kMma ? MmaShape::kWide : MmaShape::kNarrow;
+  if (path != AttnPrefillPath::kScalar && (!mma_shape || !attn_detail::mma_prefill_fits(m))) {
+    return cudaErrorInvalidValue;
+  }
   if (n == 0) return cudaSuccess;
   const AttnArgs a{q_proj,  k_proj,  v_proj, q_norm_w, k_norm_w, rope, pos, nullptr,
                    k_cache, v_cache, out,    nullptr,  nullptr,  n,    ld,  ld_out};
+  if (path != AttnPrefillPath::kScalar) {
+    append<256>(shape, a, ld, stream);
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    return attn_detail::launch_prefill_mma(m, shape, q_proj, ld, n, q_norm_w, rope, pos, k_cache,
+                                           v_cache, out, ld_out, scratch, stream);
+  }
   switch (shape.head_dim) {
     case 64:
       return launch_prefill<64>(shape, a, ld, scratch, stream);

@@ -178,9 +178,11 @@ TEST(AttentionKernel, RotaryTableIsTheRoundedDoubleValue) {
 // attn_prefill over n tokens from position p0 against n attn_decode calls from the same cache:
 // the appended k and v rows bit for bit, the outputs within the bound above (one split of the
 // context against attn_decode's several). The first p0 rows come from random cache contents.
-void expect_prefill_is_decode(const AttnShape& s, int p0, int n, uint64_t seed) {
+void expect_prefill_is_decode(const AttnShape& s, int p0, int n, uint64_t seed,
+                              AttnPrefillPath path = AttnPrefillPath::kScalar) {
   SCOPED_TRACE("prefill Nq " + std::to_string(s.n_q_heads) + " hd " + std::to_string(s.head_dim) +
-               " from " + std::to_string(p0) + " n " + std::to_string(n));
+               " from " + std::to_string(p0) + " n " + std::to_string(n) + " path " +
+               std::to_string(static_cast<int>(path)));
   std::mt19937_64 g(seed);
   const size_t nq = s.n_q_heads, hd = s.head_dim, kv_row = s.n_kv_heads * hd;
   const size_t ld = nq * 2 * hd + 2 * kv_row + 3, ld_out = nq * hd + 1;  // q | k | v, padded
@@ -202,7 +204,7 @@ void expect_prefill_is_decode(const AttnShape& s, int p0, int n, uint64_t seed) 
   const size_t k_at = nq * 2 * hd, v_at = k_at + kv_row;
   ASSERT_EQ(attn_prefill(s, r0, r0 + k_at, r0 + v_at, ld, n, d_qn.data(), d_kn.data(),
                          d_rope.data(), d_pos.data(), d_kc_a.data(), d_vc_a.data(), d_out_a.data(),
-                         ld_out, d_scratch_a.data(), nullptr),
+                         ld_out, d_scratch_a.data(), nullptr, path),
             cudaSuccess);
   for (int t = 0; t < n; ++t) {
     const float* r = r0 + t * ld;
@@ -238,6 +240,40 @@ TEST(AttentionKernel, PrefillIsDecodeWithinRounding) {
   expect_prefill_is_decode(big_group, 10, 17, 6);
   EXPECT_EQ(attn_prefill(q122, nullptr, nullptr, nullptr, 0, 65535, nullptr, nullptr, nullptr,
                          nullptr, nullptr, nullptr, nullptr, 0, nullptr, nullptr),
+            cudaErrorInvalidValue);
+}
+
+// The tensor-core path (head_dim 256), both launch shapes, against attn_decode: across key tiles
+// (32 and 16 keys) and query blocks (64 and 32 rows), a partial last block, groups of 16, 8, 3
+// and 1 query heads a KV head (blocks holding 4, 8, 21 1/3 and 64 tokens, so rows whose keys end
+// tiles before the block's last), and a prompt deep into a long cache (several hundred tiles).
+TEST(AttentionKernel, TensorCorePrefillIsDecodeWithinRounding) {
+  QF_REQUIRE_GPU();
+  AttnShape q122{.n_q_heads = 32, .n_kv_heads = 2, .head_dim = 256, .rot_dim = 64};
+  q122.max_len = 700;
+  AttnShape q35{.n_q_heads = 16, .n_kv_heads = 2, .head_dim = 256, .rot_dim = 64};
+  q35.max_len = 300;
+  AttnShape g3{.n_q_heads = 3, .n_kv_heads = 1, .head_dim = 256, .rot_dim = 256, .theta = 1e4f};
+  g3.max_len = 200;
+  AttnShape mha{.n_q_heads = 4, .n_kv_heads = 4, .head_dim = 256, .rot_dim = 0};
+  mha.max_len = 160;
+  AttnShape deep = q122;
+  deep.max_len = 6000;
+  for (const AttnPrefillPath path : {AttnPrefillPath::kMma, AttnPrefillPath::kMmaNarrow}) {
+    expect_prefill_is_decode(q122, 0, 1, 11, path);
+    expect_prefill_is_decode(q122, 0, 37, 12, path);
+    expect_prefill_is_decode(q122, 300, 256, 13, path);
+    expect_prefill_is_decode(q122, 31, 33, 14, path);
+    expect_prefill_is_decode(q35, 17, 129, 15, path);
+    expect_prefill_is_decode(g3, 3, 131, 16, path);
+    expect_prefill_is_decode(mha, 1, 127, 17, path);
+    expect_prefill_is_decode(deep, 5700, 70, 18, path);
+  }
+  // A shape the path does not take: refused before any launch.
+  AttnShape hd128{.n_q_heads = 4, .n_kv_heads = 2, .head_dim = 128, .rot_dim = 64};
+  hd128.max_len = 16;
+  EXPECT_EQ(attn_prefill(hd128, nullptr, nullptr, nullptr, 0, 1, nullptr, nullptr, nullptr, nullptr,
+                         nullptr, nullptr, nullptr, 0, nullptr, nullptr, AttnPrefillPath::kMma),
             cudaErrorInvalidValue);
 }
 

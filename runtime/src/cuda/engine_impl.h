@@ -172,6 +172,11 @@ struct CudaEngine::Impl {
     return std::find(o.skip.begin(), o.skip.end(), name) == o.skip.end();
   }
 
+  // The batched prefill's attention kernel (CudaOptions::tensor_core_attention).
+  kern::AttnPrefillPath attn_path() const {
+    return o.tensor_core_attention ? kern::AttnPrefillPath::kAuto : kern::AttnPrefillPath::kScalar;
+  }
+
   void mark(const char* name, uint64_t bytes) {
     if (marks) marks->mark(name, bytes);
   }

@@ -184,7 +184,7 @@ void CudaEngine::Impl::launch_prefill(int n) {
       const float* q = pf.qkvp;  // every token's rows appended, then one split each
       cuda::check(kern::attn_prefill(attn, q, q + q_rows, q + q_rows + kv_rows, qr, n, w.q_norm,
                                      w.k_norm, rope, pf.pos, k_cache[l], v_cache[l], pf.att,
-                                     att_row, pf.attn_scratch, stream),
+                                     att_row, pf.attn_scratch, stream, attn_path()),
                   "attn_prefill");
       mark("attention", 0);
       gemm_rows(w.o, pf.att, att_row, pf.mix, h_, n);
@@ -241,7 +241,7 @@ void CudaEngine::Impl::launch_mtp_prefill(int n, bool full) {
   const float* q = pf.qkvp;
   cuda::check(kern::attn_prefill(attn, q, q + q_rows, q + q_rows + kv_rows, qr, n, t.layer.q_norm,
                                  t.layer.k_norm, rope, pf.pos, mtp_k, mtp_v, pf.att, att_row,
-                                 pf.attn_scratch, stream),
+                                 pf.attn_scratch, stream, attn_path()),
               "attn_prefill");
   mark("MTP head", bytes(t.layer.qkv));
   if (!full) return;

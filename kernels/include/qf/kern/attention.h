@@ -35,18 +35,25 @@ cudaError_t attn_decode(const AttnShape& shape, const float* q_proj, const float
 // Gated attention over n consecutive tokens of one layer (batched prefill) at positions pos[0]
 // .. pos[n - 1] (device, consecutive): their k and v appended to the caches (the same bits as
 // attn_decode appends), then each token's causal attention over rows 0 .. pos[t] as attn_decode
-// computes it but in one split of the context (no partial softmaxes to combine), so within
+// computes it but in one pass over the context (no partial softmaxes to combine), so within
 // rounding of n attn_decode calls, not their bits. Token t's q_proj, k_proj, v_proj at t * ld of
 // their pointers, its output at t * ld_out. scratch: attn_prefill_scratch_floats(shape, n)
 // floats. Plain launches. Shapes as attn_decode, n * head blocks < 65536 (attn_prefill_ok);
 // else cudaErrorInvalidValue.
+// Paths: kScalar, a block per token and head block on the CUDA cores (any shape); kMma (head_dim
+// 256 only), flash attention on the tensor cores with q, k, v and p as f16 limb pairs (f32-grade:
+// attention_prefill.cu states the numerics; |k|, |v| entries below 65504), in its wide launch
+// shape (~192 KB of shared memory a block) or kMmaNarrow (~96 KB); kAuto: the widest of those
+// the device takes, else kScalar. A path the shape or the device cannot take:
+// cudaErrorInvalidValue. The scratch size covers every path.
+enum class AttnPrefillPath { kAuto, kScalar, kMma, kMmaNarrow };
 bool attn_prefill_ok(const AttnShape& shape, int n);
 size_t attn_prefill_scratch_floats(const AttnShape& shape, int n);
 cudaError_t attn_prefill(const AttnShape& shape, const float* q_proj, const float* k_proj,
                          const float* v_proj, size_t ld, int n, const float* q_norm_w,
                          const float* k_norm_w, const float* rope, const int* pos, float* k_cache,
                          float* v_cache, float* out, size_t ld_out, float* scratch,
-                         cudaStream_t stream);
+                         cudaStream_t stream, AttnPrefillPath path = AttnPrefillPath::kAuto);
 size_t attn_scratch_floats(const AttnShape& shape);  // 0 for a shape attn_decode refuses
 
 // Contracts: device pointers; stream-ordered, allocates nothing, never syncs with the host, so

@@ -54,6 +54,9 @@ struct CudaOptions {
   // routed expert read once per 1024 prompt tokens (docs/cuda-engine-speed.md, "Batched
   // prefill").
   int prefill_chunk = 1024;
+  // The batched prefill's attention on the tensor cores (kern::attn_prefill's kMma paths, where
+  // the shape and the device take them); false: its scalar kernel, to compare.
+  bool tensor_core_attention = true;
   // Timing studies only (qforge bench --skip): launches left out of every step, named as in
   // kSkippableLaunches, so that the step time without them bounds what fusing them away could
   // gain. Their outputs go stale, so the results are wrong; the weights still stream as in a
