@@ -332,6 +332,8 @@ int run(const BenchArgs& a) {
     prefill_shares = engine->profile_prefill(prompt);
   }
   const auto prefill_tps = [&](double t_us) { return t_us > 0 ? a.prefill * 1e6 / t_us : 0.0; };
+  // A figure not measured (the pairs beyond kPairsMax tokens): null in --json.
+  const auto or_null = [](double v) { return v > 0 ? nlohmann::json(v) : nlohmann::json(); };
 
   // Tokens per second when a fraction `kept` of the drafts is kept: a round is one MTP step and
   // a verify pass (plus an MTP step for a kept draft's position, or the rollback) for 1 + kept
@@ -401,8 +403,8 @@ int run(const BenchArgs& a) {
                       {"tokens_per_pass", a.prefill_chunk},
                       {"batched_ms", prefill_us / 1e3},
                       {"batched_tokens_per_s", prefill_tps(prefill_us)},
-                      {"pairs_ms", pairs_us / 1e3},
-                      {"pairs_tokens_per_s", prefill_tps(pairs_us)},
+                      {"pairs_ms", or_null(pairs_us / 1e3)},
+                      {"pairs_tokens_per_s", or_null(prefill_tps(pairs_us))},
                       {"kernels", shares_json(prefill_shares)}};
       if (a.score) {
         j["prefill"]["scoring"] = {{"scored_ms", score_us / 1e3},
@@ -418,10 +420,11 @@ int run(const BenchArgs& a) {
         }
       }
       if (a.mtp) {
-        j["prefill"]["with_mtp"] = {{"batched_ms", mtp_prefill_us / 1e3},
-                                    {"batched_tokens_per_s", prefill_tps(mtp_prefill_us)},
-                                    {"pairs_and_drafts_ms", mtp_pairs_us / 1e3},
-                                    {"pairs_and_drafts_tokens_per_s", prefill_tps(mtp_pairs_us)}};
+        j["prefill"]["with_mtp"] = {
+            {"batched_ms", mtp_prefill_us / 1e3},
+            {"batched_tokens_per_s", prefill_tps(mtp_prefill_us)},
+            {"pairs_and_drafts_ms", or_null(mtp_pairs_us / 1e3)},
+            {"pairs_and_drafts_tokens_per_s", or_null(prefill_tps(mtp_pairs_us))}};
       }
     }
     j["kernels"] = shares_json(shares);

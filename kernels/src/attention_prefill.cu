@@ -3,7 +3,7 @@
 //
 // Why: the scalar prefill (attention.cu) gives each token's block the whole prefix to read and
 // multiply on the CUDA cores, so at 4096 tokens attention took 18.6% of a 122B-A10B pass (H100,
-// 184.6 ms of 992.7) and grew with the square of the prompt. Here a block takes 64 (token, query
+// 184.6 ms of 992.7) and grew with the square of the prompt. Here a block takes 128 (token, query
 // head) rows of one KV head, so every K and V row it stages serves them all, and the products run
 // on the tensor cores.
 //
@@ -344,7 +344,11 @@ cudaError_t launch(const AttnShape& s, const PrefillArgs& a, cudaStream_t stream
   return cudaGetLastError();
 }
 
-using Wide = Layout<4, 32, 2>;
+// The wide shape: 8 warps (128 rows) and 16-key tiles in two stages, 192 KB. qforge-bench-mixers
+// (H100, 122B, one layer, 1024 tokens deep into a cache of 32768 rows): 4 warps with 32-key tiles
+// 14.83 ms, 4 warps with 16 keys in two or three stages 17.2, 8 warps with 16 keys in two stages
+// 12.41, in three (224 KB) 12.17; two stages leave room on GPUs with less shared memory.
+using Wide = Layout<8, 16, 2>;
 using Narrow = Layout<2, 16, 2>;
 
 int max_smem_optin() {
@@ -390,7 +394,7 @@ cudaError_t launch_prefill_mma(MmaShape m, const AttnShape& shape, const float* 
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
   const PrefillArgs a{q_proj, q_norm_w, rope, pos, k_limbs, v_limbs, out, ld, ld_out, n};
-  return m == MmaShape::kWide ? launch<4, 32, 2>(shape, a, stream)
+  return m == MmaShape::kWide ? launch<8, 16, 2>(shape, a, stream)
                               : launch<2, 16, 2>(shape, a, stream);
 }
 

@@ -11,8 +11,8 @@
 
 namespace qf::kern::attn_detail {
 
-// Launch shapes: kWide (64 query rows and 32 keys a tile, ~200 KB of shared memory: H100, H200)
-// and kNarrow (32 rows, 16 keys, ~96 KB: GPUs with less shared memory a block, as sm_120/121).
+// Launch shapes: kWide (128 query rows a block, 16-key tiles, 192 KB of shared memory: H100, H200)
+// and kNarrow (32 rows, 96 KB: GPUs with less shared memory a block, as sm_120/121's 99 KB).
 enum class MmaShape { kWide, kNarrow };
 
 // Whether `shape` runs on the tensor-core path at all (head_dim 256), and the widest launch shape

@@ -442,7 +442,7 @@ TEST(EngineCli, BenchTimesTheMtpHeadAndSpeculativeDecoding) {
 }
 
 // Where a GPU is usable: bench --prefill times a batched prefill next to the same prompt in
-// pairs; the rates are the token count over the times it reports.
+// pairs (up to 4096 tokens); the rates are the token count over the times it reports.
 TEST(EngineCli, BenchTimesABatchedPrefill) {
   std::string why;
   if (!rt::CudaEngine::available(&why)) GTEST_SKIP() << "no GPU: " << why;
@@ -460,6 +460,18 @@ TEST(EngineCli, BenchTimesABatchedPrefill) {
     EXPECT_NEAR(p[std::string(way) + "_tokens_per_s"].get<double>(), 11e3 / ms, 1e-9 * 11e3 / ms);
   }
   EXPECT_EQ(qforge_split("bench --synthetic tiny --prefill-chunk 0").exit_code, kExitUsage);
+  // The scalar attention kernel, to compare; pairs are not timed past 4096 tokens (null).
+  const CommandResult scalar = qforge_split(
+      "bench --synthetic tiny --context 8 --steps 2 --prefill 11 --scalar-attention --json");
+  ASSERT_EQ(scalar.exit_code, 0) << scalar.err;
+  EXPECT_GT(nlohmann::json::parse(scalar.out)["prefill"]["batched_ms"].get<double>(), 0);
+  const CommandResult long_prompt =
+      qforge_split("bench --synthetic tiny --context 8 --steps 2 --prefill 4097 --json");
+  ASSERT_EQ(long_prompt.exit_code, 0) << long_prompt.err;
+  const nlohmann::json lp = nlohmann::json::parse(long_prompt.out)["prefill"];
+  EXPECT_GT(lp["batched_ms"].get<double>(), 0);
+  EXPECT_TRUE(lp["pairs_ms"].is_null()) << lp.dump();
+  EXPECT_TRUE(lp["pairs_tokens_per_s"].is_null()) << lp.dump();
 }
 
 // Where a GPU is usable: bench --synthetic-format makes Intel's INT4 release (BF16 shared experts

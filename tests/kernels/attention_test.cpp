@@ -243,10 +243,10 @@ TEST(AttentionKernel, PrefillIsDecodeWithinRounding) {
             cudaErrorInvalidValue);
 }
 
-// The tensor-core path (head_dim 256), both launch shapes, against attn_decode: across key tiles
-// (32 and 16 keys) and query blocks (64 and 32 rows), a partial last block, groups of 16, 8, 3
-// and 1 query heads a KV head (blocks holding 4, 8, 21 1/3 and 64 tokens, so rows whose keys end
-// tiles before the block's last), and a prompt deep into a long cache (several hundred tiles).
+// The tensor-core path (head_dim 256), both launch shapes, against attn_decode: across 16-key
+// tiles and query blocks (128 and 32 rows), a partial last block, groups of 16, 8, 3 and 1 query
+// heads a KV head (the wide shape's blocks hold 8, 16, 42 2/3 and 128 tokens, so rows whose keys
+// end tiles before the block's last), and a prompt deep into a long cache (hundreds of tiles).
 TEST(AttentionKernel, TensorCorePrefillIsDecodeWithinRounding) {
   QF_REQUIRE_GPU();
   AttnShape q122{.n_q_heads = 32, .n_kv_heads = 2, .head_dim = 256, .rot_dim = 64};

@@ -43,7 +43,7 @@ cudaError_t attn_decode(const AttnShape& shape, const float* q_proj, const float
 // Paths: kScalar, a block per token and head block on the CUDA cores (any shape); kMma (head_dim
 // 256 only), flash attention on the tensor cores with q, k, v and p as f16 limb pairs (f32-grade:
 // attention_prefill.cu states the numerics; |k|, |v| entries below 65504), in its wide launch
-// shape (~192 KB of shared memory a block) or kMmaNarrow (~96 KB); kAuto: the widest of those
+// shape (192 KB of shared memory a block) or kMmaNarrow (96 KB); kAuto: the widest of those
 // the device takes, else kScalar. A path the shape or the device cannot take:
 // cudaErrorInvalidValue. The scratch size covers every path.
 enum class AttnPrefillPath { kAuto, kScalar, kMma, kMmaNarrow };
