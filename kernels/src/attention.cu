@@ -22,7 +22,9 @@
 //   * attn_combine_kernel, one block per query head, rescales the splits to the global max,
 //     divides by the total sum and multiplies by sigmoid(gate), in split order.
 // attn_prefill (many tokens, batched prefill): attn_append_kernel writes every token's k and v
-// rows first (the same normed, rotated rows), then the split kernel's kPrefill instance runs
+// rows first (the same normed, rotated rows); then, at head_dim 256 where the device takes it,
+// flash attention on the tensor cores (attention_prefill.cu); else the split kernel's kPrefill
+// instance (the scalar path) runs
 // grid.z = token x head block in one split each, every row read from the cache, and the combine
 // runs grid.y = token: no launch per token and no memset between them.
 // The chunk length is derived on the device from *pos with a fixed split count, so graphs replay

@@ -181,7 +181,7 @@ void CudaEngine::Impl::launch_prefill(int n) {
     if (w.full_attention) {
       gemm_rows(w.qkv, pf.u, h_, pf.qkvp, qr, n);
       mark("attention projections", bytes(w.qkv));
-      const float* q = pf.qkvp;  // every token's rows appended, then one split each
+      const float* q = pf.qkvp;  // every token's k, v rows appended, then their attention
       cuda::check(kern::attn_prefill(attn, q, q + q_rows, q + q_rows + kv_rows, qr, n, w.q_norm,
                                      w.k_norm, rope, pf.pos, k_cache[l], v_cache[l], pf.att,
                                      att_row, pf.attn_scratch, stream, attn_path()),
