@@ -30,6 +30,7 @@
 #include "attention_common.cuh"
 #include "attention_prefill.h"
 #include "cp_async.cuh"
+#include "mma_f16.cuh"
 
 namespace qf::kern::attn_detail {
 namespace {
@@ -37,6 +38,7 @@ namespace {
 using gemv_detail::cp_async16;
 using gemv_detail::cp_async_commit;
 using gemv_detail::cp_async_wait;
+using gemv_detail::mma_f16;
 
 constexpr int kHd = 256;
 constexpr int kChunks = kHd / 8;  // 16-byte chunks of one limb of a row
@@ -64,14 +66,6 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
 }
-__device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                        uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 // Rows 0 .. pos[n - 1] of both caches ([max_len, n_kv, hd] f32) as limb pairs.
 __global__ void __launch_bounds__(256)
     kv_limbs_kernel(const float* __restrict__ k_cache, const float* __restrict__ v_cache,

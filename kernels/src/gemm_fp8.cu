@@ -29,6 +29,7 @@
 #include "gemm_entries.cuh"
 #include "gemm_fp8.h"
 #include "gemv_common.cuh"
+#include "mma_f16.cuh"
 
 namespace qf::kern::gemv_detail {
 namespace {
@@ -50,14 +51,6 @@ __device__ __forceinline__ int wchunk(int row, int c) {
 }
 __device__ __forceinline__ int xchunk(int entry, int c) {
   return c ^ (entry & 1);
-}
-
-__device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                        uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // Warp (row, segment) of x: lane l's columns 4l .. 4l + 3.
