@@ -99,8 +99,9 @@ struct PrefillArgs {
   int n;
 };
 
-template <int kWarps, int kKeys, int kStages>
+template <int kWarps_, int kKeys_, int kStages_>
 struct Layout {
+  static constexpr int kWarps = kWarps_, kKeys = kKeys_, kStages = kStages_;
   static constexpr int kM = 16 * kWarps;                // query rows a block
   static constexpr int kQChunks = 2 * kM * kChunks;     // q limbs: [limb][row][chunk]
   static constexpr int kTileChunks = kKeys * kChunks;   // one limb of a K or V tile
@@ -112,10 +113,10 @@ struct Layout {
   static_assert(kWarps * 2 * kHd * 4 <= kStageChunks * 16);
 };
 
-template <int kWarps, int kKeys, int kStages>
-__global__ void __launch_bounds__(kWarps * 32, 1)
+template <class L>
+__global__ void __launch_bounds__(L::kWarps * 32, 1)
     attn_prefill_mma_kernel(AttnShape s, PrefillArgs a) {
-  using L = Layout<kWarps, kKeys, kStages>;
+  constexpr int kWarps = L::kWarps, kKeys = L::kKeys, kStages = L::kStages;
   constexpr int kM = L::kM, kThreads = kWarps * 32;
   extern __shared__ __align__(128) uint4 smem[];
   uint4* qs = smem;
@@ -324,24 +325,24 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   }
 }
 
-template <int kWarps, int kKeys, int kStages>
+template <class L>
 cudaError_t launch(const AttnShape& s, const PrefillArgs& a, cudaStream_t stream) {
-  using L = Layout<kWarps, kKeys, kStages>;
-  auto* kernel = attn_prefill_mma_kernel<kWarps, kKeys, kStages>;
+  auto* kernel = attn_prefill_mma_kernel<L>;
   const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(L::kBytes));
   if (e != cudaSuccess) return e;
   const int n_rows = a.n * (s.n_q_heads / s.n_kv_heads);
   const dim3 grid(static_cast<unsigned>((n_rows + L::kM - 1) / L::kM),
                   static_cast<unsigned>(s.n_kv_heads));
-  kernel<<<grid, kWarps * 32, L::kBytes, stream>>>(s, a);
+  kernel<<<grid, L::kWarps * 32, L::kBytes, stream>>>(s, a);
   return cudaGetLastError();
 }
 
 // The wide shape: 8 warps (128 rows) and 16-key tiles in two stages, 192 KB. qforge-bench-mixers
 // (H100, 122B, one layer, 1024 tokens deep into a cache of 32768 rows): 4 warps with 32-key tiles
-// 14.83 ms, 4 warps with 16 keys in two or three stages 17.2, 8 warps with 16 keys in two stages
-// 12.41, in three (224 KB) 12.17; two stages leave room on GPUs with less shared memory.
+// 14.83 ms, 4 warps with 16 keys in two or three stages 17.1-17.2, 8 warps with 16 keys in two
+// stages 12.41-12.47, in three (224 KB) 12.17-12.18; two stages leave room on GPUs with less
+// shared memory.
 using Wide = Layout<8, 16, 2>;
 using Narrow = Layout<2, 16, 2>;
 
@@ -388,8 +389,7 @@ cudaError_t launch_prefill_mma(MmaShape m, const AttnShape& shape, const float* 
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
   const PrefillArgs a{q_proj, q_norm_w, rope, pos, k_limbs, v_limbs, out, ld, ld_out, n};
-  return m == MmaShape::kWide ? launch<8, 16, 2>(shape, a, stream)
-                              : launch<2, 16, 2>(shape, a, stream);
+  return m == MmaShape::kWide ? launch<Wide>(shape, a, stream) : launch<Narrow>(shape, a, stream);
 }
 
 }  // namespace qf::kern::attn_detail
