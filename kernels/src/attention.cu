@@ -581,15 +581,17 @@ cudaError_t attn_prefill(const AttnShape& shape, const float* q_proj, const floa
   if (!attn_prefill_ok(shape, n)) return cudaErrorInvalidValue;
   using attn_detail::MmaShape;
   const bool mma_shape = attn_detail::mma_prefill_shape_ok(shape);
+  const auto shape_of = [](AttnPrefillPath p) {
+    return p == AttnPrefillPath::kMma ? MmaShape::kWide : MmaShape::kNarrow;
+  };
   if (path == AttnPrefillPath::kAuto) {
     path = !mma_shape                                         ? AttnPrefillPath::kScalar
            : attn_detail::mma_prefill_fits(MmaShape::kWide)   ? AttnPrefillPath::kMma
            : attn_detail::mma_prefill_fits(MmaShape::kNarrow) ? AttnPrefillPath::kMmaNarrow
                                                               : AttnPrefillPath::kScalar;
-  }
-  const MmaShape m = path == AttnPrefillPath::kMma ? MmaShape::kWide : MmaShape::kNarrow;
-  if (path != AttnPrefillPath::kScalar && (!mma_shape || !attn_detail::mma_prefill_fits(m))) {
-    return cudaErrorInvalidValue;
+  } else if (path != AttnPrefillPath::kScalar &&
+             (!mma_shape || !attn_detail::mma_prefill_fits(shape_of(path)))) {
+    return cudaErrorInvalidValue;  // asked for a path the shape or the device cannot take
   }
   if (n == 0) return cudaSuccess;
   const AttnArgs a{q_proj,  k_proj,  v_proj, q_norm_w, k_norm_w, rope, pos, nullptr,
@@ -598,8 +600,8 @@ cudaError_t attn_prefill(const AttnShape& shape, const float* q_proj, const floa
     append<256>(shape, a, ld, stream);
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
-    return attn_detail::launch_prefill_mma(m, shape, q_proj, ld, n, q_norm_w, rope, pos, k_cache,
-                                           v_cache, out, ld_out, scratch, stream);
+    return attn_detail::launch_prefill_mma(shape_of(path), shape, q_proj, ld, n, q_norm_w, rope,
+                                           pos, k_cache, v_cache, out, ld_out, scratch, stream);
   }
   switch (shape.head_dim) {
     case 64:

@@ -30,6 +30,7 @@
 #include "attention_common.cuh"
 #include "attention_prefill.h"
 #include "cp_async.cuh"
+#include "device_limits.h"
 #include "mma_f16.cuh"
 
 namespace qf::kern::attn_detail {
@@ -345,17 +346,6 @@ cudaError_t launch(const AttnShape& s, const PrefillArgs& a, cudaStream_t stream
 // shared memory.
 using Wide = Layout<8, 16, 2>;
 using Narrow = Layout<2, 16, 2>;
-
-int max_smem_optin() {
-  int device = 0, smem = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
-          cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return smem;
-}
 
 }  // namespace
 

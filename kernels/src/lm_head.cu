@@ -35,6 +35,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "device_limits.h"
 #include "gemv_common.cuh"
 #include "pdl.cuh"
 #include "qf/kern/lm_head.h"
@@ -412,16 +413,6 @@ template <int kB>
 struct Shape {
   static constexpr int kR = 4, kU = kB == 1 ? 3 : 2, kMinBlocks = 2;
 };
-
-int max_smem_optin() {
-  int device = 0, smem = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return 0;
-  if (cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
-      cudaSuccess) {
-    return 0;
-  }
-  return smem;
-}
 
 size_t smem_bytes(int k, int n_rows) {
   return sizeof(float4) * static_cast<size_t>(x_row(k)) * n_rows;

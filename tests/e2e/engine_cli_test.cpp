@@ -460,7 +460,9 @@ TEST(EngineCli, BenchTimesABatchedPrefill) {
     EXPECT_NEAR(p[std::string(way) + "_tokens_per_s"].get<double>(), 11e3 / ms, 1e-9 * 11e3 / ms);
   }
   EXPECT_EQ(qforge_split("bench --synthetic tiny --prefill-chunk 0").exit_code, kExitUsage);
-  // The scalar attention kernel, to compare; pairs are not timed past 4096 tokens (null).
+  // --scalar-attention is taken (tiny's head_dim 64 runs the scalar kernel either way; the
+  // tensor-core path is checked by attention_test and rt_cuda_golden_test's hd256 fixture);
+  // pairs are not timed past 4096 tokens (null).
   const CommandResult scalar = qforge_split(
       "bench --synthetic tiny --context 8 --steps 2 --prefill 11 --scalar-attention --json");
   ASSERT_EQ(scalar.exit_code, 0) << scalar.err;
