@@ -183,9 +183,11 @@ void bench_attention(const char* name, qf::kern::AttnShape s, int n_layers, int 
   const int last = context - 1;
   QF_CUDA_CHECK(cudaMemcpy(pos.data(), &last, sizeof(int), cudaMemcpyHostToDevice));
   std::vector<DeviceBuffer<float>> kc, vc;
+  const size_t entry = qf::kern::attn_kv_bytes(s);  // 0x3C bytes: ~0.0115 as f32 and as bf16
+  const size_t cache_floats = (static_cast<size_t>(context) * kv_row * entry + 3) / 4;
   for (int l = 0; l < n_layers; ++l) {
-    kc.push_back(patterned(static_cast<size_t>(context) * kv_row));
-    vc.push_back(patterned(static_cast<size_t>(context) * kv_row));
+    kc.push_back(patterned(cache_floats));
+    vc.push_back(patterned(cache_floats));
   }
   const double us = time_graph_us(stream, 20,
                                   [&] {
@@ -197,12 +199,12 @@ void bench_attention(const char* name, qf::kern::AttnShape s, int n_layers, int 
                                     }
                                   }) /
                     n_layers;
-  const double bytes = 2.0 * context * kv_row * sizeof(float);
+  const double bytes = 2.0 * context * kv_row * entry;
   std::printf(
-      "attention %-5s Nq %2d Nkv %d hd %d ctx %6d: %7.2f us/layer, KV %6.1f MiB, %6.0f GB/s "
+      "attention %-5s Nq %2d Nkv %d hd %d ctx %6d %s: %7.2f us/layer, KV %6.1f MiB, %6.0f GB/s "
       "(%3.0f%% of copy)\n",
-      name, s.n_q_heads, s.n_kv_heads, s.head_dim, context, us, bytes / (1 << 20),
-      bytes / (us * 1e3), 100.0 * bytes / (us * 1e3) / copy_gbs);
+      name, s.n_q_heads, s.n_kv_heads, s.head_dim, context, entry == 2 ? "bf16" : "f32 ", us,
+      bytes / (1 << 20), bytes / (us * 1e3), 100.0 * bytes / (us * 1e3) / copy_gbs);
 }
 
 // attn_prefill over n tokens at positions p0 .. p0 + n - 1 (the cache's first p0 rows already
@@ -277,8 +279,12 @@ int main(int argc, char** argv) {
   a122.rot_dim = 64;
   for (int ctx : {1, 1024, 4096, 32768, 131072}) {
     if (quick && ctx > 4096) break;
-    bench_attention("122B", a122, 12, ctx, copy_gbs, stream);
+    for (const auto kv : {qf::kern::KvType::kF32, qf::kern::KvType::kBf16}) {
+      a122.kv = kv;
+      bench_attention("122B", a122, 12, ctx, copy_gbs, stream);
+    }
   }
+  a122.kv = qf::kern::KvType::kF32;
   for (const auto& [p0, n] :
        {std::pair{0, 1024}, {0, 4096}, {3072, 1024}, {15360, 1024}, {31744, 1024}}) {
     if (quick && p0 + n > 4096) break;

@@ -1,11 +1,27 @@
 #include "args.h"
 
+#include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdlib>
 
 #include "qf/error.h"
 
 namespace qf::tools {
+
+void add_kv_cache_option(CLI::App* sub, rt::KvCacheType* out) {
+  using rt::KvCacheType;
+  const std::string f32 = rt::kv_cache_type_name(KvCacheType::kF32),
+                    bf16 = rt::kv_cache_type_name(KvCacheType::kBf16);
+  sub->add_option_function<std::string>(
+         "--kv-cache-dtype",
+         [out, bf16](const std::string& v) {
+           *out = v == bf16 ? KvCacheType::kBf16 : KvCacheType::kF32;
+         },
+         "the attention layers' KV cache entries: float32 (exact), or bfloat16 (half the bytes; "
+         "each entry rounded to nearest even)")
+      ->check(CLI::IsMember({f32, bf16}))
+      ->default_str(f32);
+}
 
 uint64_t parse_size(const std::string& text, const std::string& flag) {
   char* end = nullptr;

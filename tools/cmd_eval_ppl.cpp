@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "args.h"
 #include "commands.h"
 #include "output.h"
 #include "qf/ckpt/file_io.h"
@@ -31,6 +32,7 @@ struct EvalPplArgs {
   std::optional<int64_t> max_tokens;
   bool no_mtp = false, json = false;
   int threads = 0;
+  rt::KvCacheType kv_cache = rt::KvCacheType::kF32;
 };
 
 // Next-token predictions scored so far: NLL summed in double, top-1 hits.
@@ -106,15 +108,15 @@ void eval_window(rt::CpuEngine& engine, const int32_t* w, int64_t n, Score& main
 // are too short to split over threads), and the scores are summed in window order, so the
 // figures do not depend on the thread count.
 void eval_cpu(const rt::Model& model, const std::vector<int32_t>& ids,
-              const std::vector<std::pair<int64_t, int64_t>>& windows, int threads, Score& main,
-              Score* mtp, ckpt::Progress& progress) {
+              const std::vector<std::pair<int64_t, int64_t>>& windows, int threads,
+              rt::KvCacheType kv, Score& main, Score* mtp, ckpt::Progress& progress) {
   const int cores =
       threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int engines =
       static_cast<int>(std::min<size_t>(static_cast<size_t>(cores), windows.size()));
   std::vector<Score> mains(windows.size()), mtps(windows.size());
   run_tasks(windows.size(), engines, [&] {
-    auto engine = std::make_shared<rt::CpuEngine>(model, std::max(1, cores / engines));
+    auto engine = std::make_shared<rt::CpuEngine>(model, std::max(1, cores / engines), kv);
     return [&, engine](size_t i) {
       const auto [b, e] = windows[i];
       eval_window(*engine, ids.data() + b, e - b, mains[i], mtp ? &mtps[i] : nullptr, progress);
@@ -222,6 +224,7 @@ nlohmann::json evaluate(const EvalPplArgs& a, const std::string& model_dir,
     rt::CudaOptions o;
     o.max_context = std::max<int64_t>(std::min<int64_t>(a.window, n_eval), 16);
     o.mtp = mtp_on;
+    o.kv_cache = a.kv_cache;
     gpu.emplace(*model, o);
   }
   const auto t0 = std::chrono::steady_clock::now();
@@ -230,7 +233,8 @@ nlohmann::json evaluate(const EvalPplArgs& a, const std::string& model_dir,
     if (gpu) {
       eval_cuda(*gpu, ids, windows, main, mtp_on ? &mtp : nullptr, progress);
     } else {
-      eval_cpu(*model, ids, windows, a.threads, main, mtp_on ? &mtp : nullptr, progress);
+      eval_cpu(*model, ids, windows, a.threads, a.kv_cache, main, mtp_on ? &mtp : nullptr,
+               progress);
     }
   }
   const double seconds =
@@ -355,6 +359,7 @@ Command add_eval_ppl(CLI::App& app) {
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   sub->add_option("--threads", a->threads, "worker threads (default: all cores)");
+  add_kv_cache_option(sub, &a->kv_cache);
   sub->add_flag("--no-mtp", a->no_mtp, "leave the MTP head out (mtp: null)");
   sub->add_flag("--json", a->json, "machine-readable report on stdout");
   sub->footer(

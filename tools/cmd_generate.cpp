@@ -6,6 +6,7 @@
 #include <optional>
 #include <random>
 
+#include "args.h"
 #include "commands.h"
 #include "qf/ckpt/file_io.h"
 #include "qf/error.h"
@@ -31,6 +32,7 @@ struct GenerateArgs {
   std::optional<uint64_t> seed;
   bool no_think = false, ignore_eos = false, json = false, speculative = false, json_object = false;
   int threads = 0;
+  rt::KvCacheType kv_cache = rt::KvCacheType::kF32;
 };
 
 // Flags win; otherwise generation_config.json's sampling defaults when it samples; else greedy.
@@ -132,6 +134,7 @@ int run(const GenerateArgs& a) {
     rt::CudaOptions co;
     co.max_context = static_cast<int64_t>(prompt.size()) + std::max<int64_t>(a.max_tokens, 1) + 1;
     co.mtp = a.speculative;
+    co.kv_cache = a.kv_cache;
     rt::CudaEngine engine(*model, co);
     const rt::CudaLoadStats& ls = engine.load_stats();
     std::fprintf(
@@ -151,7 +154,7 @@ int run(const GenerateArgs& a) {
           [&](int32_t token, int k, rt::TopLogits& out) { return engine.step_top(token, k, out); });
     }
   } else {
-    rt::CpuEngine engine(*model, a.threads);
+    rt::CpuEngine engine(*model, a.threads, a.kv_cache);
     r = a.speculative
             ? rt::generate_speculative(rt::speculative_engine(engine), prompt, o, print, &spec)
             : rt::generate(engine, prompt, o, print);
@@ -239,6 +242,7 @@ Command add_generate(CLI::App& app) {
                 "greedy gives the same ids as greedy decoding, sampling ids distributed as "
                 "plain sampling's");
   sub->add_option("--threads", a->threads, "worker threads (default: all cores)");
+  add_kv_cache_option(sub, &a->kv_cache);
   sub->add_flag("--ignore-eos", a->ignore_eos, "do not stop at generation_config's eos tokens");
   sub->add_flag("--json-object", a->json_object,
                 "the reply (after the think block with --chat) is a JSON object");

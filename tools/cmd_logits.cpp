@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "args.h"
 #include "commands.h"
 #include "output.h"
 #include "qf/ckpt/writer.h"
@@ -21,6 +22,7 @@ struct LogitsArgs {
   std::string model, tokens, text, out, device = "cpu";
   bool mtp = false, force = false, json = false;
   int threads = 0;
+  rt::KvCacheType kv_cache = rt::KvCacheType::kF32;
 };
 
 std::span<const std::byte> bytes_of(const std::vector<float>& v) {
@@ -30,10 +32,10 @@ std::span<const std::byte> bytes_of(const std::vector<float>& v) {
 // Logits at every position, and with `mtp` the MTP head's at t + 2 from the hidden state at t
 // and the token at t + 1.
 void cpu_logits(const rt::Model& model, const std::vector<int32_t>& ids, bool mtp_too, int threads,
-                std::vector<float>& logits, std::vector<float>& mtp) {
+                rt::KvCacheType kv, std::vector<float>& logits, std::vector<float>& mtp) {
   const int64_t vocab = model.config().vocab_size, t_len = static_cast<int64_t>(ids.size());
   const size_t h = static_cast<size_t>(model.config().hidden_size);
-  rt::CpuEngine engine(model, threads);
+  rt::CpuEngine engine(model, threads, kv);
   std::vector<float> hidden(static_cast<size_t>(t_len) * h);
   for (int64_t t = 0; t < t_len; ++t) {
     engine.step(ids[static_cast<size_t>(t)], logits.data() + t * vocab);
@@ -51,11 +53,12 @@ void cpu_logits(const rt::Model& model, const std::vector<int32_t>& ids, bool mt
 // state is its own, so the order does not change the result); without it every position in one
 // call (advance: batched prefill, equal to steps up to the order of the sums).
 void cuda_logits(const rt::Model& model, const std::vector<int32_t>& ids, bool mtp_too,
-                 std::vector<float>& logits, std::vector<float>& mtp) {
+                 rt::KvCacheType kv, std::vector<float>& logits, std::vector<float>& mtp) {
   const int64_t vocab = model.config().vocab_size, t_len = static_cast<int64_t>(ids.size());
   rt::CudaOptions o;
   o.max_context = std::max<int64_t>(t_len, 16);
   o.mtp = mtp_too;
+  o.kv_cache = kv;
   rt::CudaEngine engine(model, o);
   if (mtp_too) mtp.resize(static_cast<size_t>((t_len - 1) * vocab));
   std::vector<int32_t> top(static_cast<size_t>(t_len));
@@ -81,9 +84,9 @@ int run(const LogitsArgs& a) {
   }
   std::vector<float> logits(static_cast<size_t>(t_len * vocab)), mtp;
   if (a.device == "cuda") {
-    cuda_logits(*model, ids, a.mtp, logits, mtp);
+    cuda_logits(*model, ids, a.mtp, a.kv_cache, logits, mtp);
   } else {
-    cpu_logits(*model, ids, a.mtp, a.threads, logits, mtp);
+    cpu_logits(*model, ids, a.mtp, a.threads, a.kv_cache, logits, mtp);
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -141,6 +144,7 @@ Command add_logits(CLI::App& app) {
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   sub->add_option("--threads", a->threads, "worker threads (default: all cores)");
+  add_kv_cache_option(sub, &a->kv_cache);
   sub->add_flag("--json", a->json, "machine-readable report on stdout");
   sub->footer(
       "The reference engine runs the prompt one token at a time in fp32, weights reconstructed\n"

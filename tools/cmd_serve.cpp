@@ -12,6 +12,7 @@
 #include <optional>
 #include <thread>
 
+#include "args.h"
 #include "commands.h"
 #include "qf/error.h"
 #include "qf/rt/cuda_engine.h"
@@ -30,6 +31,7 @@ struct ServeArgs {
   int port = 8000, threads = 0;
   int64_t max_model_len = 0;
   bool speculative = false, no_prefix_cache = false;
+  rt::KvCacheType kv_cache = rt::KvCacheType::kF32;
 };
 
 // SIGINT and SIGTERM go to one thread, blocked everywhere else (threads started later, the
@@ -107,6 +109,7 @@ int run(const ServeArgs& a) {
     co.max_context = o.max_model_len + 1;
     co.mtp = a.speculative;
     co.snapshots = !a.no_prefix_cache;
+    co.kv_cache = a.kv_cache;
     cuda = std::make_unique<rt::CudaEngine>(*model, co);
     const rt::CudaLoadStats& ls = cuda->load_stats();
     std::fprintf(stderr, "[%s: %.2f GiB on the GPU, loaded in %.2f s]\n", ls.device_name.c_str(),
@@ -114,7 +117,7 @@ int run(const ServeArgs& a) {
     pe = rt::prefix_engine(*cuda);
     if (a.speculative) spe = rt::speculative_prefix_engine(*cuda);
   } else {
-    cpu = std::make_unique<rt::CpuEngine>(*model, a.threads);
+    cpu = std::make_unique<rt::CpuEngine>(*model, a.threads, a.kv_cache);
     pe = rt::prefix_engine(*cpu);
     if (a.speculative) spe = rt::speculative_prefix_engine(*cpu);
   }
@@ -173,6 +176,7 @@ Command add_serve(CLI::App& app) {
                 "start every request afresh (default: a request that extends the previous one's "
                 "prompt up to its last turn skips that part)");
   sub->add_option("--threads", a->threads, "CPU engine worker threads (default: all cores)");
+  add_kv_cache_option(sub, &a->kv_cache);
   sub->footer(
       "Endpoints: POST /v1/chat/completions, POST /v1/completions (stream: server-sent events),\n"
       "GET /v1/models, GET /health. One request runs at a time; others wait their turn.\n"

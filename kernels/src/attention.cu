@@ -37,9 +37,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "attention_common.cuh"
 #include "attention_prefill.h"
+#include "cp_async.cuh"
 #include "mixer_common.cuh"
 #include "pdl.cuh"
 #include "qf/kern/attention.h"
@@ -82,6 +84,26 @@ int n_splits_for(const AttnShape& s) {
   return std::clamp(2 * n_sm / (s.n_kv_heads * head_blocks(s)), 1, max_splits(s));
 }
 
+// The split kernel's shared memory (its layout there): floats before the Bf16 stages, rounded
+// to 16 bytes, and bytes in all.
+__host__ __device__ constexpr int staged_offset(int hpb, int hd) {
+  return (hpb * (hd + kTile + 3) + 3 * hd + 3) / 4 * 4;
+}
+template <int kHd, class Kv>
+size_t split_smem_bytes(int hpb) {
+  if constexpr (sizeof(Kv) == sizeof(float)) {
+    return (static_cast<size_t>(hpb) * (kHd + kTile + 3) + 3 * kHd) * sizeof(float);
+  }
+  return staged_offset(hpb, kHd) * sizeof(float) + 2 * 2 * kTile * kHd * sizeof(Kv);
+}
+// Lets `kernel` take `bytes` of dynamic shared memory where that is past the default 48 KB.
+template <class K>
+cudaError_t allow_smem(K* kernel, size_t bytes) {
+  if (bytes <= 48 * 1024) return cudaSuccess;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              static_cast<int>(bytes));
+}
+
 // Rows per split for a context of t rows: a multiple of kTile, at least one tile.
 __device__ __forceinline__ int split_chunk(int t, int n_splits) {
   const int c = max(1, (t + n_splits - 1) / n_splits);
@@ -93,8 +115,9 @@ __device__ __forceinline__ int context_len(int pos, int max_len) {
   return min(max(pos + 1, 1), max_len);
 }
 
-// kVec consecutive floats at p (16-byte aligned for 4, 8 for 2). kCg: through L2 only
-// (ld.global.cg): the cache rows may be loaded before the PDL wait (pdl.cuh, rule (b)).
+// kVec consecutive cache entries at p (floats: 16-byte aligned for 4, 8 for 2; Bf16: half
+// that) as floats. kCg: through L2 only (ld.global.cg): the cache rows may be loaded before the PDL
+// wait (pdl.cuh, rule (b)).
 template <int kVec, bool kCg>
 __device__ __forceinline__ void load_vec(const float* p, float* out) {
   if constexpr (kVec == 4) {
@@ -107,6 +130,19 @@ __device__ __forceinline__ void load_vec(const float* p, float* out) {
     out[0] = v.x, out[1] = v.y;
   } else {
     out[0] = kCg ? __ldcg(p) : *p;
+  }
+}
+template <int kVec, bool kCg>
+__device__ __forceinline__ void load_vec(const attn_detail::Bf16* p, float* out) {
+  if constexpr (kVec == 4) {
+    const float4 v = attn_detail::kv_load4<kCg>(p);
+    out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
+  } else if constexpr (kVec == 2) {
+    const unsigned* p2 = reinterpret_cast<const unsigned*>(p);
+    const unsigned w = kCg ? __ldcg(p2) : *p2;
+    out[0] = __uint_as_float(w << 16), out[1] = __uint_as_float(w & 0xFFFF0000u);
+  } else {
+    out[0] = attn_detail::kv_load<kCg>(p);
   }
 }
 
@@ -130,7 +166,12 @@ __device__ __forceinline__ void reduce_scatter(float (&v)[32], int lane) {
 struct AttnArgs {
   const float *q_proj, *k_proj, *v_proj, *q_norm_w, *k_norm_w, *rope;
   const int* pos;
-  float *q, *k_cache, *v_cache, *out;
+  float* q;
+  // Entries of AttnShape::kv (the kernels' Kv, by reinterpret_cast): typed float so that the f32
+  // instances compile as before the bf16 cache (through void*, nvcc placed their address
+  // arithmetic differently).
+  float *k_cache, *v_cache;
+  float* out;
   float *part_o, *part_ml;  // [Nq, n_splits, hd] unnormalized outputs; [Nq, n_splits, 2] (m, l)
   // Prefill (attn_prefill): n_tokens > 0 tokens, token t at pos[t], its q_proj row q_row floats
   // after the one before, its output out_row floats, its partials after the token before's; the
@@ -142,10 +183,10 @@ struct AttnArgs {
 // kFixed: the Qwen3.5 attention shape (kFixed* below) with its head count per block, KV heads
 // and rotary width as compile-time constants, so that the head loops and row strides fold.
 // kPrefill: attn_prefill's tokens (AttnArgs), an instance of its own so that decode's keeps its
-// registers (one instance for both spilled).
-template <int kHd, bool kFixed, bool kPrefill>
-__global__ void __launch_bounds__(kThreads)
-    attn_split_kernel(AttnShape s, int n_splits, int hpb_arg, AttnArgs a) {
+// registers (one instance for both spilled). Kv: the caches' entries (float or Bf16).
+template <int kHd, bool kFixed, bool kPrefill, class Kv>
+__device__ __forceinline__ void attn_split(const AttnShape& s, int n_splits, int hpb_arg,
+                                           const AttnArgs& a) {
   static_assert(!kFixed || kHd == kFixedHd, "the fixed shape only");
   const int hpb = kFixed ? kFixedHpb : hpb_arg;
   constexpr int kE = kHd / 32;  // elements of a K row per lane
@@ -157,6 +198,7 @@ __global__ void __launch_bounds__(kThreads)
                 kRowsPerWarp * kPass == 32);
 
   // q [hpb, hd] | p [hpb, kTile] | m, l, corr [hpb] | new k, new v [hd] | cos, sin [hd / 2]
+  // | Bf16 caches: two stages of a tile's K and V rows ([2][2][kTile][hd], 16-byte aligned)
   extern __shared__ __align__(16) float smem[];
   float* qs = smem;
   float* ps = qs + hpb * kHd;
@@ -167,6 +209,7 @@ __global__ void __launch_bounds__(kThreads)
   float* vn_s = kn_s + kHd;
   float* cos_s = vn_s + kHd;
   float* sin_s = cos_s + kHd / 2;
+  Kv* stage_s = reinterpret_cast<Kv*>(smem + staged_offset(hpb, kHd));
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, dim = tid % kHd, slice = tid / kHd;
 
   // Before the wait: *pos (written by the previous step) and this split's first tile of cached
@@ -183,8 +226,8 @@ __global__ void __launch_bounds__(kThreads)
   const int rot_dim = kFixed ? kFixedRot : s.rot_dim, n_kv = kFixed ? kFixedKv : s.n_kv_heads;
   const int kvh = blockIdx.y, half = rot_dim / 2;
   const size_t row_stride = static_cast<size_t>(n_kv) * kHd;
-  const float* kbase = a.k_cache + static_cast<size_t>(kvh) * kHd;
-  const float* vbase = a.v_cache + static_cast<size_t>(kvh) * kHd;
+  const Kv* kbase = reinterpret_cast<const Kv*>(a.k_cache) + static_cast<size_t>(kvh) * kHd;
+  const Kv* vbase = reinterpret_cast<const Kv*>(a.v_cache) + static_cast<size_t>(kvh) * kHd;
   const float* rope = a.rope + static_cast<size_t>(t_len - 1) * rot_dim;  // (cos, sin) pairs
   for (int i = tid; i < half; i += kThreads) {
     cos_s[i] = rope[2 * i];
@@ -212,9 +255,43 @@ __global__ void __launch_bounds__(kThreads)
     }
 #pragma unroll
     for (int t = 0; t < kTile; ++t)
-      vr[t] = t < end ? __ldcg(vbase + (tb + t) * row_stride + dim) : 0.0f;
+      vr[t] = t < end ? attn_detail::kv_f32(__ldcg(vbase + (tb + t) * row_stride + dim)) : 0.0f;
   };
-  if (t0 < t1) load_tile(t0);
+  // Bf16 caches (kStaged): half the bytes a load, so the tiles go through shared memory instead,
+  // by cp.async one tile ahead (the registers could not hold two), and are read from there in the
+  // registers' layout above; rows from the end are zero-filled.
+  constexpr bool kStaged = sizeof(Kv) != sizeof(float);
+  const auto issue_tile = [&](int tb, int buf) {
+    const int end = min(t1, cached ? pos + 1 : pos) - tb;
+    constexpr int kChunks = kHd / 8, kPer = kTile * kChunks;  // 16-byte chunks a row, a cache
+    Kv* dst = stage_s + buf * 2 * kTile * kHd;
+    for (int i = tid; i < 2 * kPer; i += kThreads) {
+      const int which = i / kPer, r = i % kPer / kChunks, c = i % kChunks;
+      const Kv* src = (which ? vbase : kbase) + (tb + (r < end ? r : 0)) * row_stride + c * 8;
+      gemv_detail::cp_async16(dst + (which * kTile + r) * kHd + c * 8, src, r < end ? 16 : 0);
+    }
+    gemv_detail::cp_async_commit();
+  };
+  const auto tile_from_smem = [&](int buf) {
+    const Kv* ks = stage_s + buf * 2 * kTile * kHd;
+#pragma unroll
+    for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+#pragma unroll
+      for (int c = 0; c < kE / kVec; ++c) {
+        load_vec<kVec, false>(ks + (warp + kWarps * rr) * kHd + c * 32 * kVec + lane * kVec,
+                              &kr[rr][c * kVec]);
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < kTile; ++t) vr[t] = attn_detail::kv_f32(ks[(kTile + t) * kHd + dim]);
+  };
+  if (t0 < t1) {
+    if constexpr (kStaged) {
+      issue_tile(t0, 0);
+    } else {
+      load_tile(t0);
+    }
+  }
   pdl::wait();
   if (t0 >= t1 || pos < 0 || pos >= s.max_len) return;  // contract: 0 <= *pos < max_len
   __syncthreads();                                      // the rotary row
@@ -225,7 +302,8 @@ __global__ void __launch_bounds__(kThreads)
   const int nh = kFixed ? kFixedHpb : min(hpb, group - zb * hpb);
   const bool has_new = !cached && pos < t1;  // this split ends with the new row
   const float* q_proj = a.q_proj + static_cast<size_t>(tok) * a.q_row;
-  // Warp per item: query heads 0 .. nh - 1, then the new k row.
+  // Warp per item: query heads 0 .. nh - 1, then the new k row. The new row as the cache will
+  // hold it (kv_round), so that it is used as later steps will read it.
   for (int it = warp; it < nh + (has_new ? 1 : 0); it += kWarps) {
     if (it < nh) {
       attn_detail::norm_rope_warp<kHd>(q_proj + static_cast<size_t>(h_lo + it) * 2 * kHd,
@@ -233,10 +311,14 @@ __global__ void __launch_bounds__(kThreads)
     } else {
       attn_detail::norm_rope_warp<kHd>(a.k_proj + static_cast<size_t>(kvh) * kHd, a.k_norm_w, s.eps,
                                        half, cos_s, sin_s, kn_s);
+      if constexpr (sizeof(Kv) != sizeof(float)) {
+        for (int i = lane; i < kHd; i += 32) kn_s[i] = attn_detail::kv_round<Kv>(kn_s[i]);
+      }
     }
   }
   if (has_new) {
-    for (int i = tid; i < kHd; i += kThreads) vn_s[i] = a.v_proj[kvh * kHd + i];
+    for (int i = tid; i < kHd; i += kThreads)
+      vn_s[i] = attn_detail::kv_round<Kv>(a.v_proj[kvh * kHd + i]);
   }
   for (int i = tid; i < nh; i += kThreads) {
     m_s[i] = -INFINITY;
@@ -246,8 +328,8 @@ __global__ void __launch_bounds__(kThreads)
   if (has_new && zb == 0) {
     const size_t row = static_cast<size_t>(pos) * row_stride + static_cast<size_t>(kvh) * kHd;
     for (int i = tid; i < kHd; i += kThreads) {
-      a.k_cache[row + i] = kn_s[i];
-      a.v_cache[row + i] = vn_s[i];
+      reinterpret_cast<Kv*>(a.k_cache)[row + i] = attn_detail::kv_entry<Kv>(kn_s[i]);
+      reinterpret_cast<Kv*>(a.v_cache)[row + i] = attn_detail::kv_entry<Kv>(vn_s[i]);
     }
   }
   if (a.q && blockIdx.x == 0) {
@@ -258,9 +340,20 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int u = 0; u < kMaxAcc; ++u) acc[u] = 0.0f;
   const float scale = 1.0f / sqrtf(static_cast<float>(kHd));
-  for (int tb = t0; tb < t1; tb += kTile) {
+  for (int tb = t0, buf = 0; tb < t1; tb += kTile, buf ^= 1) {
     const int nt = min(kTile, t1 - tb);
-    if (tb != t0) load_tile(tb);
+    if constexpr (kStaged) {
+      if (tb + kTile < t1) {
+        issue_tile(tb + kTile, buf ^ 1);  // its buffer's last reader was the tile before's
+      } else {
+        gemv_detail::cp_async_commit();
+      }
+      gemv_detail::cp_async_wait<1>();
+      __syncthreads();
+      tile_from_smem(buf);
+    } else if (tb != t0) {
+      load_tile(tb);
+    }
     if (has_new && pos < tb + kTile) {  // the new row is in this tile: from shared memory
       const int r_new = pos - tb;
 #pragma unroll
@@ -356,6 +449,26 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+template <int kHd, bool kFixed, bool kPrefill>
+__global__ void __launch_bounds__(kThreads)
+    attn_split_kernel(AttnShape s, int n_splits, int hpb_arg, AttnArgs a) {
+  attn_split<kHd, kFixed, kPrefill, float>(s, n_splits, hpb_arg, a);
+}
+// Bf16 caches: two blocks an SM, so at most 128 registers (unbounded, ptxas took 182: one block).
+template <int kHd, bool kFixed, bool kPrefill>
+__global__ void __launch_bounds__(kThreads, 2)
+    attn_split_bf16_kernel(AttnShape s, int n_splits, int hpb_arg, AttnArgs a) {
+  attn_split<kHd, kFixed, kPrefill, attn_detail::Bf16>(s, n_splits, hpb_arg, a);
+}
+// The split kernel for the caches' entries.
+template <int kHd, bool kFixed, bool kPrefill, class Kv>
+constexpr auto split_kernel() {
+  if constexpr (sizeof(Kv) == sizeof(float))
+    return attn_split_kernel<kHd, kFixed, kPrefill>;
+  else
+    return attn_split_bf16_kernel<kHd, kFixed, kPrefill>;
+}
+
 // One block per query head (and token: blockIdx.y, prefill). Thread sp < n_active takes split
 // sp for the global max and the total sum (fixed shuffle trees); thread (dim, grp) then sums
 // splits grp, grp + n_grp, ... of output dim `dim` (many loads in flight), and group 0 adds the
@@ -438,22 +551,24 @@ __global__ void attn_rope_kernel(AttnShape s, float* __restrict__ table) {
   }
 }
 
-template <int kHd>
+template <int kHd, class Kv>
 cudaError_t launch_decode(const AttnShape& s, AttnArgs a, float* scratch, cudaStream_t stream) {
   const int n_splits = n_splits_for(s), hpb = heads_per_block(s), n_sub = head_blocks(s);
   a.part_o = scratch;
   a.part_ml = scratch + static_cast<size_t>(s.n_q_heads) * n_splits * kHd;
   const dim3 grid(static_cast<unsigned>(n_splits), static_cast<unsigned>(s.n_kv_heads),
                   static_cast<unsigned>(n_sub));
-  const size_t smem = (static_cast<size_t>(hpb) * (kHd + kTile + 3) + 3 * kHd) * sizeof(float);
+  const size_t smem = split_smem_bytes<kHd, Kv>(hpb);
   bool fixed = false;
   if constexpr (kHd == kFixedHd) {
     fixed = s.n_kv_heads == kFixedKv && s.rot_dim == kFixedRot && hpb == kFixedHpb &&
             (s.n_q_heads / s.n_kv_heads) % kFixedHpb == 0;
   }
-  const auto kernel =
-      fixed ? attn_split_kernel<kHd, kHd == kFixedHd, false> : attn_split_kernel<kHd, false, false>;
-  const cudaError_t err = pdl::launch(kernel, grid, kThreads, smem, stream, s, n_splits, hpb, a);
+  const auto kernel = fixed ? split_kernel<kHd, kHd == kFixedHd, false, Kv>()
+                            : split_kernel<kHd, false, false, Kv>();
+  cudaError_t err = allow_smem(kernel, smem);
+  if (err != cudaSuccess) return err;
+  err = pdl::launch(kernel, grid, kThreads, smem, stream, s, n_splits, hpb, a);
   if (err != cudaSuccess) return err;
   return pdl::launch(attn_combine_kernel<false>, s.n_q_heads, kCombineThreads, 0, stream, s,
                      n_splits, a.q_proj, a.pos, a.part_o, a.part_ml, a.out, size_t{0}, size_t{0});
@@ -461,7 +576,7 @@ cudaError_t launch_decode(const AttnShape& s, AttnArgs a, float* scratch, cudaSt
 
 // Prefill: token t's k and v rows into the caches at pos[t] (one warp per token and KV head, the
 // normed, rotated k exactly as attn_split_kernel makes it).
-template <int kHd>
+template <int kHd, class Kv>
 __global__ void __launch_bounds__(32) attn_append_kernel(AttnShape s, AttnArgs a, size_t ld) {
   __shared__ float kn[kHd], cos_s[kHd / 2], sin_s[kHd / 2];
   const int t = blockIdx.x, kvh = blockIdx.y, lane = threadIdx.x, half = s.rot_dim / 2;
@@ -477,40 +592,39 @@ __global__ void __launch_bounds__(32) attn_append_kernel(AttnShape s, AttnArgs a
   attn_detail::norm_rope_warp<kHd>(a.k_proj + src, a.k_norm_w, s.eps, half, cos_s, sin_s, kn);
   const size_t row = (static_cast<size_t>(pos) * s.n_kv_heads + kvh) * kHd;
   for (int i = lane; i < kHd; i += 32) {
-    a.k_cache[row + i] = kn[i];
-    a.v_cache[row + i] = a.v_proj[src + i];
+    reinterpret_cast<Kv*>(a.k_cache)[row + i] = attn_detail::kv_entry<Kv>(kn[i]);
+    reinterpret_cast<Kv*>(a.v_cache)[row + i] = attn_detail::kv_entry<Kv>(a.v_proj[src + i]);
   }
 }
 
-template <int kHd>
+template <int kHd, class Kv>
 void append(const AttnShape& s, const AttnArgs& a, size_t ld, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(s.n_kv_heads));
-  attn_append_kernel<kHd><<<grid, 32, 0, stream>>>(s, a, ld);
+  attn_append_kernel<kHd, Kv><<<grid, 32, 0, stream>>>(s, a, ld);
 }
 
 // Prefill: the append, then the split kernel in one split per token (grid.z: token x head
 // block) and the combine (grid.y: token), plain launches.
-template <int kHd>
+template <int kHd, class Kv>
 cudaError_t launch_prefill(const AttnShape& s, AttnArgs a, size_t ld, float* scratch,
                            cudaStream_t stream) {
   const int n = a.n_tokens, hpb = heads_per_block(s), n_sub = head_blocks(s);
-  append<kHd>(s, a, ld, stream);
+  append<kHd, Kv>(s, a, ld, stream);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
   a.part_o = scratch;
   a.part_ml = scratch + static_cast<size_t>(n) * s.n_q_heads * kHd;
   const dim3 grid(1, static_cast<unsigned>(s.n_kv_heads), static_cast<unsigned>(n * n_sub));
-  const size_t smem = (static_cast<size_t>(hpb) * (kHd + kTile + 3) + 3 * kHd) * sizeof(float);
+  const size_t smem = split_smem_bytes<kHd, Kv>(hpb);
   bool fixed = false;
   if constexpr (kHd == kFixedHd) {
     fixed = s.n_kv_heads == kFixedKv && s.rot_dim == kFixedRot && hpb == kFixedHpb &&
             (s.n_q_heads / s.n_kv_heads) % kFixedHpb == 0;
   }
-  if (fixed) {
-    attn_split_kernel<kHd, kHd == kFixedHd, true><<<grid, kThreads, smem, stream>>>(s, 1, hpb, a);
-  } else {
-    attn_split_kernel<kHd, false, true><<<grid, kThreads, smem, stream>>>(s, 1, hpb, a);
-  }
+  const auto kernel =
+      fixed ? split_kernel<kHd, kHd == kFixedHd, true, Kv>() : split_kernel<kHd, false, true, Kv>();
+  if ((err = allow_smem(kernel, smem)) != cudaSuccess) return err;
+  kernel<<<grid, kThreads, smem, stream>>>(s, 1, hpb, a);
   if ((err = cudaGetLastError()) != cudaSuccess) return err;
   attn_combine_kernel<true>
       <<<dim3(static_cast<unsigned>(s.n_q_heads), static_cast<unsigned>(n)), kCombineThreads, 0,
@@ -521,10 +635,34 @@ cudaError_t launch_prefill(const AttnShape& s, AttnArgs a, size_t ld, float* scr
 bool shape_ok(const AttnShape& s) {
   return s.n_q_heads > 0 && s.n_kv_heads > 0 && s.n_q_heads % s.n_kv_heads == 0 && s.max_len > 0 &&
          (s.head_dim == 64 || s.head_dim == 128 || s.head_dim == 256) && s.rot_dim >= 0 &&
-         s.rot_dim % 2 == 0 && s.rot_dim <= s.head_dim;
+         s.rot_dim % 2 == 0 && s.rot_dim <= s.head_dim &&
+         (s.kv == KvType::kF32 || s.kv == KvType::kBf16);
+}
+
+// f(std::integral_constant<int, hd>, Kv()) for the shape's head_dim and cache entries (shapes
+// shape_ok takes).
+template <int kHd, class F>
+cudaError_t dispatch_kv(const AttnShape& s, F&& f) {
+  const std::integral_constant<int, kHd> hd;
+  return s.kv == KvType::kBf16 ? f(hd, attn_detail::Bf16()) : f(hd, 0.0f);
+}
+template <class F>
+cudaError_t dispatch(const AttnShape& s, F&& f) {
+  switch (s.head_dim) {
+    case 64:
+      return dispatch_kv<64>(s, f);
+    case 128:
+      return dispatch_kv<128>(s, f);
+    default:
+      return dispatch_kv<256>(s, f);
+  }
 }
 
 }  // namespace
+
+size_t attn_kv_bytes(const AttnShape& shape) {
+  return shape.kv == KvType::kBf16 ? sizeof(attn_detail::Bf16) : sizeof(float);
+}
 
 size_t attn_rope_floats(const AttnShape& shape) {
   return shape_ok(shape) ? static_cast<size_t>(shape.max_len) * shape.rot_dim : 0;
@@ -546,19 +684,28 @@ size_t attn_scratch_floats(const AttnShape& shape) {
 
 cudaError_t attn_decode(const AttnShape& shape, const float* q_proj, const float* k_proj,
                         const float* v_proj, const float* q_norm_w, const float* k_norm_w,
-                        const float* rope, const int* pos, float* q, float* k_cache, float* v_cache,
+                        const float* rope, const int* pos, float* q, void* k_cache, void* v_cache,
                         float* out, float* scratch, cudaStream_t stream) {
   if (!shape_ok(shape)) return cudaErrorInvalidValue;
-  const AttnArgs a{q_proj,  k_proj,  v_proj, q_norm_w, k_norm_w, rope, pos, q,
-                   k_cache, v_cache, out,    nullptr,  nullptr,  0,    0,   0};
-  switch (shape.head_dim) {
-    case 64:
-      return launch_decode<64>(shape, a, scratch, stream);
-    case 128:
-      return launch_decode<128>(shape, a, scratch, stream);
-    default:
-      return launch_decode<256>(shape, a, scratch, stream);
-  }
+  const AttnArgs a{q_proj,
+                   k_proj,
+                   v_proj,
+                   q_norm_w,
+                   k_norm_w,
+                   rope,
+                   pos,
+                   q,
+                   static_cast<float*>(k_cache),
+                   static_cast<float*>(v_cache),
+                   out,
+                   nullptr,
+                   nullptr,
+                   0,
+                   0,
+                   0};
+  return dispatch(shape, [&](auto hd, auto kv) {
+    return launch_decode<decltype(hd)::value, decltype(kv)>(shape, a, scratch, stream);
+  });
 }
 
 bool attn_prefill_ok(const AttnShape& shape, int n) {
@@ -575,8 +722,8 @@ size_t attn_prefill_scratch_floats(const AttnShape& shape, int n) {
 
 cudaError_t attn_prefill(const AttnShape& shape, const float* q_proj, const float* k_proj,
                          const float* v_proj, size_t ld, int n, const float* q_norm_w,
-                         const float* k_norm_w, const float* rope, const int* pos, float* k_cache,
-                         float* v_cache, float* out, size_t ld_out, float* scratch,
+                         const float* k_norm_w, const float* rope, const int* pos, void* k_cache,
+                         void* v_cache, float* out, size_t ld_out, float* scratch,
                          cudaStream_t stream, AttnPrefillPath path) {
   if (!attn_prefill_ok(shape, n)) return cudaErrorInvalidValue;
   using attn_detail::MmaShape;
@@ -594,23 +741,33 @@ cudaError_t attn_prefill(const AttnShape& shape, const float* q_proj, const floa
     return cudaErrorInvalidValue;  // asked for a path the shape or the device cannot take
   }
   if (n == 0) return cudaSuccess;
-  const AttnArgs a{q_proj,  k_proj,  v_proj, q_norm_w, k_norm_w, rope, pos, nullptr,
-                   k_cache, v_cache, out,    nullptr,  nullptr,  n,    ld,  ld_out};
-  if (path != AttnPrefillPath::kScalar) {
-    append<256>(shape, a, ld, stream);
+  const AttnArgs a{q_proj,
+                   k_proj,
+                   v_proj,
+                   q_norm_w,
+                   k_norm_w,
+                   rope,
+                   pos,
+                   nullptr,
+                   static_cast<float*>(k_cache),
+                   static_cast<float*>(v_cache),
+                   out,
+                   nullptr,
+                   nullptr,
+                   n,
+                   ld,
+                   ld_out};
+  return dispatch(shape, [&](auto hd, auto kv) {
+    constexpr int kHd = decltype(hd)::value;
+    using Kv = decltype(kv);
+    if (path == AttnPrefillPath::kScalar)
+      return launch_prefill<kHd, Kv>(shape, a, ld, scratch, stream);
+    append<kHd, Kv>(shape, a, ld, stream);  // kHd is 256 here (mma_prefill_shape_ok)
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
     return attn_detail::launch_prefill_mma(shape_of(path), shape, q_proj, ld, n, q_norm_w, rope,
                                            pos, k_cache, v_cache, out, ld_out, scratch, stream);
-  }
-  switch (shape.head_dim) {
-    case 64:
-      return launch_prefill<64>(shape, a, ld, scratch, stream);
-    case 128:
-      return launch_prefill<128>(shape, a, ld, scratch, stream);
-    default:
-      return launch_prefill<256>(shape, a, ld, scratch, stream);
-  }
+  });
 }
 
 }  // namespace qf::kern

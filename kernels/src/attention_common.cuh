@@ -4,9 +4,50 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "mixer_common.cuh"
+#include "qf/quant/formats.h"
 
 namespace qf::kern::attn_detail {
+
+// The caches' element types (AttnShape::kv): float, or Bf16 (a bf16's bits). kv_round gives the
+// value an entry holds once stored (formats.h's round to nearest even, the CPU twins' too),
+// kv_entry the entry itself, kv_f32 an entry's value; kv_load reads one Bf16 entry and kv_load4
+// four consecutive entries (16-byte or 8-byte aligned), through L2 only (ld.global.cg) when kCg.
+using Bf16 = uint16_t;
+template <class Kv>
+__device__ __forceinline__ float kv_round(float x) {
+  if constexpr (sizeof(Kv) == 2) return quant::bf16_to_f32(quant::f32_to_bf16(x));
+  return x;
+}
+template <class Kv>
+__device__ __forceinline__ Kv kv_entry(float x) {
+  if constexpr (sizeof(Kv) == 2) return quant::f32_to_bf16(x);
+  return x;
+}
+__device__ __forceinline__ float kv_f32(float x) {
+  return x;
+}
+__device__ __forceinline__ float kv_f32(Bf16 x) {
+  return quant::bf16_to_f32(x);
+}
+template <bool kCg>
+__device__ __forceinline__ float kv_load(const Bf16* p) {
+  return kv_f32(kCg ? __ldcg(p) : *p);
+}
+template <bool kCg>
+__device__ __forceinline__ float4 kv_load4(const float* p) {
+  const float4* p4 = reinterpret_cast<const float4*>(p);
+  return kCg ? __ldcg(p4) : *p4;
+}
+template <bool kCg>
+__device__ __forceinline__ float4 kv_load4(const Bf16* p) {
+  const uint2* p2 = reinterpret_cast<const uint2*>(p);
+  const uint2 w = kCg ? __ldcg(p2) : *p2;
+  return make_float4(__uint_as_float(w.x << 16), __uint_as_float(w.x & 0xFFFF0000u),
+                     __uint_as_float(w.y << 16), __uint_as_float(w.y & 0xFFFF0000u));
+}
 
 // Writes the zero-centred RMSNorm of src (hd floats; sum of squares in double, as the CPU
 // engine) times (1 + w) to dst, then rotates pairs (i, i + half) for i < half. One warp.

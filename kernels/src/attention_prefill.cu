@@ -67,9 +67,10 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
 }
-// Rows 0 .. pos[n - 1] of both caches ([max_len, n_kv, hd] f32) as limb pairs.
+// Rows 0 .. pos[n - 1] of both caches ([max_len, n_kv, hd] of Kv: float or Bf16) as limb pairs.
+template <class Kv>
 __global__ void __launch_bounds__(256)
-    kv_limbs_kernel(const float* __restrict__ k_cache, const float* __restrict__ v_cache,
+    kv_limbs_kernel(const Kv* __restrict__ k_cache, const Kv* __restrict__ v_cache,
                     const int* __restrict__ pos_last, int n_kv, int max_len,
                     uint4* __restrict__ k_limbs, uint4* __restrict__ v_limbs) {
   const int rows = min(max(*pos_last + 1, 0), max_len);
@@ -78,8 +79,8 @@ __global__ void __launch_bounds__(256)
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const bool is_v = i >= per_cache;
     const size_t j = is_v ? i - per_cache : i;
-    const float4* src = reinterpret_cast<const float4*>(is_v ? v_cache : k_cache) + 2 * j;
-    const float4 x0 = __ldcg(src), x1 = __ldcg(src + 1);
+    const Kv* src = (is_v ? v_cache : k_cache) + 8 * j;
+    const float4 x0 = kv_load4<true>(src), x1 = kv_load4<true>(src + 4);
     uint4 hi, lo;
     split2(x0.x, x0.y, hi.x, lo.x);
     split2(x0.z, x0.w, hi.y, lo.y);
@@ -365,8 +366,8 @@ size_t mma_prefill_scratch_floats(const AttnShape& shape) {
 
 cudaError_t launch_prefill_mma(MmaShape m, const AttnShape& shape, const float* q_proj, size_t ld,
                                int n, const float* q_norm_w, const float* rope, const int* pos,
-                               const float* k_cache, const float* v_cache, float* out,
-                               size_t ld_out, float* scratch, cudaStream_t stream) {
+                               const void* k_cache, const void* v_cache, float* out, size_t ld_out,
+                               float* scratch, cudaStream_t stream) {
   auto* k_limbs = reinterpret_cast<uint4*>(scratch);
   auto* v_limbs = k_limbs + static_cast<size_t>(shape.max_len) * shape.n_kv_heads * 2 * kChunks;
   int device = 0, n_sm = 0;
@@ -374,8 +375,16 @@ cudaError_t launch_prefill_mma(MmaShape m, const AttnShape& shape, const float* 
       cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
     return cudaGetLastError();
   }
-  kv_limbs_kernel<<<4 * n_sm, 256, 0, stream>>>(k_cache, v_cache, pos + (n - 1), shape.n_kv_heads,
-                                                shape.max_len, k_limbs, v_limbs);
+  const int* pos_last = pos + (n - 1);
+  if (shape.kv == KvType::kBf16) {
+    kv_limbs_kernel<<<4 * n_sm, 256, 0, stream>>>(
+        static_cast<const Bf16*>(k_cache), static_cast<const Bf16*>(v_cache), pos_last,
+        shape.n_kv_heads, shape.max_len, k_limbs, v_limbs);
+  } else {
+    kv_limbs_kernel<<<4 * n_sm, 256, 0, stream>>>(
+        static_cast<const float*>(k_cache), static_cast<const float*>(v_cache), pos_last,
+        shape.n_kv_heads, shape.max_len, k_limbs, v_limbs);
+  }
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
   const PrefillArgs a{q_proj, q_norm_w, rope, pos, k_limbs, v_limbs, out, ld, ld_out, n};

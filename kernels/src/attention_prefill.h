@@ -25,10 +25,10 @@ size_t mma_prefill_scratch_floats(const AttnShape& shape);
 
 // out[t * ld_out + h * hd ..] = attention of token t (at pos[t], rows 0 .. pos[t] of the caches,
 // which hold every row up to pos[n - 1]) for query head h, times sigmoid(gate); q from q_proj
-// (row t at t * ld) normed and rotated as attn_decode does.
+// (row t at t * ld) normed and rotated as attn_decode does. The caches' entries: shape.kv.
 cudaError_t launch_prefill_mma(MmaShape m, const AttnShape& shape, const float* q_proj, size_t ld,
                                int n, const float* q_norm_w, const float* rope, const int* pos,
-                               const float* k_cache, const float* v_cache, float* out,
-                               size_t ld_out, float* scratch, cudaStream_t stream);
+                               const void* k_cache, const void* v_cache, float* out, size_t ld_out,
+                               float* scratch, cudaStream_t stream);
 
 }  // namespace qf::kern::attn_detail

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "qf/kern/attention.h"
+#include "qf/quant/formats.h"
 
 namespace qf::kern {
 namespace {
@@ -55,6 +56,12 @@ void attn_prepare_ref(const AttnShape& shape, const float* q_proj, const float* 
               k_cache + row + h * hd);
   }
   std::copy(v_proj, v_proj + nkv * hd, v_cache + row);
+  if (shape.kv == KvType::kBf16) {
+    for (int64_t i = row; i < row + nkv * hd; ++i) {
+      k_cache[i] = quant::bf16_to_f32(quant::f32_to_bf16(k_cache[i]));
+      v_cache[i] = quant::bf16_to_f32(quant::f32_to_bf16(v_cache[i]));
+    }
+  }
 }
 
 void attn_decode_ref(const AttnShape& shape, const float* q, const float* q_proj,

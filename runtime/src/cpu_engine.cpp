@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "qf/error.h"
+#include "qf/quant/formats.h"
 
 namespace qf::rt {
 namespace {
@@ -56,8 +57,8 @@ struct CpuEngine::Scratch {
   std::vector<float> emb, cat, t1;             // MTP
 };
 
-CpuEngine::CpuEngine(const Model& model, int threads)
-    : model_(model), pool_(threads), s_(std::make_unique<Scratch>()) {
+CpuEngine::CpuEngine(const Model& model, int threads, KvCacheType kv)
+    : model_(model), kv_(kv), pool_(threads), s_(std::make_unique<Scratch>()) {
   reset();
 }
 
@@ -140,6 +141,10 @@ void CpuEngine::attention(const AttentionWeights& w, std::vector<float>& kc, std
     float* kh = s.k.data() + h * hd;
     rms_norm_1p(kh, w.k_norm.data(), hd, eps, kh);
     rope(kh, s.cos.data(), s.sin.data(), rot);
+  }
+  if (kv_ == KvCacheType::kBf16) {  // the rows as the cache holds them, used from here on
+    for (float& e : s.k) e = quant::bf16_to_f32(quant::f32_to_bf16(e));
+    for (float& e : s.v) e = quant::bf16_to_f32(quant::f32_to_bf16(e));
   }
   kc.insert(kc.end(), s.k.begin(), s.k.end());
   vc.insert(vc.end(), s.v.begin(), s.v.end());

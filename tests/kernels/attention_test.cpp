@@ -14,6 +14,10 @@
 //     through cancellation); u * sqrt(4096) ~ 4e-6 bounds the typical error of the sums.
 // attn_prefill: the appended rows bit for bit attn_decode's, the outputs within the same bound
 // (PrefillIsDecodeWithinRounding).
+// bf16 caches (AttnShape::kv): the twins round their appended rows as the GPU does
+// (quant::f32_to_bf16). v rows: exact; k rows: each entry the twin's or one bf16 ulp from it (the
+// ~1e-7 differences above can fall on either side of a rounding midpoint); outputs: the twin's
+// attention over the GPU's own cache rows, within the f32 bound.
 // Skips (and says why) where no CUDA device is present.
 #include <gtest/gtest.h>
 
@@ -27,6 +31,7 @@
 
 #include "mixer_check.h"
 #include "qf/kern/attention.h"
+#include "qf/quant/formats.h"
 
 namespace qf::kern {
 namespace {
@@ -36,12 +41,67 @@ using test::expect_close;
 using test::randn;
 using test::rms;
 using test::upload;
+using test::upload_to;
+
+// A KV cache of n entries of shape.kv on the device, zeroed, and read back as floats.
+class DeviceCache {
+ public:
+  DeviceCache(const AttnShape& s, size_t n)
+      : bf16_(s.kv == KvType::kBf16), f32_(bf16_ ? 0 : n), b16_(bf16_ ? n : 0) {
+    if (n > 0) QF_CUDA_CHECK(cudaMemset(data(), 0, n * attn_kv_bytes(s)));
+  }
+  // From floats (bf16: rounded; `values` then holds what the cache holds).
+  DeviceCache(const AttnShape& s, std::vector<float>& values) : DeviceCache(s, values.size()) {
+    if (!bf16_) {
+      upload_to(values, f32_);
+      return;
+    }
+    std::vector<uint16_t> bits(values.size());
+    for (size_t i = 0; i < values.size(); ++i) {
+      bits[i] = quant::f32_to_bf16(values[i]);
+      values[i] = quant::bf16_to_f32(bits[i]);
+    }
+    upload_to(bits, b16_);
+  }
+  void* data() { return bf16_ ? static_cast<void*>(b16_.data()) : f32_.data(); }
+  std::vector<float> read(size_t n = SIZE_MAX) const {
+    if (!bf16_) return download(f32_, n);
+    const std::vector<uint16_t> bits = download(b16_, n);
+    std::vector<float> out(bits.size());
+    for (size_t i = 0; i < bits.size(); ++i) out[i] = quant::bf16_to_f32(bits[i]);
+    return out;
+  }
+
+ private:
+  bool bf16_;
+  DeviceBuffer<float> f32_;
+  DeviceBuffer<uint16_t> b16_;
+};
+
+// Entries equal or one bf16 ulp apart (both bf16 values), counting the latter.
+void expect_within_bf16_ulp(const std::vector<float>& got, const std::vector<float>& want,
+                            const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  size_t off = 0, bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i] == want[i]) continue;
+    const float ulp =
+        std::ldexp(1.0f, std::ilogb(std::max(std::fabs(got[i]), std::fabs(want[i]))) - 7);
+    ++(std::fabs(got[i] - want[i]) <= ulp ? off : bad);
+  }
+  EXPECT_EQ(bad, 0u) << what << ": entries more than a bf16 ulp from the twin's";
+  EXPECT_LE(off, got.size() / 1000 + 1) << what << ": entries an ulp off";
+}
+
+std::string kv_name(const AttnShape& s) {
+  return s.kv == KvType::kBf16 ? " bf16" : " f32";
+}
 
 // Runs positions 0 .. max_len - 1 (or n_steps) and compares everything at `checks`.
 void run_sequence(const AttnShape& s, int n_steps, const std::vector<int>& checks, uint64_t seed) {
   const std::string name = "Nq " + std::to_string(s.n_q_heads) + " Nkv " +
                            std::to_string(s.n_kv_heads) + " hd " + std::to_string(s.head_dim) +
-                           " rot " + std::to_string(s.rot_dim);
+                           " rot " + std::to_string(s.rot_dim) + kv_name(s);
   SCOPED_TRACE(name);
   std::printf("attention %s max_len %d\n", name.c_str(), s.max_len);
   std::mt19937_64 g(seed);
@@ -51,11 +111,9 @@ void run_sequence(const AttnShape& s, int n_steps, const std::vector<int>& check
   const std::vector<float> q_norm_w = randn(hd, g, 0.1f), k_norm_w = randn(hd, g, 0.1f);
   auto d_qn = upload(q_norm_w), d_kn = upload(k_norm_w);
   DeviceBuffer<float> d_qproj(nq * 2 * hd), d_kproj(kv_row), d_vproj(kv_row), d_q(nq * hd),
-      d_out(nq * hd), d_kc(cache), d_vc(cache), d_scratch(attn_scratch_floats(s)),
-      d_rope(attn_rope_floats(s) + 1);
+      d_out(nq * hd), d_scratch(attn_scratch_floats(s)), d_rope(attn_rope_floats(s) + 1);
+  DeviceCache d_kc(s, cache), d_vc(s, cache);
   DeviceBuffer<int> d_pos(1);
-  QF_CUDA_CHECK(cudaMemset(d_kc.data(), 0, d_kc.bytes()));
-  QF_CUDA_CHECK(cudaMemset(d_vc.data(), 0, d_vc.bytes()));
   ASSERT_EQ(attn_rope_table(s, d_rope.data(), nullptr), cudaSuccess);
   std::vector<float> kc(cache, 0.0f), vc(cache, 0.0f), q(nq * hd), out(nq * hd);
 
@@ -89,15 +147,20 @@ void run_sequence(const AttnShape& s, int n_steps, const std::vector<int>& check
     if (std::find(checks.begin(), checks.end(), pos) == checks.end()) continue;
 
     SCOPED_TRACE("context " + std::to_string(pos + 1));
-    attn_decode_ref(s, q.data(), q_proj.data(), kc.data(), vc.data(), pos, out.data());
     const size_t used = static_cast<size_t>(pos + 1) * kv_row;
-    const std::vector<float> got_k = download(d_kc, used), got_v = download(d_vc, used);
+    const std::vector<float> got_k = d_kc.read(used), got_v = d_vc.read(used);
     const std::vector<float> want_k(kc.begin(), kc.begin() + static_cast<ptrdiff_t>(used)),
         want_v(vc.begin(), vc.begin() + static_cast<ptrdiff_t>(used));
     const std::string at = " T" + std::to_string(pos + 1);
     EXPECT_EQ(std::memcmp(got_v.data(), want_v.data(), used * sizeof(float)), 0) << "v cache";
     expect_close(download(d_q), q, rms(q), 1e-5, "q" + at);
-    expect_close(got_k, want_k, rms(want_k), 1e-5, "k cache" + at);
+    if (s.kv == KvType::kBf16) {
+      expect_within_bf16_ulp(got_k, want_k, "k cache" + at);
+      attn_decode_ref(s, q.data(), q_proj.data(), got_k.data(), got_v.data(), pos, out.data());
+    } else {
+      expect_close(got_k, want_k, rms(want_k), 1e-5, "k cache" + at);
+      attn_decode_ref(s, q.data(), q_proj.data(), kc.data(), vc.data(), pos, out.data());
+    }
     expect_close(download(d_out), out, rms(want_v), 1e-5, "out" + at);
     if (::testing::Test::HasFailure()) break;
   }
@@ -108,9 +171,10 @@ void run_sequence(const AttnShape& s, int n_steps, const std::vector<int>& check
 
 TEST(AttentionKernel, Qwen35_122B) {
   QF_REQUIRE_GPU();
-  const AttnShape s{
-      .n_q_heads = 32, .n_kv_heads = 2, .head_dim = 256, .rot_dim = 64, .max_len = 4096};
+  AttnShape s{.n_q_heads = 32, .n_kv_heads = 2, .head_dim = 256, .rot_dim = 64, .max_len = 4096};
   run_sequence(s, 4096, {0, 6, 31, 32, 299, 1000, 4095}, 11);
+  s.kv = KvType::kBf16;
+  run_sequence(s, 4096, {0, 6, 31, 32, 299, 1000, 4095}, 21);
 }
 TEST(AttentionKernel, Qwen35_35BLongContext) {
   QF_REQUIRE_GPU();
@@ -139,6 +203,17 @@ TEST(AttentionKernel, AwkwardShapes) {
   run_sequence(
       AttnShape{.n_q_heads = 4, .n_kv_heads = 4, .head_dim = 256, .rot_dim = 0, .max_len = 40}, 40,
       {0, 39}, 15);
+  // bf16 caches at each head size (kVec 2 and 4 loads) and the general instance.
+  for (const int hd : {64, 128, 256}) {
+    run_sequence(AttnShape{.n_q_heads = 6,
+                           .n_kv_heads = 3,
+                           .head_dim = hd,
+                           .rot_dim = hd / 2,
+                           .theta = 1e4f,
+                           .max_len = 70,
+                           .kv = KvType::kBf16},
+                 70, {0, 31, 32, 69}, 30 + hd);
+  }
 }
 TEST(AttentionKernel, LargeGroupsSplitAcrossBlocks) {
   QF_REQUIRE_GPU();
@@ -182,7 +257,7 @@ void expect_prefill_is_decode(const AttnShape& s, int p0, int n, uint64_t seed,
                               AttnPrefillPath path = AttnPrefillPath::kScalar) {
   SCOPED_TRACE("prefill Nq " + std::to_string(s.n_q_heads) + " hd " + std::to_string(s.head_dim) +
                " from " + std::to_string(p0) + " n " + std::to_string(n) + " path " +
-               std::to_string(static_cast<int>(path)));
+               std::to_string(static_cast<int>(path)) + kv_name(s));
   std::mt19937_64 g(seed);
   const size_t nq = s.n_q_heads, hd = s.head_dim, kv_row = s.n_kv_heads * hd;
   const size_t ld = nq * 2 * hd + 2 * kv_row + 3, ld_out = nq * hd + 1;  // q | k | v, padded
@@ -191,7 +266,7 @@ void expect_prefill_is_decode(const AttnShape& s, int p0, int n, uint64_t seed,
   std::vector<float> rows = randn(n * ld, g, 1.0f, 0.1f), kc = randn(cache, g, 0.5f),
                      vc = randn(cache, g);
   auto d_qn = upload(q_norm_w), d_kn = upload(k_norm_w), d_rows = upload(rows);
-  auto d_kc_a = upload(kc), d_vc_a = upload(vc), d_kc_b = upload(kc), d_vc_b = upload(vc);
+  DeviceCache d_kc_a(s, kc), d_vc_a(s, vc), d_kc_b(s, kc), d_vc_b(s, vc);
   std::vector<int> pos(n);
   for (int t = 0; t < n; ++t) pos[t] = p0 + t;
   auto d_pos = upload(pos);
@@ -218,8 +293,8 @@ void expect_prefill_is_decode(const AttnShape& s, int p0, int n, uint64_t seed,
   const auto same = [](const std::vector<float>& x, const std::vector<float>& y) {
     return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * 4) == 0;
   };
-  EXPECT_TRUE(same(download(d_kc_a), download(d_kc_b))) << "k cache";
-  EXPECT_TRUE(same(download(d_vc_a), download(d_vc_b))) << "v cache";
+  EXPECT_TRUE(same(d_kc_a.read(), d_kc_b.read())) << "k cache";
+  EXPECT_TRUE(same(d_vc_a.read(), d_vc_b.read())) << "v cache";
   const std::vector<float> used_v(vc.begin(), vc.begin() + (p0 + n) * kv_row);
   expect_close(download(d_out_a), download(d_out_b), rms(used_v), 1e-5, "outputs");
 }
@@ -238,6 +313,10 @@ TEST(AttentionKernel, PrefillIsDecodeWithinRounding) {
   AttnShape big_group{.n_q_heads = 40, .n_kv_heads = 2, .head_dim = 128, .rot_dim = 32};
   big_group.max_len = 80;  // 20 heads a KV head: head blocks of 16 and 4
   expect_prefill_is_decode(big_group, 10, 17, 6);
+  for (AttnShape b : {q122, odd, big_group}) {
+    b.kv = KvType::kBf16;
+    expect_prefill_is_decode(b, 31, 33, 7);
+  }
   EXPECT_EQ(attn_prefill(q122, nullptr, nullptr, nullptr, 0, 65535, nullptr, nullptr, nullptr,
                          nullptr, nullptr, nullptr, nullptr, 0, nullptr, nullptr),
             cudaErrorInvalidValue);
@@ -268,6 +347,9 @@ TEST(AttentionKernel, TensorCorePrefillIsDecodeWithinRounding) {
     expect_prefill_is_decode(g3, 3, 131, 16, path);
     expect_prefill_is_decode(mha, 1, 127, 17, path);
     expect_prefill_is_decode(deep, 5700, 70, 18, path);
+    AttnShape b = q122;
+    b.kv = KvType::kBf16;
+    expect_prefill_is_decode(b, 300, 256, 19, path);
   }
   // A shape the path does not take: refused before any launch.
   AttnShape hd128{.n_q_heads = 4, .n_kv_heads = 2, .head_dim = 128, .rot_dim = 64};
@@ -296,6 +378,12 @@ TEST(AttentionKernel, RejectsUnsupportedShapes) {
       refused({.n_q_heads = 2, .n_kv_heads = 1, .head_dim = 64, .rot_dim = 66, .max_len = 8}));
   EXPECT_TRUE(
       refused({.n_q_heads = 2, .n_kv_heads = 1, .head_dim = 64, .rot_dim = 32, .max_len = 0}));
+  EXPECT_TRUE(refused({.n_q_heads = 2,
+                       .n_kv_heads = 1,
+                       .head_dim = 64,
+                       .rot_dim = 32,
+                       .max_len = 8,
+                       .kv = static_cast<KvType>(7)}));
 }
 
 }  // namespace

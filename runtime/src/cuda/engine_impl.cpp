@@ -39,6 +39,10 @@ CudaEngine::Impl::Impl(std::unique_ptr<cuda::DeviceModel> model, const CudaOptio
   attn.theta = static_cast<float>(c.rope_theta);
   attn.eps = static_cast<float>(c.rms_norm_eps);
   attn.max_len = static_cast<int>(o.max_context);
+  attn.kv = o.kv_cache == KvCacheType::kBf16 ? kern::KvType::kBf16 : kern::KvType::kF32;
+  const auto kv_cache_alloc = [&] {
+    return m->alloc(static_cast<size_t>(o.max_context * c.kv_rows()) * kern::attn_kv_bytes(attn));
+  };
   const auto f = [&](int64_t n) {
     return static_cast<float*>(m->alloc(static_cast<size_t>(n) * 4));
   };
@@ -49,8 +53,8 @@ CudaEngine::Impl::Impl(std::unique_ptr<cuda::DeviceModel> model, const CudaOptio
     const bool full = c.full_attention[l];
     conv.push_back(full ? nullptr : f(static_cast<int64_t>(kern::gdn_conv_state_floats(gdn)) + 1));
     ssm.push_back(full ? nullptr : f(ssm_floats()));
-    k_cache.push_back(full ? f(o.max_context * c.kv_rows()) : nullptr);
-    v_cache.push_back(full ? f(o.max_context * c.kv_rows()) : nullptr);
+    k_cache.push_back(full ? kv_cache_alloc() : nullptr);
+    v_cache.push_back(full ? kv_cache_alloc() : nullptr);
   }
   // Per-token buffers hold two rows (the verify's; a step uses the first).
   const int64_t nv = c.linear_num_value_heads;
@@ -91,7 +95,7 @@ CudaEngine::Impl::Impl(std::unique_ptr<cuda::DeviceModel> model, const CudaOptio
     ssm_snap.push_back(ssm[l] ? f(ssm_floats()) : nullptr);
   }
   if (m->mtp) {
-    mtp_k = f(o.max_context * c.kv_rows()), mtp_v = f(o.max_context * c.kv_rows());
+    mtp_k = kv_cache_alloc(), mtp_v = kv_cache_alloc();
     mtp_in = f(h), cat = f(2 * h), mtp_hidden = f(h), mtp_logits = f(c.vocab_size);
     mtp_token = i(1), mtp_next = i(1), mtp_pos = i(1);
   }

@@ -59,7 +59,8 @@ struct CudaEngine::Impl {
   cudaGraphExec_t graph = nullptr, mtp_graph = nullptr;
   kern::GdnShape gdn;
   kern::AttnShape attn;
-  std::vector<float*> conv, ssm, k_cache, v_cache;  // per layer
+  std::vector<float*> conv, ssm;
+  std::vector<void*> k_cache, v_cache;  // per layer; entries of attn.kv
   // Outputs of row groups are contiguous: gin = qkv | z | b | a, qkvp = q | k | v,
   // rl = router logits | shared gate logit, egu = [k, gate | up] (unused where the
   // experts are paired: gemv_swiglu writes eh directly), sgu = shared gate | up.
@@ -69,8 +70,8 @@ struct CudaEngine::Impl {
   // The MTP head's (where it is loaded): its layer's KV cache, the hidden state it takes, the
   // two norms side by side (fc's input), its normed output and logits; its token in (then its
   // argmax, for a chained draft) and position.
-  float *mtp_k = nullptr, *mtp_v = nullptr, *mtp_in = nullptr, *cat = nullptr,
-        *mtp_hidden = nullptr, *mtp_logits = nullptr;
+  void *mtp_k = nullptr, *mtp_v = nullptr;
+  float *mtp_in = nullptr, *cat = nullptr, *mtp_hidden = nullptr, *mtp_logits = nullptr;
   int *mtp_token = nullptr, *mtp_next = nullptr, *mtp_pos = nullptr;
   int* pinned = nullptr;  // host: the token in, the argmax out; the MTP head's the same; the
                           // verify's two tokens, two argmaxes and two positions; a position
@@ -207,7 +208,7 @@ struct CudaEngine::Impl {
   // A full-attention layer's mixer: q | k | v from u, attention at the device position `at`
   // (`rows_before` cached rows) over the cache kc / vc, the o projection, x += it and
   // u = post_norm(x).
-  void attention_mixer(const cuda::DeviceLayer& w, float* kc, float* vc, const int* at,
+  void attention_mixer(const cuda::DeviceLayer& w, void* kc, void* vc, const int* at,
                        int64_t rows_before);
 
   // The MTP head (CpuEngine::mtp_step): [norm(embed(token)) | norm(mtp_in)] -> fc -> its layer

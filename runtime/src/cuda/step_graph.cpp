@@ -135,7 +135,7 @@ void CudaEngine::Impl::moe(const cuda::DeviceMoe& w, const float* next_norm, flo
   mark("norms and elementwise", 0);
 }
 
-void CudaEngine::Impl::attention_mixer(const cuda::DeviceLayer& w, float* kc, float* vc,
+void CudaEngine::Impl::attention_mixer(const cuda::DeviceLayer& w, void* kc, void* vc,
                                        const int* at, int64_t rows_before) {
   gemv(w.qkv, u, qkvp, {}, "attention projections");
   if (on("attention")) {
@@ -143,7 +143,7 @@ void CudaEngine::Impl::attention_mixer(const cuda::DeviceLayer& w, float* kc, fl
                                   vc, att, attn_scratch, stream),
                 "attn_decode");
   }
-  mark("attention", 2ull * (rows_before + 1) * m->config.kv_rows() * 4);
+  mark("attention", 2ull * (rows_before + 1) * m->config.kv_rows() * kern::attn_kv_bytes(attn));
   out_proj_add_norm(w.o, att, w.post_norm, "attention projections");
 }
 

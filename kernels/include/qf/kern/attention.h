@@ -11,12 +11,21 @@
 
 namespace qf::kern {
 
+// The KV caches' element type: f32, or bf16 (half the bytes; each k and v entry rounded to
+// nearest even as its row is made, and the attention then uses the rounded rows, the new one
+// included, so decode, prefill and the CPU twins see the same cache).
+enum class KvType { kF32, kBf16 };
+
 struct AttnShape {
   int n_q_heads = 0, n_kv_heads = 0, head_dim = 256, rot_dim = 64;
   float theta = 1e7f;
   float eps = 1e-6f;
   int max_len = 0;  // cache rows
+  KvType kv = KvType::kF32;
 };
+
+// Bytes of one cache entry (4 or 2); a cache is max_len * n_kv_heads * head_dim of them.
+size_t attn_kv_bytes(const AttnShape& shape);
 
 // The rotary table: [max_len, rot_dim / 2] pairs (cos, sin) of every position, filled once by
 // attn_rope_table (a launch; attn_rope_floats(shape) floats, 0 for a refused shape).
@@ -25,11 +34,11 @@ cudaError_t attn_rope_table(const AttnShape& shape, float* table, cudaStream_t s
 
 // q_proj: [Nq, 2 * hd] (per head [query | gate]) as the projection wrote it; k_proj, v_proj:
 // [Nkv * hd]; rope: the table above. Appends the normed, rotated k and v to k_cache/v_cache
-// [max_len, Nkv, hd] at row *pos and writes out: [Nq * hd]. q: [Nq, hd], the normed, rotated
-// queries, or nullptr (not written). scratch: attn_scratch_floats(shape) floats.
+// [max_len, Nkv, hd] (entries of shape.kv) at row *pos and writes out: [Nq * hd]. q: [Nq, hd], the
+// normed, rotated queries, or nullptr (not written). scratch: attn_scratch_floats(shape) floats.
 cudaError_t attn_decode(const AttnShape& shape, const float* q_proj, const float* k_proj,
                         const float* v_proj, const float* q_norm_w, const float* k_norm_w,
-                        const float* rope, const int* pos, float* q, float* k_cache, float* v_cache,
+                        const float* rope, const int* pos, float* q, void* k_cache, void* v_cache,
                         float* out, float* scratch, cudaStream_t stream);
 
 // Gated attention over n consecutive tokens of one layer (batched prefill) at positions pos[0]
@@ -51,8 +60,8 @@ bool attn_prefill_ok(const AttnShape& shape, int n);
 size_t attn_prefill_scratch_floats(const AttnShape& shape, int n);
 cudaError_t attn_prefill(const AttnShape& shape, const float* q_proj, const float* k_proj,
                          const float* v_proj, size_t ld, int n, const float* q_norm_w,
-                         const float* k_norm_w, const float* rope, const int* pos, float* k_cache,
-                         float* v_cache, float* out, size_t ld_out, float* scratch,
+                         const float* k_norm_w, const float* rope, const int* pos, void* k_cache,
+                         void* v_cache, float* out, size_t ld_out, float* scratch,
                          cudaStream_t stream, AttnPrefillPath path = AttnPrefillPath::kAuto);
 size_t attn_scratch_floats(const AttnShape& shape);  // 0 for a shape attn_decode refuses
 
@@ -67,7 +76,9 @@ size_t attn_scratch_floats(const AttnShape& shape);  // 0 for a shape attn_decod
 // wait (pdl.cuh, rule (b)): they must not be written by the launch just before.
 
 // Host twins on host pointers (pos is a host int here): attn_prepare_ref (norms, rotary, cache
-// append) then attn_decode_ref (attention over the cache) compute what attn_decode does.
+// append) then attn_decode_ref (attention over the cache) compute what attn_decode does. Their
+// caches are f32 whatever shape.kv says; with kBf16 the appended entries are rounded to bf16
+// values (quant::f32_to_bf16), so they hold what the GPU's bf16 cache holds.
 void attn_prepare_ref(const AttnShape& shape, const float* q_proj, const float* k_proj,
                       const float* v_proj, const float* q_norm_w, const float* k_norm_w, int pos,
                       float* q, float* k_cache, float* v_cache);

@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "qf/rt/kv_cache.h"
 #include "qf/rt/model.h"
 #include "qf/rt/thread_pool.h"
 
@@ -26,8 +27,9 @@ struct SequenceState {
 
 class CpuEngine {
  public:
-  // `threads`: workers for the row-parallel products (0: all cores).
-  explicit CpuEngine(const Model& model, int threads = 0);
+  // `threads`: workers for the row-parallel products (0: all cores). `kv`: the KV caches'
+  // entries (bf16: each appended k and v entry rounded to a bf16 value, kept in the f32 caches).
+  explicit CpuEngine(const Model& model, int threads = 0, KvCacheType kv = KvCacheType::kF32);
   ~CpuEngine();
 
   const Model& model() const { return model_; }
@@ -63,6 +65,7 @@ class CpuEngine {
   void matvec(const Linear& w, const float* x, float* y);
 
   const Model& model_;
+  KvCacheType kv_;
   ThreadPool pool_;
   SequenceState state_;
   std::unique_ptr<Scratch> s_;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "qf/ckpt/qwen35_config.h"
+#include "qf/rt/kv_cache.h"
 #include "qf/rt/logits.h"
 #include "qf/rt/model.h"
 
@@ -26,7 +27,10 @@ enum class SyntheticFormat { kHybrid, kInt4, kBf16 };
 struct CudaOptions {
   int device = 0;
   int64_t max_context = 4096;  // KV cache rows per attention layer
-  bool graph = true;           // false: launch kernel by kernel (profiling)
+  // The KV caches' entries (the MTP head's too): f32, or bf16 (half the bytes a row; at
+  // 122B-A10B's 12 attention layers 48 KiB a token in f32, so 1.5 GiB at 32768 rows).
+  KvCacheType kv_cache = KvCacheType::kF32;
+  bool graph = true;  // false: launch kernel by kernel (profiling)
   // The FP8 shared expert as extra slots of the routed experts' two launches (kern::gemv_moe),
   // where the formats allow; false, or where they do not: launches of its own, placed by
   // parallel_shared. Off: slower on the H200 (122B synthetic, context 1024: 3159.6 against
