@@ -27,6 +27,9 @@
 // instance (the scalar path) runs
 // grid.z = token x head block in one split each, every row read from the cache, and the combine
 // runs grid.y = token: no launch per token and no memset between them.
+// bf16 caches (AttnShape::kv): entries rounded as rows are appended (the new row used rounded
+// too); the split kernel's body runs as attn_split_bf16_kernel, staging each tile's rows through
+// shared memory by cp.async one tile ahead (docs/cuda-engine-speed.md, "bf16 KV caches").
 // The chunk length is derived on the device from *pos with a fixed split count, so graphs replay
 // at any position, every result is the same for the same position (deterministic), and splits
 // past the context exit at once.
