@@ -690,22 +690,8 @@ cudaError_t attn_decode(const AttnShape& shape, const float* q_proj, const float
                         const float* rope, const int* pos, float* q, void* k_cache, void* v_cache,
                         float* out, float* scratch, cudaStream_t stream) {
   if (!shape_ok(shape)) return cudaErrorInvalidValue;
-  const AttnArgs a{q_proj,
-                   k_proj,
-                   v_proj,
-                   q_norm_w,
-                   k_norm_w,
-                   rope,
-                   pos,
-                   q,
-                   static_cast<float*>(k_cache),
-                   static_cast<float*>(v_cache),
-                   out,
-                   nullptr,
-                   nullptr,
-                   0,
-                   0,
-                   0};
+  AttnArgs a{q_proj, k_proj, v_proj, q_norm_w, k_norm_w, rope, pos, q};
+  a.k_cache = static_cast<float*>(k_cache), a.v_cache = static_cast<float*>(v_cache), a.out = out;
   return dispatch(shape, [&](auto hd, auto kv) {
     return launch_decode<decltype(hd)::value, decltype(kv)>(shape, a, scratch, stream);
   });
@@ -744,22 +730,9 @@ cudaError_t attn_prefill(const AttnShape& shape, const float* q_proj, const floa
     return cudaErrorInvalidValue;  // asked for a path the shape or the device cannot take
   }
   if (n == 0) return cudaSuccess;
-  const AttnArgs a{q_proj,
-                   k_proj,
-                   v_proj,
-                   q_norm_w,
-                   k_norm_w,
-                   rope,
-                   pos,
-                   nullptr,
-                   static_cast<float*>(k_cache),
-                   static_cast<float*>(v_cache),
-                   out,
-                   nullptr,
-                   nullptr,
-                   n,
-                   ld,
-                   ld_out};
+  AttnArgs a{q_proj, k_proj, v_proj, q_norm_w, k_norm_w, rope, pos, nullptr};
+  a.k_cache = static_cast<float*>(k_cache), a.v_cache = static_cast<float*>(v_cache), a.out = out;
+  a.n_tokens = n, a.q_row = ld, a.out_row = ld_out;
   return dispatch(shape, [&](auto hd, auto kv) {
     constexpr int kHd = decltype(hd)::value;
     using Kv = decltype(kv);
