@@ -28,7 +28,7 @@
 // grid.z = token x head block in one split each, every row read from the cache, and the combine
 // runs grid.y = token: no launch per token and no memset between them.
 // bf16 caches (AttnShape::kv): entries rounded as rows are appended (the new row used rounded
-// too); the split kernel's body runs as attn_split_bf16_kernel, staging each tile's rows through
+// too); the split kernel's Bf16 instances stage each tile's rows through
 // shared memory by cp.async one tile ahead (docs/cuda-engine-speed.md, "bf16 KV caches").
 // The chunk length is derived on the device from *pos with a fixed split count, so graphs replay
 // at any position, every result is the same for the same position (deterministic), and splits
@@ -187,9 +187,11 @@ struct AttnArgs {
 // and rotary width as compile-time constants, so that the head loops and row strides fold.
 // kPrefill: attn_prefill's tokens (AttnArgs), an instance of its own so that decode's keeps its
 // registers (one instance for both spilled). Kv: the caches' entries (float or Bf16).
+// Bf16 caches: two blocks an SM, so at most 128 registers (unbounded, ptxas took 182: one
+// block). f32: no minimum (0), which compiles as the bound's absence (1 does not).
 template <int kHd, bool kFixed, bool kPrefill, class Kv>
-__device__ __forceinline__ void attn_split(const AttnShape& s, int n_splits, int hpb_arg,
-                                           const AttnArgs& a) {
+__global__ void __launch_bounds__(kThreads, sizeof(Kv) == sizeof(float) ? 0 : 2)
+    attn_split_kernel(AttnShape s, int n_splits, int hpb_arg, AttnArgs a) {
   static_assert(!kFixed || kHd == kFixedHd, "the fixed shape only");
   const int hpb = kFixed ? kFixedHpb : hpb_arg;
   constexpr int kE = kHd / 32;  // elements of a K row per lane
@@ -296,8 +298,11 @@ __device__ __forceinline__ void attn_split(const AttnShape& s, int n_splits, int
     }
   }
   pdl::wait();
-  if (t0 >= t1 || pos < 0 || pos >= s.max_len) return;  // contract: 0 <= *pos < max_len
-  __syncthreads();                                      // the rotary row
+  if (t0 >= t1 || pos < 0 || pos >= s.max_len) {             // contract: 0 <= *pos < max_len
+    if constexpr (kStaged) gemv_detail::cp_async_wait<0>();  // no copy outlives the block
+    return;
+  }
+  __syncthreads();  // the rotary row
 
   const int group = s.n_q_heads / n_kv;
   const int h_lo = kvh * group + zb * hpb;
@@ -452,26 +457,6 @@ __device__ __forceinline__ void attn_split(const AttnShape& s, int n_splits, int
   }
 }
 
-template <int kHd, bool kFixed, bool kPrefill>
-__global__ void __launch_bounds__(kThreads)
-    attn_split_kernel(AttnShape s, int n_splits, int hpb_arg, AttnArgs a) {
-  attn_split<kHd, kFixed, kPrefill, float>(s, n_splits, hpb_arg, a);
-}
-// Bf16 caches: two blocks an SM, so at most 128 registers (unbounded, ptxas took 182: one block).
-template <int kHd, bool kFixed, bool kPrefill>
-__global__ void __launch_bounds__(kThreads, 2)
-    attn_split_bf16_kernel(AttnShape s, int n_splits, int hpb_arg, AttnArgs a) {
-  attn_split<kHd, kFixed, kPrefill, attn_detail::Bf16>(s, n_splits, hpb_arg, a);
-}
-// The split kernel for the caches' entries.
-template <int kHd, bool kFixed, bool kPrefill, class Kv>
-constexpr auto split_kernel() {
-  if constexpr (sizeof(Kv) == sizeof(float))
-    return attn_split_kernel<kHd, kFixed, kPrefill>;
-  else
-    return attn_split_bf16_kernel<kHd, kFixed, kPrefill>;
-}
-
 // One block per query head (and token: blockIdx.y, prefill). Thread sp < n_active takes split
 // sp for the global max and the total sum (fixed shuffle trees); thread (dim, grp) then sums
 // splits grp, grp + n_grp, ... of output dim `dim` (many loads in flight), and group 0 adds the
@@ -567,8 +552,8 @@ cudaError_t launch_decode(const AttnShape& s, AttnArgs a, float* scratch, cudaSt
     fixed = s.n_kv_heads == kFixedKv && s.rot_dim == kFixedRot && hpb == kFixedHpb &&
             (s.n_q_heads / s.n_kv_heads) % kFixedHpb == 0;
   }
-  const auto kernel = fixed ? split_kernel<kHd, kHd == kFixedHd, false, Kv>()
-                            : split_kernel<kHd, false, false, Kv>();
+  const auto kernel = fixed ? attn_split_kernel<kHd, kHd == kFixedHd, false, Kv>
+                            : attn_split_kernel<kHd, false, false, Kv>;
   cudaError_t err = allow_smem(kernel, smem);
   if (err != cudaSuccess) return err;
   err = pdl::launch(kernel, grid, kThreads, smem, stream, s, n_splits, hpb, a);
@@ -624,8 +609,8 @@ cudaError_t launch_prefill(const AttnShape& s, AttnArgs a, size_t ld, float* scr
     fixed = s.n_kv_heads == kFixedKv && s.rot_dim == kFixedRot && hpb == kFixedHpb &&
             (s.n_q_heads / s.n_kv_heads) % kFixedHpb == 0;
   }
-  const auto kernel =
-      fixed ? split_kernel<kHd, kHd == kFixedHd, true, Kv>() : split_kernel<kHd, false, true, Kv>();
+  const auto kernel = fixed ? attn_split_kernel<kHd, kHd == kFixedHd, true, Kv>
+                            : attn_split_kernel<kHd, false, true, Kv>;
   if ((err = allow_smem(kernel, smem)) != cudaSuccess) return err;
   kernel<<<grid, kThreads, smem, stream>>>(s, 1, hpb, a);
   if ((err = cudaGetLastError()) != cudaSuccess) return err;
