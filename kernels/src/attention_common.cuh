@@ -18,7 +18,7 @@ namespace qf::kern::attn_detail {
 using Bf16 = uint16_t;
 template <class Kv>
 __device__ __forceinline__ float kv_round(float x) {
-  if constexpr (sizeof(Kv) == 2) return quant::bf16_to_f32(quant::f32_to_bf16(x));
+  if constexpr (sizeof(Kv) == 2) return quant::round_to_bf16(x);
   return x;
 }
 template <class Kv>

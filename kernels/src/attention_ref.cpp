@@ -58,8 +58,8 @@ void attn_prepare_ref(const AttnShape& shape, const float* q_proj, const float* 
   std::copy(v_proj, v_proj + nkv * hd, v_cache + row);
   if (shape.kv == KvType::kBf16) {
     for (int64_t i = row; i < row + nkv * hd; ++i) {
-      k_cache[i] = quant::bf16_to_f32(quant::f32_to_bf16(k_cache[i]));
-      v_cache[i] = quant::bf16_to_f32(quant::f32_to_bf16(v_cache[i]));
+      k_cache[i] = quant::round_to_bf16(k_cache[i]);
+      v_cache[i] = quant::round_to_bf16(v_cache[i]);
     }
   }
 }

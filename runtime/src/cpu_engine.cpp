@@ -143,8 +143,8 @@ void CpuEngine::attention(const AttentionWeights& w, std::vector<float>& kc, std
     rope(kh, s.cos.data(), s.sin.data(), rot);
   }
   if (kv_ == KvCacheType::kBf16) {  // the rows as the cache holds them, used from here on
-    for (float& e : s.k) e = quant::bf16_to_f32(quant::f32_to_bf16(e));
-    for (float& e : s.v) e = quant::bf16_to_f32(quant::f32_to_bf16(e));
+    for (float& e : s.k) e = quant::round_to_bf16(e);
+    for (float& e : s.v) e = quant::round_to_bf16(e);
   }
   kc.insert(kc.end(), s.k.begin(), s.k.end());
   vc.insert(vc.end(), s.v.begin(), s.v.end());

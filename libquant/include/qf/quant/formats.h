@@ -51,6 +51,11 @@ QF_HD uint16_t f32_to_bf16(float f) {
   return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
+// f as a bf16 holds it: f32 -> bf16 -> f32.
+QF_HD float round_to_bf16(float f) {
+  return bf16_to_f32(f32_to_bf16(f));
+}
+
 // ---- helpers for narrow IEEE-style formats ------------------------------------------------
 
 namespace detail {
