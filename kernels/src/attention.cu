@@ -137,15 +137,14 @@ __device__ __forceinline__ void load_vec(const float* p, float* out) {
 }
 template <int kVec, bool kCg>
 __device__ __forceinline__ void load_vec(const attn_detail::Bf16* p, float* out) {
+  static_assert(kVec == 2 || kVec == 4, "hd / 32 entries a lane, hd 64 to 256");
   if constexpr (kVec == 4) {
     const float4 v = attn_detail::kv_load4<kCg>(p);
     out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
-  } else if constexpr (kVec == 2) {
-    const unsigned* p2 = reinterpret_cast<const unsigned*>(p);
-    const unsigned w = kCg ? __ldcg(p2) : *p2;
-    out[0] = __uint_as_float(w << 16), out[1] = __uint_as_float(w & 0xFFFF0000u);
   } else {
-    out[0] = attn_detail::kv_load<kCg>(p);
+    const unsigned* p2 = reinterpret_cast<const unsigned*>(p);
+    const float2 v = attn_detail::bf16_pair(kCg ? __ldcg(p2) : *p2);
+    out[0] = v.x, out[1] = v.y;
   }
 }
 

@@ -13,8 +13,9 @@ namespace qf::kern::attn_detail {
 
 // The caches' element types (AttnShape::kv): float, or Bf16 (a bf16's bits). kv_round gives the
 // value an entry holds once stored (formats.h's round to nearest even, the CPU twins' too),
-// kv_entry the entry itself, kv_f32 an entry's value; kv_load reads one Bf16 entry and kv_load4
-// four consecutive entries (16-byte or 8-byte aligned), through L2 only (ld.global.cg) when kCg.
+// kv_entry the entry itself, kv_f32 an entry's value (bf16_pair: two packed Bf16 entries');
+// kv_load4 reads four consecutive entries (16-byte or 8-byte aligned), through L2 only
+// (ld.global.cg) when kCg.
 using Bf16 = uint16_t;
 template <class Kv>
 __device__ __forceinline__ float kv_round(float x) {
@@ -32,9 +33,8 @@ __device__ __forceinline__ float kv_f32(float x) {
 __device__ __forceinline__ float kv_f32(Bf16 x) {
   return quant::bf16_to_f32(x);
 }
-template <bool kCg>
-__device__ __forceinline__ float kv_load(const Bf16* p) {
-  return kv_f32(kCg ? __ldcg(p) : *p);
+__device__ __forceinline__ float2 bf16_pair(uint32_t w) {  // the lower address in the low half
+  return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xFFFF0000u));
 }
 template <bool kCg>
 __device__ __forceinline__ float4 kv_load4(const float* p) {
@@ -45,8 +45,8 @@ template <bool kCg>
 __device__ __forceinline__ float4 kv_load4(const Bf16* p) {
   const uint2* p2 = reinterpret_cast<const uint2*>(p);
   const uint2 w = kCg ? __ldcg(p2) : *p2;
-  return make_float4(__uint_as_float(w.x << 16), __uint_as_float(w.x & 0xFFFF0000u),
-                     __uint_as_float(w.y << 16), __uint_as_float(w.y & 0xFFFF0000u));
+  const float2 a = bf16_pair(w.x), b = bf16_pair(w.y);
+  return make_float4(a.x, a.y, b.x, b.y);
 }
 
 // Writes the zero-centred RMSNorm of src (hd floats; sum of squares in double, as the CPU
