@@ -54,6 +54,24 @@ __device__ __forceinline__ void split2(float a, float b, uint32_t& hi, uint32_t&
   lo = *reinterpret_cast<const uint32_t*>(&l);
 }
 
+// The limb pairs of 8 floats (x0, x1), hi and lo each 8 f16s.
+__device__ __forceinline__ void split8(const float4& x0, const float4& x1, uint4& hi, uint4& lo) {
+  split2(x0.x, x0.y, hi.x, lo.x);
+  split2(x0.z, x0.w, hi.y, lo.y);
+  split2(x1.x, x1.y, hi.z, lo.z);
+  split2(x1.z, x1.w, hi.w, lo.w);
+}
+
+// d += a b to f32-grade from limbs: a_hi b_hi + a_hi b_lo + a_lo b_hi (a_lo b_lo is below 2^-22
+// of the product); b_hi, b_lo each the B fragment's two registers.
+__device__ __forceinline__ void mma_limbs(float (&d)[4], const uint32_t (&a_hi)[4],
+                                          const uint32_t (&a_lo)[4], uint32_t bh0, uint32_t bh1,
+                                          uint32_t bl0, uint32_t bl1) {
+  mma_f16(d, a_hi, bh0, bh1);
+  mma_f16(d, a_hi, bl0, bl1);
+  mma_f16(d, a_lo, bh0, bh1);
+}
+
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -80,12 +98,8 @@ __global__ void __launch_bounds__(256)
     const bool is_v = i >= per_cache;
     const size_t j = is_v ? i - per_cache : i;
     const Kv* src = (is_v ? v_cache : k_cache) + 8 * j;
-    const float4 x0 = kv_load4<true>(src), x1 = kv_load4<true>(src + 4);
     uint4 hi, lo;
-    split2(x0.x, x0.y, hi.x, lo.x);
-    split2(x0.z, x0.w, hi.y, lo.y);
-    split2(x1.x, x1.y, hi.z, lo.z);
-    split2(x1.z, x1.w, hi.w, lo.w);
+    split8(kv_load4<true>(src), kv_load4<true>(src + 4), hi, lo);
     uint4* dst = (is_v ? v_limbs : k_limbs) + j / kChunks * 2 * kChunks + j % kChunks;
     dst[0] = hi;
     dst[kChunks] = lo;
@@ -173,10 +187,7 @@ __global__ void __launch_bounds__(L::kWarps * 32, 1)
                             s.eps, half, cos_s, sin_s, xf);
         const float4 x0 = reinterpret_cast<const float4*>(xf)[2 * lane];
         const float4 x1 = reinterpret_cast<const float4*>(xf)[2 * lane + 1];
-        split2(x0.x, x0.y, hi.x, lo.x);
-        split2(x0.z, x0.w, hi.y, lo.y);
-        split2(x1.x, x1.y, hi.z, lo.z);
-        split2(x1.z, x1.w, hi.w, lo.w);
+        split8(x0, x1, hi, lo);
         __syncwarp();  // xf, cos_s and sin_s are rewritten for the next row
       }
       qs[r * kChunks + (lane ^ (r & 7))] = hi;
@@ -227,12 +238,8 @@ __global__ void __launch_bounds__(L::kWarps * 32, 1)
         uint32_t bh[4], bl[4];
         ldsm_x4(bh, addr);
         ldsm_x4(bl, addr + kLimb);
-        mma_f16(sc[2 * np], qh, bh[0], bh[1]);
-        mma_f16(sc[2 * np], qh, bl[0], bl[1]);
-        mma_f16(sc[2 * np], ql, bh[0], bh[1]);
-        mma_f16(sc[2 * np + 1], qh, bh[2], bh[3]);
-        mma_f16(sc[2 * np + 1], qh, bl[2], bl[3]);
-        mma_f16(sc[2 * np + 1], ql, bh[2], bh[3]);
+        mma_limbs(sc[2 * np], qh, ql, bh[0], bh[1], bl[0], bl[1]);
+        mma_limbs(sc[2 * np + 1], qh, ql, bh[2], bh[3], bl[2], bl[3]);
       }
     }
 
@@ -293,12 +300,8 @@ __global__ void __launch_bounds__(L::kWarps * 32, 1)
         uint32_t vh[4], vl[4];
         ldsm_x4_trans(vh, addr);
         ldsm_x4_trans(vl, addr + kLimb);
-        mma_f16(o[2 * dp], ph, vh[0], vh[1]);
-        mma_f16(o[2 * dp], ph, vl[0], vl[1]);
-        mma_f16(o[2 * dp], pl, vh[0], vh[1]);
-        mma_f16(o[2 * dp + 1], ph, vh[2], vh[3]);
-        mma_f16(o[2 * dp + 1], ph, vl[2], vl[3]);
-        mma_f16(o[2 * dp + 1], pl, vh[2], vh[3]);
+        mma_limbs(o[2 * dp], ph, pl, vh[0], vh[1], vl[0], vl[1]);
+        mma_limbs(o[2 * dp + 1], ph, pl, vh[2], vh[3], vl[2], vl[3]);
       }
     }
   }
