@@ -45,6 +45,7 @@
 #include "attention_common.cuh"
 #include "attention_prefill.h"
 #include "cp_async.cuh"
+#include "device_limits.h"
 #include "mixer_common.cuh"
 #include "pdl.cuh"
 #include "qf/kern/attention.h"
@@ -78,9 +79,8 @@ int max_splits(const AttnShape& s) {
 // wave of longer chunks rather than two of short ones (H200, 122B synthetic at context 4000:
 // 2905 us per step with 64-row chunks against 2968 with 32-row ones; at 1024, 32-row chunks).
 int n_splits_for(const AttnShape& s) {
-  int dev = 0, n_sm = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+  const int n_sm = sm_count();
+  if (n_sm == 0) {
     cudaGetLastError();  // clear it: the launch reports its own errors
     return max_splits(s);
   }
@@ -538,6 +538,19 @@ __global__ void attn_rope_kernel(AttnShape s, float* __restrict__ table) {
   }
 }
 
+// The split kernel for the shape: the fixed Qwen3.5 instance where it takes it (its query groups
+// a multiple of kFixedHpb), else the general one.
+template <int kHd, bool kPrefill, class Kv>
+auto split_kernel_for(const AttnShape& s, int hpb) {
+  if constexpr (kHd == kFixedHd) {
+    if (s.n_kv_heads == kFixedKv && s.rot_dim == kFixedRot && hpb == kFixedHpb &&
+        (s.n_q_heads / s.n_kv_heads) % kFixedHpb == 0) {
+      return attn_split_kernel<kHd, true, kPrefill, Kv>;
+    }
+  }
+  return attn_split_kernel<kHd, false, kPrefill, Kv>;
+}
+
 template <int kHd, class Kv>
 cudaError_t launch_decode(const AttnShape& s, AttnArgs a, float* scratch, cudaStream_t stream) {
   const int n_splits = n_splits_for(s), hpb = heads_per_block(s), n_sub = head_blocks(s);
@@ -546,13 +559,7 @@ cudaError_t launch_decode(const AttnShape& s, AttnArgs a, float* scratch, cudaSt
   const dim3 grid(static_cast<unsigned>(n_splits), static_cast<unsigned>(s.n_kv_heads),
                   static_cast<unsigned>(n_sub));
   const size_t smem = split_smem_bytes<kHd, Kv>(hpb);
-  bool fixed = false;
-  if constexpr (kHd == kFixedHd) {
-    fixed = s.n_kv_heads == kFixedKv && s.rot_dim == kFixedRot && hpb == kFixedHpb &&
-            (s.n_q_heads / s.n_kv_heads) % kFixedHpb == 0;
-  }
-  const auto kernel = fixed ? attn_split_kernel<kHd, kHd == kFixedHd, false, Kv>
-                            : attn_split_kernel<kHd, false, false, Kv>;
+  const auto kernel = split_kernel_for<kHd, false, Kv>(s, hpb);
   cudaError_t err = allow_smem(kernel, smem);
   if (err != cudaSuccess) return err;
   err = pdl::launch(kernel, grid, kThreads, smem, stream, s, n_splits, hpb, a);
@@ -603,13 +610,7 @@ cudaError_t launch_prefill(const AttnShape& s, AttnArgs a, size_t ld, float* scr
   a.part_ml = scratch + static_cast<size_t>(n) * s.n_q_heads * kHd;
   const dim3 grid(1, static_cast<unsigned>(s.n_kv_heads), static_cast<unsigned>(n * n_sub));
   const size_t smem = split_smem_bytes<kHd, Kv>(hpb);
-  bool fixed = false;
-  if constexpr (kHd == kFixedHd) {
-    fixed = s.n_kv_heads == kFixedKv && s.rot_dim == kFixedRot && hpb == kFixedHpb &&
-            (s.n_q_heads / s.n_kv_heads) % kFixedHpb == 0;
-  }
-  const auto kernel = fixed ? attn_split_kernel<kHd, kHd == kFixedHd, true, Kv>
-                            : attn_split_kernel<kHd, false, true, Kv>;
+  const auto kernel = split_kernel_for<kHd, true, Kv>(s, hpb);
   if ((err = allow_smem(kernel, smem)) != cudaSuccess) return err;
   kernel<<<grid, kThreads, smem, stream>>>(s, 1, hpb, a);
   if ((err = cudaGetLastError()) != cudaSuccess) return err;

@@ -373,11 +373,8 @@ cudaError_t launch_prefill_mma(MmaShape m, const AttnShape& shape, const float* 
                                float* scratch, cudaStream_t stream) {
   auto* k_limbs = reinterpret_cast<uint4*>(scratch);
   auto* v_limbs = k_limbs + static_cast<size_t>(shape.max_len) * shape.n_kv_heads * 2 * kChunks;
-  int device = 0, n_sm = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-    return cudaGetLastError();
-  }
+  const int n_sm = sm_count();
+  if (n_sm == 0) return cudaGetLastError();
   const int* pos_last = pos + (n - 1);
   if (shape.kv == KvType::kBf16) {
     kv_limbs_kernel<<<4 * n_sm, 256, 0, stream>>>(

@@ -1,5 +1,5 @@
 // Host-side queries of the current device's limits, for launchers that pick a launch shape by
-// them (lm_head.cu, attention_prefill.cu). Internal to kernels/src.
+// them (lm_head.cu, attention.cu, attention_prefill.cu). Internal to kernels/src.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -17,6 +17,17 @@ inline int max_smem_optin() {
     return 0;
   }
   return smem;
+}
+
+// The current device's SM count; 0 where it cannot be queried (the error left for the caller:
+// cudaGetLastError() returns it).
+inline int sm_count() {
+  int device = 0, n_sm = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    return 0;
+  }
+  return n_sm;
 }
 
 }  // namespace qf::kern
