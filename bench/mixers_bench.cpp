@@ -7,7 +7,8 @@
 //   and the history's shift) at the same shapes: time per layer and per token.
 //   Attention decode (norms, rotary, cache append and split-K attention in one launch, then the
 //   combine) at the 122B shape, 12 layers with their own caches, at several contexts: time per
-//   layer and KV bytes read / time.
+//   layer and KV bytes read / time; f32 caches on the split kernel, bf16 ones on it and on the
+//   tensor cores (AttnDecodePath).
 //   Attention prefill (attn_prefill, one layer at the 122B shape) by each path: the scalar
 //   kernel and the tensor-core one in both launch shapes, prompts of 1024 and 4096 tokens and
 //   1024 tokens deep into a cache of up to 32768 rows: time per layer and the useful FLOP rate.
@@ -169,7 +170,7 @@ void bench_gdn_prefill(const char* name, qf::kern::GdnShape s, int n, int n_laye
 }
 
 void bench_attention(const char* name, qf::kern::AttnShape s, int n_layers, int context,
-                     double copy_gbs, cudaStream_t stream) {
+                     qf::kern::AttnDecodePath path, double copy_gbs, cudaStream_t stream) {
   s.max_len = context;
   const size_t hd = static_cast<size_t>(s.head_dim), nq = static_cast<size_t>(s.n_q_heads);
   const size_t kv_row = static_cast<size_t>(s.n_kv_heads) * hd;
@@ -195,16 +196,17 @@ void bench_attention(const char* name, qf::kern::AttnShape s, int n_layers, int 
                                       QF_CUDA_CHECK(qf::kern::attn_decode(
                                           s, q_proj.data(), k_proj.data(), v_proj.data(), qn.data(),
                                           kn.data(), rope.data(), pos.data(), nullptr, kc[l].data(),
-                                          vc[l].data(), out.data(), scratch.data(), stream));
+                                          vc[l].data(), out.data(), scratch.data(), stream, path));
                                     }
                                   }) /
                     n_layers;
   const double bytes = 2.0 * context * kv_row * entry;
   std::printf(
-      "attention %-5s Nq %2d Nkv %d hd %d ctx %6d %s: %7.2f us/layer, KV %6.1f MiB, %6.0f GB/s "
-      "(%3.0f%% of copy)\n",
-      name, s.n_q_heads, s.n_kv_heads, s.head_dim, context, entry == 2 ? "bf16" : "f32 ", us,
-      bytes / (1 << 20), bytes / (us * 1e3), 100.0 * bytes / (us * 1e3) / copy_gbs);
+      "attention %-5s Nq %2d Nkv %d hd %d ctx %6d %s %-5s: %7.2f us/layer, KV %6.1f MiB, %6.0f "
+      "GB/s (%3.0f%% of copy)\n",
+      name, s.n_q_heads, s.n_kv_heads, s.head_dim, context, entry == 2 ? "bf16" : "f32 ",
+      path == qf::kern::AttnDecodePath::kMma ? "mma" : "split", us, bytes / (1 << 20),
+      bytes / (us * 1e3), 100.0 * bytes / (us * 1e3) / copy_gbs);
 }
 
 // attn_prefill over n tokens at positions p0 .. p0 + n - 1 (the cache's first p0 rows already
@@ -279,9 +281,13 @@ int main(int argc, char** argv) {
   a122.rot_dim = 64;
   for (int ctx : {1, 1024, 4096, 32768, 131072}) {
     if (quick && ctx > 4096) break;
-    for (const auto kv : {qf::kern::KvType::kF32, qf::kern::KvType::kBf16}) {
+    // f32 on the split kernel; bf16 on it and on the tensor cores.
+    using Path = qf::kern::AttnDecodePath;
+    for (const auto& [kv, path] : {std::pair{qf::kern::KvType::kF32, Path::kSplit},
+                                   {qf::kern::KvType::kBf16, Path::kSplit},
+                                   {qf::kern::KvType::kBf16, Path::kMma}}) {
       a122.kv = kv;
-      bench_attention("122B", a122, 12, ctx, copy_gbs, stream);
+      bench_attention("122B", a122, 12, ctx, path, copy_gbs, stream);
     }
   }
   a122.kv = qf::kern::KvType::kF32;

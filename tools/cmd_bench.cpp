@@ -373,6 +373,7 @@ int run(const BenchArgs& a) {
                         {"model", a.model.empty() ? synthetic_name(a) : a.model},
                         {"context", a.context},
                         {"kv_cache_dtype", rt::kv_cache_type_name(a.kv_cache)},
+                        {"tensor_core_attention", !a.scalar_attention},
                         {"steps", a.steps},
                         {"step_us", us},
                         {"tokens_per_s", 1e6 / us},
@@ -453,9 +454,10 @@ int run(const BenchArgs& a) {
               human_bytes(ls.device_bytes).c_str());
   if (!a.model.empty()) std::printf(" (loaded in %.1f s)", ls.load_seconds);
   std::printf(
-      "\ndecode at context %lld (%s KV cache), %d graph-launched steps: %.1f us/step = %.1f "
+      "\ndecode at context %lld (%s KV cache%s), %d graph-launched steps: %.1f us/step = %.1f "
       "tok/s\n",
-      static_cast<long long>(a.context), rt::kv_cache_type_name(a.kv_cache), a.steps, us, 1e6 / us);
+      static_cast<long long>(a.context), rt::kv_cache_type_name(a.kv_cache),
+      a.scalar_attention ? ", attention on the CUDA cores" : "", a.steps, us, 1e6 / us);
   std::printf("bytes per step %s -> %.0f GB/s; device copy %.0f GB/s (read + write): %.1f%%\n",
               human_bytes(step_bytes).c_str(), gbs, copy_gbs, 100 * efficiency);
   std::printf("projected on a GB10 (232 GB/s) at the same efficiency: %.1f tok/s\n", gb10_tps);
@@ -590,8 +592,8 @@ Command add_bench(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
   sub->add_flag("--scalar-attention", a->scalar_attention,
-                "with --prefill: the batched prefill's attention on the CUDA cores, not the "
-                "tensor cores (to compare)");
+                "attention on the CUDA cores, not the tensor cores (to compare): the batched "
+                "prefill's (--prefill), and decode's with --kv-cache-dtype bfloat16");
   add_kv_cache_option(sub, &a->kv_cache);
   sub->add_flag("--serial-shared", a->serial_shared,
                 "run the shared expert after the routed experts, not beside them (to compare)");

@@ -43,6 +43,7 @@
 #include <type_traits>
 
 #include "attention_common.cuh"
+#include "attention_decode_mma.h"
 #include "attention_prefill.h"
 #include "cp_async.cuh"
 #include "device_limits.h"
@@ -53,9 +54,13 @@
 namespace qf::kern {
 namespace {
 
-constexpr int kTile = 32;  // context rows per online-softmax step (one per lane)
+using attn_detail::AttnArgs;
+using attn_detail::context_len;
+using attn_detail::kMaxSplits;
+using attn_detail::kTile;
+using attn_detail::split_chunk;
+
 constexpr int kThreads = 256;
-constexpr int kMaxSplits = 128;
 constexpr int kMaxAcc = 8;             // query heads one thread accumulates (times kThreads / hd)
 constexpr int kCombineThreads = 1024;  // a multiple of every supported hd
 // The Qwen3.5 attention shape (35B-A3B, 122B-A10B): head_dim 256, 2 KV heads, a 64-wide rotary,
@@ -78,13 +83,15 @@ int max_splits(const AttnShape& s) {
 // split kernel's occupancy: 128 registers x 256 threads), so that a long context runs in one
 // wave of longer chunks rather than two of short ones (H200, 122B synthetic at context 4000:
 // 2905 us per step with 64-row chunks against 2968 with 32-row ones; at 1024, 32-row chunks).
-int n_splits_for(const AttnShape& s) {
+// n_head_blocks: the blocks a KV head's query group takes (head_blocks, or the tensor-core
+// kernel's).
+int n_splits_for(const AttnShape& s, int n_head_blocks) {
   const int n_sm = sm_count();
   if (n_sm == 0) {
     cudaGetLastError();  // clear it: the launch reports its own errors
     return max_splits(s);
   }
-  return std::clamp(2 * n_sm / (s.n_kv_heads * head_blocks(s)), 1, max_splits(s));
+  return std::clamp(2 * n_sm / (s.n_kv_heads * n_head_blocks), 1, max_splits(s));
 }
 
 // The split kernel's shared memory (its layout there): floats before the Bf16 stages, rounded
@@ -105,17 +112,6 @@ cudaError_t allow_smem(K* kernel, size_t bytes) {
   if (bytes <= 48 * 1024) return cudaSuccess;
   return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                               static_cast<int>(bytes));
-}
-
-// Rows per split for a context of t rows: a multiple of kTile, at least one tile.
-__device__ __forceinline__ int split_chunk(int t, int n_splits) {
-  const int c = max(1, (t + n_splits - 1) / n_splits);
-  return (c + kTile - 1) / kTile * kTile;
-}
-
-// Context length for *pos, clamped to the cache so a bad position cannot fault.
-__device__ __forceinline__ int context_len(int pos, int max_len) {
-  return min(max(pos + 1, 1), max_len);
 }
 
 // kVec consecutive cache entries at p (floats: 16-byte aligned for 4, 8 for 2; Bf16: half
@@ -164,23 +160,6 @@ __device__ __forceinline__ void reduce_scatter(float (&v)[32], int lane) {
     v[i] = keep + __shfl_xor_sync(0xffffffffu, send, kO);
   }
 }
-
-struct AttnArgs {
-  const float *q_proj, *k_proj, *v_proj, *q_norm_w, *k_norm_w, *rope;
-  const int* pos;
-  float* q;
-  // Entries of AttnShape::kv (the kernels' Kv, by reinterpret_cast): typed float so that the f32
-  // instances compile as before the bf16 cache (through void*, nvcc placed their address
-  // arithmetic differently).
-  float *k_cache, *v_cache;
-  float* out;
-  float *part_o, *part_ml;  // [Nq, n_splits, hd] unnormalized outputs; [Nq, n_splits, 2] (m, l)
-  // Prefill (attn_prefill): n_tokens > 0 tokens, token t at pos[t], its q_proj row q_row floats
-  // after the one before, its output out_row floats, its partials after the token before's; the
-  // caches already hold every row up to pos[t] (attn_append_kernel). 0: decode.
-  int n_tokens;
-  size_t q_row, out_row;
-};
 
 // kFixed: the Qwen3.5 attention shape (kFixed* below) with its head count per block, KV heads
 // and rotary width as compile-time constants, so that the head loops and row strides fold.
@@ -552,17 +531,24 @@ auto split_kernel_for(const AttnShape& s, int hpb) {
 }
 
 template <int kHd, class Kv>
-cudaError_t launch_decode(const AttnShape& s, AttnArgs a, float* scratch, cudaStream_t stream) {
-  const int n_splits = n_splits_for(s), hpb = heads_per_block(s), n_sub = head_blocks(s);
+cudaError_t launch_decode(const AttnShape& s, AttnArgs a, float* scratch, bool mma,
+                          cudaStream_t stream) {
+  const int n_sub = mma ? attn_detail::mma_decode_head_blocks(s) : head_blocks(s);
+  const int n_splits = n_splits_for(s, n_sub), hpb = heads_per_block(s);
   a.part_o = scratch;
   a.part_ml = scratch + static_cast<size_t>(s.n_q_heads) * n_splits * kHd;
-  const dim3 grid(static_cast<unsigned>(n_splits), static_cast<unsigned>(s.n_kv_heads),
-                  static_cast<unsigned>(n_sub));
-  const size_t smem = split_smem_bytes<kHd, Kv>(hpb);
-  const auto kernel = split_kernel_for<kHd, false, Kv>(s, hpb);
-  cudaError_t err = allow_smem(kernel, smem);
-  if (err != cudaSuccess) return err;
-  err = pdl::launch(kernel, grid, kThreads, smem, stream, s, n_splits, hpb, a);
+  cudaError_t err = cudaSuccess;
+  if (mma) {
+    err = attn_detail::launch_decode_mma(s, n_splits, a, stream);
+  } else {
+    const dim3 grid(static_cast<unsigned>(n_splits), static_cast<unsigned>(s.n_kv_heads),
+                    static_cast<unsigned>(n_sub));
+    const size_t smem = split_smem_bytes<kHd, Kv>(hpb);
+    const auto kernel = split_kernel_for<kHd, false, Kv>(s, hpb);
+    err = allow_smem(kernel, smem);
+    if (err == cudaSuccess)
+      err = pdl::launch(kernel, grid, kThreads, smem, stream, s, n_splits, hpb, a);
+  }
   if (err != cudaSuccess) return err;
   return pdl::launch(attn_combine_kernel<false>, s.n_q_heads, kCombineThreads, 0, stream, s,
                      n_splits, a.q_proj, a.pos, a.part_o, a.part_ml, a.out, size_t{0}, size_t{0});
@@ -673,12 +659,15 @@ size_t attn_scratch_floats(const AttnShape& shape) {
 cudaError_t attn_decode(const AttnShape& shape, const float* q_proj, const float* k_proj,
                         const float* v_proj, const float* q_norm_w, const float* k_norm_w,
                         const float* rope, const int* pos, float* q, void* k_cache, void* v_cache,
-                        float* out, float* scratch, cudaStream_t stream) {
+                        float* out, float* scratch, cudaStream_t stream, AttnDecodePath path) {
   if (!shape_ok(shape)) return cudaErrorInvalidValue;
+  const bool mma_ok = attn_detail::mma_decode_shape_ok(shape) && attn_detail::mma_decode_fits();
+  if (path == AttnDecodePath::kMma && !mma_ok) return cudaErrorInvalidValue;
+  const bool mma = path != AttnDecodePath::kSplit && mma_ok;
   AttnArgs a{q_proj, k_proj, v_proj, q_norm_w, k_norm_w, rope, pos, q};
   a.k_cache = static_cast<float*>(k_cache), a.v_cache = static_cast<float*>(v_cache), a.out = out;
   return dispatch(shape, [&](auto hd, auto kv) {
-    return launch_decode<decltype(hd)::value, decltype(kv)>(shape, a, scratch, stream);
+    return launch_decode<decltype(hd)::value, decltype(kv)>(shape, a, scratch, mma, stream);
   });
 }
 

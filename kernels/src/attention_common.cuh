@@ -1,5 +1,7 @@
-// Device helpers shared by attention.cu (decode, the scalar prefill) and attention_prefill.cu
-// (the tensor-core prefill), so that both make the same normed, rotated q and k bits.
+// Device helpers shared by attention.cu (decode, the scalar prefill), attention_decode_mma.cu
+// (decode on the tensor cores) and attention_prefill.cu (the tensor-core prefill), so that all
+// make the same normed, rotated q and k bits; and the decode split kernels' common ground (their
+// arguments, and the split of the context that attn_combine_kernel undoes).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,6 +12,38 @@
 #include "qf/quant/formats.h"
 
 namespace qf::kern::attn_detail {
+
+constexpr int kTile = 32;  // context rows per online-softmax step
+constexpr int kMaxSplits = 128;
+
+// Rows per split for a context of t rows: a multiple of kTile, at least one tile.
+__device__ __forceinline__ int split_chunk(int t, int n_splits) {
+  const int c = max(1, (t + n_splits - 1) / n_splits);
+  return (c + kTile - 1) / kTile * kTile;
+}
+
+// Context length for *pos, clamped to the cache so a bad position cannot fault.
+__device__ __forceinline__ int context_len(int pos, int max_len) {
+  return min(max(pos + 1, 1), max_len);
+}
+
+// The decode split kernels' arguments (attention.cu's launchers fill them).
+struct AttnArgs {
+  const float *q_proj, *k_proj, *v_proj, *q_norm_w, *k_norm_w, *rope;
+  const int* pos;
+  float* q;
+  // Entries of AttnShape::kv (the kernels' Kv, by reinterpret_cast): typed float so that the f32
+  // instances compile as before the bf16 cache (through void*, nvcc placed their address
+  // arithmetic differently).
+  float *k_cache, *v_cache;
+  float* out;
+  float *part_o, *part_ml;  // [Nq, n_splits, hd] unnormalized outputs; [Nq, n_splits, 2] (m, l)
+  // Prefill (attn_prefill): n_tokens > 0 tokens, token t at pos[t], its q_proj row q_row floats
+  // after the one before, its output out_row floats, its partials after the token before's; the
+  // caches already hold every row up to pos[t] (attn_append_kernel). 0: decode.
+  int n_tokens;
+  size_t q_row, out_row;
+};
 
 // The caches' element types (AttnShape::kv): float, or Bf16 (a bf16's bits). kv_round gives the
 // value an entry holds once stored (formats.h's round to nearest even, the CPU twins' too),
@@ -49,22 +83,31 @@ __device__ __forceinline__ float4 kv_load4(const Bf16* p) {
   return make_float4(a.x, a.y, b.x, b.y);
 }
 
-// Writes the zero-centred RMSNorm of src (hd floats; sum of squares in double, as the CPU
-// engine) times (1 + w) to dst, then rotates pairs (i, i + half) for i < half. One warp.
+// A warp's row of kHd floats: lane holds src[lane + 32 e].
 template <int kHd>
-__device__ __forceinline__ void norm_rope_warp(const float* src, const float* w, float eps,
-                                               int half, const float* cos_s, const float* sin_s,
-                                               float* dst) {
-  constexpr int kE = kHd / 32;
+__device__ __forceinline__ void load_row_warp(const float* src, float (&x)[kHd / 32]) {
   const int lane = threadIdx.x & 31;
-  float x[kE];
+#pragma unroll
+  for (int e = 0; e < kHd / 32; ++e) x[e] = src[lane + 32 * e];
+}
+
+// A lane's part of the sum of squares of a warp's row (in double, as the CPU engine).
+template <int kHd>
+__device__ __forceinline__ double sum_sq_part(const float (&x)[kHd / 32]) {
   double ss = 0;
 #pragma unroll
-  for (int e = 0; e < kE; ++e) {
-    x[e] = src[lane + 32 * e];
-    ss += static_cast<double>(x[e]) * x[e];
-  }
-  ss = mixer::warp_sum(ss);
+  for (int e = 0; e < kHd / 32; ++e) ss += static_cast<double>(x[e]) * x[e];
+  return ss;
+}
+
+// Writes the zero-centred RMSNorm of a warp's row x (load_row_warp's) with the warp's sum of
+// squares ss, times (1 + w), to dst, then rotates pairs (i, i + half) for i < half. One warp.
+template <int kHd>
+__device__ __forceinline__ void scale_rope_row(const float (&x)[kHd / 32], double ss,
+                                               const float* w, float eps, int half,
+                                               const float* cos_s, const float* sin_s, float* dst) {
+  constexpr int kE = kHd / 32;
+  const int lane = threadIdx.x & 31;
   const float inv = 1.0f / sqrtf(static_cast<float>(ss) / static_cast<float>(kHd) + eps);
 #pragma unroll
   for (int e = 0; e < kE; ++e) dst[lane + 32 * e] = x[e] * inv * (1.0f + w[lane + 32 * e]);
@@ -76,6 +119,24 @@ __device__ __forceinline__ void norm_rope_warp(const float* src, const float* w,
     dst[i + half] = __fadd_rn(__fmul_rn(b, cos_s[i]), __fmul_rn(a, sin_s[i]));
   }
   __syncwarp();
+}
+
+// Writes the zero-centred RMSNorm of src (hd floats) times (1 + w) to dst, then rotates pairs
+// (i, i + half) for i < half. One warp.
+template <int kHd>
+__device__ __forceinline__ void norm_rope_warp(const float* src, const float* w, float eps,
+                                               int half, const float* cos_s, const float* sin_s,
+                                               float* dst) {
+  constexpr int kE = kHd / 32;
+  const int lane = threadIdx.x & 31;
+  float x[kE];
+  double ss = 0;
+#pragma unroll
+  for (int e = 0; e < kE; ++e) {  // each load's square as it lands (load_row_warp issues all)
+    x[e] = src[lane + 32 * e];
+    ss += static_cast<double>(x[e]) * x[e];
+  }
+  scale_rope_row<kHd>(x, mixer::warp_sum(ss), w, eps, half, cos_s, sin_s, dst);
 }
 
 }  // namespace qf::kern::attn_detail

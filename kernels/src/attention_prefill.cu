@@ -39,7 +39,10 @@ namespace {
 using gemv_detail::cp_async16;
 using gemv_detail::cp_async_commit;
 using gemv_detail::cp_async_wait;
+using gemv_detail::ldsm_x4;
+using gemv_detail::ldsm_x4_trans;
 using gemv_detail::mma_f16;
+using gemv_detail::smem_addr;
 
 constexpr int kHd = 256;
 constexpr int kChunks = kHd / 8;  // 16-byte chunks of one limb of a row
@@ -72,19 +75,6 @@ __device__ __forceinline__ void mma_limbs(float (&d)[4], const uint32_t (&a_hi)[
   mma_f16(d, a_lo, bh0, bh1);
 }
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
 // Rows 0 .. pos[n - 1] of both caches ([max_len, n_kv, hd] of Kv: float or Bf16) as limb pairs.
 template <class Kv>
 __global__ void __launch_bounds__(256)

@@ -18,6 +18,8 @@
 // (quant::f32_to_bf16). v rows: exact; k rows: each entry the twin's or one bf16 ulp from it (the
 // ~1e-7 differences above can fall on either side of a rounding midpoint); outputs: the twin's
 // attention over the GPU's own cache rows, within the f32 bound.
+// bf16 caches at head_dim 256 run on both decode paths (AttnDecodePath): the split kernel and the
+// tensor-core kernel, each held to the same bound.
 // Skips (and says why) where no CUDA device is present.
 #include <gtest/gtest.h>
 
@@ -96,12 +98,16 @@ void expect_within_bf16_ulp(const std::vector<float>& got, const std::vector<flo
 std::string kv_name(const AttnShape& s) {
   return s.kv == KvType::kBf16 ? " bf16" : " f32";
 }
+std::string path_name(AttnDecodePath p) {
+  return p == AttnDecodePath::kMma ? " mma" : p == AttnDecodePath::kSplit ? " split" : "";
+}
 
 // Runs positions 0 .. max_len - 1 (or n_steps) and compares everything at `checks`.
-void run_sequence(const AttnShape& s, int n_steps, const std::vector<int>& checks, uint64_t seed) {
+void run_sequence(const AttnShape& s, int n_steps, const std::vector<int>& checks, uint64_t seed,
+                  AttnDecodePath path = AttnDecodePath::kAuto) {
   const std::string name = "Nq " + std::to_string(s.n_q_heads) + " Nkv " +
                            std::to_string(s.n_kv_heads) + " hd " + std::to_string(s.head_dim) +
-                           " rot " + std::to_string(s.rot_dim) + kv_name(s);
+                           " rot " + std::to_string(s.rot_dim) + kv_name(s) + path_name(path);
   SCOPED_TRACE(name);
   std::printf("attention %s max_len %d\n", name.c_str(), s.max_len);
   std::mt19937_64 g(seed);
@@ -122,9 +128,10 @@ void run_sequence(const AttnShape& s, int n_steps, const std::vector<int>& check
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   QF_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  const cudaError_t err = attn_decode(
-      s, d_qproj.data(), d_kproj.data(), d_vproj.data(), d_qn.data(), d_kn.data(), d_rope.data(),
-      d_pos.data(), d_q.data(), d_kc.data(), d_vc.data(), d_out.data(), d_scratch.data(), stream);
+  const cudaError_t err =
+      attn_decode(s, d_qproj.data(), d_kproj.data(), d_vproj.data(), d_qn.data(), d_kn.data(),
+                  d_rope.data(), d_pos.data(), d_q.data(), d_kc.data(), d_vc.data(), d_out.data(),
+                  d_scratch.data(), stream, path);
   QF_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   ASSERT_EQ(err, cudaSuccess);
   QF_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
@@ -174,15 +181,18 @@ TEST(AttentionKernel, Qwen35_122B) {
   AttnShape s{.n_q_heads = 32, .n_kv_heads = 2, .head_dim = 256, .rot_dim = 64, .max_len = 4096};
   run_sequence(s, 4096, {0, 6, 31, 32, 299, 1000, 4095}, 11);
   s.kv = KvType::kBf16;
-  run_sequence(s, 4096, {0, 6, 31, 32, 299, 1000, 4095}, 21);
+  for (const AttnDecodePath path : {AttnDecodePath::kSplit, AttnDecodePath::kMma})
+    run_sequence(s, 4096, {0, 6, 31, 32, 299, 1000, 4095}, 21, path);
 }
 TEST(AttentionKernel, Qwen35_35BLongContext) {
   QF_REQUIRE_GPU();
   // 5000 rows, on an H200 over 128 splits: 64-row chunks, two online-softmax tiles per split
   // (fewer SMs: fewer, longer chunks).
-  const AttnShape s{
-      .n_q_heads = 16, .n_kv_heads = 2, .head_dim = 256, .rot_dim = 64, .max_len = 6000};
+  AttnShape s{.n_q_heads = 16, .n_kv_heads = 2, .head_dim = 256, .rot_dim = 64, .max_len = 6000};
   run_sequence(s, 5000, {0, 4095, 4096, 4999}, 12);
+  // bf16 on the tensor cores: 8 query heads in the MMA's 16 rows, two tiles per split.
+  s.kv = KvType::kBf16;
+  run_sequence(s, 5000, {0, 63, 64, 4095, 4999}, 22, AttnDecodePath::kMma);
 }
 TEST(AttentionKernel, AwkwardShapes) {
   QF_REQUIRE_GPU();
@@ -203,16 +213,20 @@ TEST(AttentionKernel, AwkwardShapes) {
   run_sequence(
       AttnShape{.n_q_heads = 4, .n_kv_heads = 4, .head_dim = 256, .rot_dim = 0, .max_len = 40}, 40,
       {0, 39}, 15);
-  // bf16 caches at each head size (kVec 2 and 4 loads) and the general instance.
+  // bf16 caches at each head size (kVec 2 and 4 loads) and the general instance; at hd 256 on
+  // both paths (groups of 2 in the MMA's 16 rows).
   for (const int hd : {64, 128, 256}) {
-    run_sequence(AttnShape{.n_q_heads = 6,
-                           .n_kv_heads = 3,
-                           .head_dim = hd,
-                           .rot_dim = hd / 2,
-                           .theta = 1e4f,
-                           .max_len = 70,
-                           .kv = KvType::kBf16},
-                 70, {0, 31, 32, 69}, 30 + hd);
+    for (const AttnDecodePath path : {AttnDecodePath::kSplit, AttnDecodePath::kMma}) {
+      if (hd != 256 && path == AttnDecodePath::kMma) continue;
+      run_sequence(AttnShape{.n_q_heads = 6,
+                             .n_kv_heads = 3,
+                             .head_dim = hd,
+                             .rot_dim = hd / 2,
+                             .theta = 1e4f,
+                             .max_len = 70,
+                             .kv = KvType::kBf16},
+                   70, {0, 31, 32, 69}, 30 + hd, path);
+    }
   }
 }
 TEST(AttentionKernel, LargeGroupsSplitAcrossBlocks) {
@@ -224,6 +238,14 @@ TEST(AttentionKernel, LargeGroupsSplitAcrossBlocks) {
   run_sequence(
       AttnShape{.n_q_heads = 70, .n_kv_heads = 1, .head_dim = 64, .rot_dim = 32, .max_len = 40}, 40,
       {0, 39}, 17);
+  // bf16 on the tensor cores: 40 heads in blocks of 16, 16 and 8.
+  run_sequence(AttnShape{.n_q_heads = 40,
+                         .n_kv_heads = 1,
+                         .head_dim = 256,
+                         .rot_dim = 64,
+                         .max_len = 100,
+                         .kv = KvType::kBf16},
+               100, {0, 99}, 18, AttnDecodePath::kMma);
 }
 
 TEST(AttentionKernel, RotaryTableIsTheRoundedDoubleValue) {
@@ -384,6 +406,20 @@ TEST(AttentionKernel, RejectsUnsupportedShapes) {
                        .rot_dim = 32,
                        .max_len = 8,
                        .kv = static_cast<KvType>(7)}));
+  // The tensor-core path: bf16 caches at head_dim 256 only.
+  const auto mma_refused = [](const AttnShape& s) {
+    return attn_decode(s, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                       nullptr, nullptr, nullptr, nullptr, nullptr,
+                       AttnDecodePath::kMma) == cudaErrorInvalidValue;
+  };
+  EXPECT_TRUE(
+      mma_refused({.n_q_heads = 4, .n_kv_heads = 2, .head_dim = 256, .rot_dim = 64, .max_len = 8}));
+  EXPECT_TRUE(mma_refused({.n_q_heads = 4,
+                           .n_kv_heads = 2,
+                           .head_dim = 128,
+                           .rot_dim = 64,
+                           .max_len = 8,
+                           .kv = KvType::kBf16}));
 }
 
 }  // namespace

@@ -173,9 +173,13 @@ struct CudaEngine::Impl {
     return std::find(o.skip.begin(), o.skip.end(), name) == o.skip.end();
   }
 
-  // The batched prefill's attention kernel (CudaOptions::tensor_core_attention).
+  // The batched prefill's and the decode step's attention kernels
+  // (CudaOptions::tensor_core_attention).
   kern::AttnPrefillPath attn_path() const {
     return o.tensor_core_attention ? kern::AttnPrefillPath::kAuto : kern::AttnPrefillPath::kScalar;
+  }
+  kern::AttnDecodePath attn_decode_path() const {
+    return o.tensor_core_attention ? kern::AttnDecodePath::kAuto : kern::AttnDecodePath::kSplit;
   }
 
   void mark(const char* name, uint64_t bytes) {

@@ -140,7 +140,7 @@ void CudaEngine::Impl::attention_mixer(const cuda::DeviceLayer& w, void* kc, voi
   gemv(w.qkv, u, qkvp, {}, "attention projections");
   if (on("attention")) {
     cuda::check(kern::attn_decode(attn, qproj, kp, vp, w.q_norm, w.k_norm, rope, at, nullptr, kc,
-                                  vc, att, attn_scratch, stream),
+                                  vc, att, attn_scratch, stream, attn_decode_path()),
                 "attn_decode");
   }
   mark("attention", 2ull * (rows_before + 1) * m->config.kv_rows() * kern::attn_kv_bytes(attn));

@@ -112,7 +112,7 @@ void CudaEngine::Impl::launch_verify() {
         if (r == 1) fence();
         cuda::check(kern::attn_decode(attn, qproj + r * qr, kp + r * qr, vp + r * qr, w.q_norm,
                                       w.k_norm, rope, vpos + r, nullptr, k_cache[l], v_cache[l],
-                                      att + r * att_row, attn_scratch, stream),
+                                      att + r * att_row, attn_scratch, stream, attn_decode_path()),
                     "attn_decode");
       }
       out_proj_add_norm2(w.o, att, att_row, w.post_norm);

@@ -36,10 +36,16 @@ cudaError_t attn_rope_table(const AttnShape& shape, float* table, cudaStream_t s
 // [Nkv * hd]; rope: the table above. Appends the normed, rotated k and v to k_cache/v_cache
 // [max_len, Nkv, hd] (entries of shape.kv) at row *pos and writes out: [Nq * hd]. q: [Nq, hd], the
 // normed, rotated queries, or nullptr (not written). scratch: attn_scratch_floats(shape) floats.
+// Paths: kSplit, the split kernel on the CUDA cores (any shape); kMma (bf16 caches at head_dim
+// 256, where the device gives a block 98 KB of shared memory), the same splits scored and summed
+// on the tensor cores with q and p as exact three-limb bf16 sums (attention_decode_mma.cu);
+// kAuto: kMma where it can run, else kSplit. kMma elsewhere: cudaErrorInvalidValue.
+enum class AttnDecodePath { kAuto, kSplit, kMma };
 cudaError_t attn_decode(const AttnShape& shape, const float* q_proj, const float* k_proj,
                         const float* v_proj, const float* q_norm_w, const float* k_norm_w,
                         const float* rope, const int* pos, float* q, void* k_cache, void* v_cache,
-                        float* out, float* scratch, cudaStream_t stream);
+                        float* out, float* scratch, cudaStream_t stream,
+                        AttnDecodePath path = AttnDecodePath::kAuto);
 
 // Gated attention over n consecutive tokens of one layer (batched prefill) at positions pos[0]
 // .. pos[n - 1] (device, consecutive): their k and v appended to the caches (the same bits as

@@ -58,8 +58,9 @@ struct CudaOptions {
   // routed expert read once per 1024 prompt tokens (docs/cuda-engine-speed.md, "Batched
   // prefill").
   int prefill_chunk = 1024;
-  // The batched prefill's attention on the tensor cores (kern::attn_prefill's kMma paths, where
-  // the shape and the device take them); false: its scalar kernel, to compare.
+  // Attention on the tensor cores where the shape and the device take it: the batched prefill's
+  // (kern::attn_prefill's kMma paths) and, with bf16 KV caches, the decode step's
+  // (kern::attn_decode's kMma); false: the CUDA-core kernels, to compare.
   bool tensor_core_attention = true;
   // Timing studies only (qforge bench --skip): launches left out of every step, named as in
   // kSkippableLaunches, so that the step time without them bounds what fusing them away could
