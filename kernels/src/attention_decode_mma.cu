@@ -3,27 +3,30 @@
 //
 // Why: the split kernel (attention.cu) scores and sums on the CUDA cores, one query head a warp
 // pass, so at long contexts it is bound by its arithmetic, not its bytes (an H100 at 32768 rows
-// of a 122B layer: 79.4 us for 64 MiB of bf16 rows, 28% of the copy bandwidth). Here a block
-// takes up to 16 query heads of one KV head (a Qwen3.5 group: 8 or 16) as the MMA's 16 rows, so
-// every K and V row it stages serves them all in a few tensor-core instructions.
+// of a 122B layer: 80.0 us for 64 MiB of bf16 rows, 35% of the copy bandwidth; this kernel 40.3
+// us, 69%: docs/cuda-engine-speed.md, "bf16 KV caches"). Here a block takes up to 16 query heads
+// of one KV head (a Qwen3.5 group: 8 or 16) as the MMA's 16 rows, so every K and V row it stages
+// serves them all in a few tensor-core instructions.
 //
 // Numerics (the split kernel's, to f32 rounding; attention_test holds both to one bound):
 //   * k and v are bf16 values already. q (normed and rotated as attn_split_kernel makes it:
 //     attention_common.cuh) and p are split into three bf16 limbs, x = hi + mid + lo exactly
 //     (each limb the remainder rounded to nearest; 24 bits, an f32's significand), so each
-//     product is exact and only the tensor cores' f32 sums round. Scores are the sum of the
-//     three limbs' products over the 256 dims in two halves, added in f32, times 1/16.
+//     product is exact and only the tensor cores' f32 sums round. A score is the sum over the
+//     256 dims of the limbs' products, in two halves (one MMA accumulator each), added in f32,
+//     times 1/16.
 //   * The online softmax in f32 (expf, running max and sum per head) as the split kernel's;
 //     o = sum p v over the split's rows, unnormalized, for attn_combine_kernel.
 //
 // Work: grid (splits, KV heads, head blocks), 8 warps. The context is split as the split kernel
-// splits it (split_chunk). A block stages its chunk's K and V rows in 32-row tiles by cp.async,
-// one tile ahead (the first before its PDL wait), each row's 16-byte chunks XOR-swizzled by row
-// so that ldmatrix reads them without bank conflicts; the new row (*pos) comes from shared
-// memory, as the split kernel's. Per tile: warp w scores rows 8 (w % 4) .. + 7 over dims
-// 128 (w / 4) .. + 127 for the 16 heads; a warp per head then runs the online softmax over the
-// tile's 32 rows and writes p's limbs; warp w accumulates o for dims 32 w .. 32 w + 31 of every
-// head in registers (16 floats a lane).
+// splits it (split_chunk). A block stages its chunk's K and V rows in 32-row tiles by cp.async
+// into two slots each, a tile's K slot refilled once it is scored and its V slot once summed, so
+// up to two tiles are in flight (the first tile and the second's K before its PDL wait); each
+// row's 16-byte chunks XOR-swizzled by row so that ldmatrix reads them without bank conflicts.
+// The new row (*pos) comes from shared memory, as the split kernel's. Per tile: warp w scores rows
+// 8 (w % 4) .. + 7 over dims 128 (w / 4) .. + 127 for the 16 heads; a warp per head then runs the
+// online softmax over the tile's 32 rows and writes p's limbs; warp w accumulates o for dims 32 w
+// .. 32 w + 31 of every head in registers (16 floats a lane).
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -65,7 +68,7 @@ constexpr int kNewOff = kPOff + kLimbs * kM * kPStride * 2;
 constexpr int kRopeOff = kNewOff + 2 * kHd * 2;
 constexpr int kStatOff = kRopeOff + kHd * 4;
 constexpr int kSmemBytes = kStatOff + 3 * kM * 4;
-static_assert(kM * kHd * 4 <= kStageBytes, "q's f32 rows fit a stage");
+static_assert(kM * kHd * 4 <= kStageBytes / 2, "q's f32 rows fit a V slot");
 static_assert(kHd * 4 <= 2 * kM * kTile * 4, "the new k row's f32 entries fit the scores");
 
 // Chunk c of row r of a [rows][kChunks] array of 16-byte chunks, swizzled.
@@ -249,10 +252,9 @@ __global__ void __launch_bounds__(kThreads, 2)
     const uint4* kt = stage + 2 * buf * kTile * kChunks;
     const uint4* vt = kt + kTile * kChunks;
 
-    {  // Scores: rows n0 .. n0 + 7 over chunks 16 kh .. 16 kh + 15 (dims 128 kh ..); a sum for
-       // each limb and k-step parity, so that the MMAs do not wait on each other.
+    {  // Scores: rows n0 .. n0 + 7 over chunks 16 kh .. 16 kh + 15 (dims 128 kh ..), one sum.
       const int n0 = 8 * (warp & 3), kh = warp >> 2;
-      float d[kLimbs][2][4] = {};
+      float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
       for (int k4 = 0; k4 < 4; ++k4) {  // 32 dims: two k-steps
         const int c0 = 16 * kh + 4 * k4;
@@ -264,14 +266,10 @@ __global__ void __launch_bounds__(kThreads, 2)
           for (int st = 0; st < 2; ++st) {
             uint32_t aq[4];
             ldsm_x4(aq, smem_addr(q_l + l * kM * kChunks + swz(mrow, c0 + 2 * st + (lane >> 4))));
-            mma_bf16(d[l][st], aq, b[2 * st], b[2 * st + 1]);
+            mma_bf16(sum, aq, b[2 * st], b[2 * st + 1]);
           }
         }
       }
-      float sum[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        sum[e] = (d[2][0][e] + d[2][1][e]) + (d[1][0][e] + d[1][1][e]) + (d[0][0][e] + d[0][1][e]);
       float* sp = s_part + kh * kM * kTile + n0 + 2 * tq;
       *reinterpret_cast<float2*>(sp + g * kTile) = make_float2(sum[0], sum[1]);
       *reinterpret_cast<float2*>(sp + (g + 8) * kTile) = make_float2(sum[2], sum[3]);
