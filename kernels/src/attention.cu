@@ -86,7 +86,8 @@ int max_splits(const AttnShape& s) {
 // wave of longer chunks rather than two of short ones (H200, 122B synthetic at context 4000:
 // 2905 us per step with 64-row chunks against 2968 with 32-row ones; at 1024, 32-row chunks).
 // n_head_blocks: the blocks a KV head's query group takes (head_blocks, or the tensor-core
-// kernel's).
+// kernel's, which also fits two blocks an SM on an H100 or H200 by its 98 KB of shared memory, and
+// one on sm_120/121, so two waves there).
 int n_splits_for(const AttnShape& s, int n_head_blocks) {
   const int n_sm = sm_count();
   if (n_sm == 0) {
