@@ -6,9 +6,9 @@
 //   GDN prefill (gdn_prefill: a pass of 1024 tokens through the conv, the recurrence, the norm
 //   and the history's shift) at the same shapes: time per layer and per token.
 //   Attention decode (norms, rotary, cache append and split-K attention in one launch, then the
-//   combine) at the 122B shape, 12 layers with their own caches, at several contexts: time per
-//   layer and KV bytes read / time; f32 caches on the split kernel, bf16 ones on it and on the
-//   tensor cores (AttnDecodePath).
+//   combine) at the 122B and 35B shapes, 12 and 10 layers with their own caches, at several
+//   contexts: time per layer and KV bytes read / time; f32 caches on the split kernel, bf16 ones
+//   on it and on the tensor cores (AttnDecodePath).
 //   Attention prefill (attn_prefill, one layer at the 122B shape) by each path: the scalar
 //   kernel and the tensor-core one in both launch shapes, prompts of 1024 and 4096 tokens and
 //   1024 tokens deep into a cache of up to 32768 rows: time per layer and the useful FLOP rate.
@@ -279,6 +279,8 @@ int main(int argc, char** argv) {
   a122.n_kv_heads = 2;
   a122.head_dim = 256;
   a122.rot_dim = 64;
+  qf::kern::AttnShape a35 = a122;  // 35B-A3B: 16 query heads, 10 attention layers
+  a35.n_q_heads = 16;
   for (int ctx : {1, 1024, 4096, 32768, 131072}) {
     if (quick && ctx > 4096) break;
     // f32 on the split kernel; bf16 on it and on the tensor cores.
@@ -286,8 +288,9 @@ int main(int argc, char** argv) {
     for (const auto& [kv, path] : {std::pair{qf::kern::KvType::kF32, Path::kSplit},
                                    {qf::kern::KvType::kBf16, Path::kSplit},
                                    {qf::kern::KvType::kBf16, Path::kMma}}) {
-      a122.kv = kv;
+      a122.kv = a35.kv = kv;
       bench_attention("122B", a122, 12, ctx, path, copy_gbs, stream);
+      bench_attention("35B", a35, 10, ctx, path, copy_gbs, stream);
     }
   }
   a122.kv = qf::kern::KvType::kF32;
