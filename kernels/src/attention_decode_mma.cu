@@ -3,8 +3,8 @@
 //
 // Why: the split kernel (attention.cu) scores and sums on the CUDA cores, one query head a warp
 // pass, so at long contexts it is bound by its arithmetic, not its bytes (an H100 at 32768 rows
-// of a 122B layer: 80.0 us for 64 MiB of bf16 rows, 35% of the copy bandwidth; this kernel 40.3
-// us, 69%: docs/cuda-engine-speed.md, "bf16 KV caches"). Here a block takes up to 16 query heads
+// of a 122B layer: 79.4 us for 64 MiB of bf16 rows, 35% of the copy bandwidth; this kernel 39.3
+// us, 70%: docs/cuda-engine-speed.md, "bf16 KV caches"). Here a block takes up to 16 query heads
 // of one KV head (a Qwen3.5 group: 8 or 16) as the MMA's 16 rows, so every K and V row it stages
 // serves them all in a few tensor-core instructions.
 //
