@@ -42,6 +42,7 @@
 namespace qf::kern::attn_detail {
 namespace {
 
+using gemv_detail::bf16_limbs3;
 using gemv_detail::cp_async16;
 using gemv_detail::cp_async_commit;
 using gemv_detail::cp_async_wait;
@@ -74,19 +75,6 @@ static_assert(kHd * 4 <= 2 * kM * kTile * 4, "the new k row's f32 entries fit th
 // Chunk c of row r of a [rows][kChunks] array of 16-byte chunks, swizzled.
 __device__ __forceinline__ int swz(int r, int c) {
   return r * kChunks + (c ^ (r & 7));
-}
-
-// The three bf16 limbs of (a, b), packed pairs with a in the low half: a = hi + mid + lo exactly
-// (each remainder is exact in f32, and the last fits a bf16's 8 bits).
-__device__ __forceinline__ void split3(float a, float b, uint32_t (&w)[kLimbs]) {
-#pragma unroll
-  for (int l = 0; l < kLimbs; ++l) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-    const float2 f = __bfloat1622float2(h);
-    w[l] = *reinterpret_cast<const uint32_t*>(&h);
-    a -= f.x;
-    b -= f.y;
-  }
 }
 
 __global__ void __launch_bounds__(kThreads, 2)
@@ -192,10 +180,10 @@ __global__ void __launch_bounds__(kThreads, 2)
       const float4 x0 = reinterpret_cast<const float4*>(row)[2 * lane];
       const float4 x1 = reinterpret_cast<const float4*>(row)[2 * lane + 1];
       uint32_t w[4][kLimbs];
-      split3(x0.x, x0.y, w[0]);
-      split3(x0.z, x0.w, w[1]);
-      split3(x1.x, x1.y, w[2]);
-      split3(x1.z, x1.w, w[3]);
+      bf16_limbs3(x0.x, x0.y, w[0]);
+      bf16_limbs3(x0.z, x0.w, w[1]);
+      bf16_limbs3(x1.x, x1.y, w[2]);
+      bf16_limbs3(x1.z, x1.w, w[3]);
 #pragma unroll
       for (int l = 0; l < kLimbs; ++l)
         q_l[l * kM * kChunks + swz(it, lane)] = make_uint4(w[0][l], w[1][l], w[2][l], w[3][l]);
@@ -285,7 +273,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       const float m_old = m_s[h], m_new = fmaxf(m_old, mixer::warp_max(sc));
       const float pe = lane < nt ? expf(sc - m_new) : 0.0f;
       uint32_t w[kLimbs];
-      split3(pe, 0.0f, w);
+      bf16_limbs3(pe, 0.0f, w);
 #pragma unroll
       for (int l = 0; l < kLimbs; ++l)
         p_l[(l * kM + h) * kPStride + lane] = static_cast<Bf16>(w[l] & 0xFFFFu);

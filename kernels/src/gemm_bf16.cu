@@ -32,6 +32,7 @@
 #include "gemm_bf16.h"
 #include "gemm_entries.cuh"
 #include "gemv_common.cuh"
+#include "mma_f16.cuh"
 
 namespace qf::kern::gemv_detail {
 namespace {
@@ -58,14 +59,6 @@ __device__ __forceinline__ int swz(int row, int c) {
   return c ^ (row & 1);
 }
 
-__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                         uint32_t a3, uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 __device__ __forceinline__ void words(const uint4& a, const uint4& b, uint32_t (&out)[8]) {
   out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w;
   out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
@@ -86,13 +79,11 @@ __global__ void __launch_bounds__(kThreads)
     v = {__ldg(xr), __ldg(xr + 1)};
   }
   __nv_bfloat162* out = limbs + (static_cast<size_t>(row) * segs + s) * (kLimbs * kSeg / 2);
+  uint32_t w[kLimbs];
+  bf16_limbs3(v.x, v.y, w);
 #pragma unroll
-  for (int i = 0; i < kLimbs; ++i) {  // each limb the rest's bf16; the rest less it is exact
-    const __nv_bfloat162 b = __floats2bfloat162_rn(v.x, v.y);
-    out[32 * i + lane] = b;
-    const float2 f = __bfloat1622float2(b);
-    v = {v.x - f.x, v.y - f.y};
-  }
+  for (int i = 0; i < kLimbs; ++i)
+    out[32 * i + lane] = *reinterpret_cast<const __nv_bfloat162*>(&w[i]);
 }
 
 struct Bf16Args {
@@ -177,8 +168,8 @@ __global__ void __launch_bounds__(kThreads, 2)
             words(st.x[en][l][swz(en, 2 * t)], st.x[en][l][swz(en, 2 * t + 1)], xb);
 #pragma unroll
             for (int j = 0; j < 4; ++j) {  // k step j: columns 16t + 4j .. + 3, words 2j, 2j + 1
-              mma_bf16(acc[q], ra[2 * j], rb[2 * j], ra[2 * j + 1], rb[2 * j + 1], xb[2 * j],
-                       xb[2 * j + 1]);
+              const uint32_t a[4] = {ra[2 * j], rb[2 * j], ra[2 * j + 1], rb[2 * j + 1]};
+              mma_bf16(acc[q], a, xb[2 * j], xb[2 * j + 1]);
             }
           }
         }

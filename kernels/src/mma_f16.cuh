@@ -4,6 +4,7 @@
 // Internal to kernels/src.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -27,6 +28,20 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
       "{%8, %9}, {%0, %1, %2, %3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// The three bf16 limbs of (a, b) for mma_bf16, packed pairs with a in the low half: each limb
+// the rest's bf16 (nearest), the rest less it exact in f32, so a = hi + mid + lo to 2^-24 of |a|
+// (f32's precision; below ~2^-110 lo is lost to subnormals).
+__device__ __forceinline__ void bf16_limbs3(float a, float b, uint32_t (&w)[3]) {
+#pragma unroll
+  for (int l = 0; l < 3; ++l) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    const float2 f = __bfloat1622float2(h);
+    w[l] = *reinterpret_cast<const uint32_t*>(&h);
+    a -= f.x;
+    b -= f.y;
+  }
 }
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
