@@ -23,6 +23,15 @@ void add_kv_cache_option(CLI::App* sub, rt::KvCacheType* out) {
       ->default_str(f32);
 }
 
+void add_mtp_vocab_option(CLI::App* sub, int64_t* out, const std::string& needs) {
+  sub->add_option("--mtp-draft-vocab", *out,
+                  "the MTP head drafts from token ids [0, N) only, its LM head reading N rows "
+                  "(a multiple of 128; the ids keep speculative decoding's guarantees, only how "
+                  "many drafts are kept changes; default: all)")
+      ->check(CLI::PositiveNumber)
+      ->needs(sub->get_option(needs));
+}
+
 uint64_t parse_size(const std::string& text, const std::string& flag) {
   char* end = nullptr;
   const double v = std::strtod(text.c_str(), &end);

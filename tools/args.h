@@ -17,5 +17,8 @@ uint64_t parse_size(const std::string& text, const std::string& flag);
 
 // --kv-cache-dtype float32 | bfloat16 on an engine command (qf/rt/kv_cache.h), into *out.
 void add_kv_cache_option(CLI::App* sub, rt::KvCacheType* out);
+// --mtp-draft-vocab N (qf/rt/mtp_vocab.h) into *out (0: not given), needing the flag `needs`
+// (--speculative, --mtp) on the same command.
+void add_mtp_vocab_option(CLI::App* sub, int64_t* out, const std::string& needs);
 
 }  // namespace qf::tools

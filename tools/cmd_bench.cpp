@@ -42,8 +42,9 @@ struct BenchArgs {
   bool scalar_attention = false;
   bool shared_in_experts = false;
   bool mtp = false;
-  int prefill = 0;     // prompt tokens to time a batched prefill on (0: none)
-  bool score = false;  // also time prompt scoring over those tokens
+  int64_t mtp_vocab = 0;  // --mtp-draft-vocab (0: all)
+  int prefill = 0;        // prompt tokens to time a batched prefill on (0: none)
+  bool score = false;     // also time prompt scoring over those tokens
   int prefill_chunk = rt::CudaOptions{}.prefill_chunk;
   int out_parts = rt::CudaOptions{}.out_parts;
   std::vector<std::string> skip;
@@ -91,6 +92,11 @@ int run(const BenchArgs& a) {
   }
   if (a.steps < 1 || a.context < 1) throw Error(Errc::kUsage, "--steps and --context must be >= 1");
   if (a.score && a.prefill < 2) throw Error(Errc::kUsage, "--score needs --prefill N (N >= 2)");
+  if (a.score && a.mtp_vocab > 0) {
+    throw Error(Errc::kUsage,
+                "--score times the MTP head over the whole vocabulary: drop "
+                "--mtp-draft-vocab or --score");
+  }
   rt::CudaOptions o;
   // --mtp also times speculative decoding's steps and verify passes (two positions each), greedy
   // and sampled.
@@ -104,6 +110,7 @@ int run(const BenchArgs& a) {
   o.out_parts = a.out_parts;
   o.skip = a.skip;
   o.mtp = a.mtp;
+  o.mtp_vocab = a.mtp_vocab;
   o.kv_cache = a.kv_cache;
   std::unique_ptr<rt::Model> model;
   std::unique_ptr<rt::CudaEngine> engine;
@@ -388,7 +395,8 @@ int run(const BenchArgs& a) {
                         {"shared_in_experts", ls.shared_in_experts},
                         {"kernels", nlohmann::json::array()}};
     if (a.mtp) {
-      j["mtp"] = {{"step_us", mtp_us},
+      j["mtp"] = {{"draft_vocab", a.mtp_vocab > 0 ? a.mtp_vocab : engine->config().vocab_size},
+                  {"step_us", mtp_us},
                   {"bytes_per_step", mtp_bytes},
                   {"achieved_gbs", mtp_gbs},
                   {"fraction_of_copy", mtp_gbs / copy_gbs},
@@ -462,10 +470,14 @@ int run(const BenchArgs& a) {
               human_bytes(step_bytes).c_str(), gbs, copy_gbs, 100 * efficiency);
   std::printf("projected on a GB10 (232 GB/s) at the same efficiency: %.1f tok/s\n", gb10_tps);
   if (a.mtp) {
+    const int64_t vocab = engine->config().vocab_size;
+    const std::string drafts = a.mtp_vocab > 0 && a.mtp_vocab < vocab
+                                   ? " (drafts from ids [0, " + std::to_string(a.mtp_vocab) + "))"
+                                   : "";
     std::printf(
-        "MTP head: %.1f us/step (%.1f%% of a main step), %s per step -> %.0f GB/s: %.1f%% of "
+        "MTP head%s: %.1f us/step (%.1f%% of a main step), %s per step -> %.0f GB/s: %.1f%% of "
         "copy\n",
-        mtp_us, 100 * mtp_us / us, human_bytes(mtp_bytes).c_str(), mtp_gbs,
+        drafts.c_str(), mtp_us, 100 * mtp_us / us, human_bytes(mtp_bytes).c_str(), mtp_gbs,
         100 * mtp_gbs / copy_gbs);
     std::printf(
         "speculative (host-synced calls): step %.1f us, two-token verify %.1f us (%.2f steps; "
@@ -580,6 +592,7 @@ Command add_bench(CLI::App& app) {
                 "format's shared expert, as the 122B hybrid's) and speculative decoding's verify "
                 "pass and "
                 "rollback, greedy and sampled");
+  add_mtp_vocab_option(sub, &a->mtp_vocab, "--mtp");
   sub->add_option("--prefill", a->prefill,
                   "also time a batched prefill of this many prompt tokens, and (up to 4096) the "
                   "same prompt in two-token passes (0: not timed)")

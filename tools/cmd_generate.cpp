@@ -32,6 +32,7 @@ struct GenerateArgs {
   std::optional<uint64_t> seed;
   bool no_think = false, ignore_eos = false, json = false, speculative = false, json_object = false;
   int threads = 0;
+  int64_t mtp_vocab = 0;  // --mtp-draft-vocab (0: all)
   rt::KvCacheType kv_cache = rt::KvCacheType::kF32;
 };
 
@@ -134,6 +135,7 @@ int run(const GenerateArgs& a) {
     rt::CudaOptions co;
     co.max_context = static_cast<int64_t>(prompt.size()) + std::max<int64_t>(a.max_tokens, 1) + 1;
     co.mtp = a.speculative;
+    co.mtp_vocab = a.mtp_vocab;
     co.kv_cache = a.kv_cache;
     rt::CudaEngine engine(*model, co);
     const rt::CudaLoadStats& ls = engine.load_stats();
@@ -155,6 +157,7 @@ int run(const GenerateArgs& a) {
     }
   } else {
     rt::CpuEngine engine(*model, a.threads, a.kv_cache);
+    if (a.mtp_vocab > 0) engine.set_mtp_vocab(a.mtp_vocab);
     r = a.speculative
             ? rt::generate_speculative(rt::speculative_engine(engine), prompt, o, print, &spec)
             : rt::generate(engine, prompt, o, print);
@@ -241,6 +244,7 @@ Command add_generate(CLI::App& app) {
                 "speculative decoding with the checkpoint's MTP head, one draft token a round: "
                 "greedy gives the same ids as greedy decoding, sampling ids distributed as "
                 "plain sampling's");
+  add_mtp_vocab_option(sub, &a->mtp_vocab, "--speculative");
   sub->add_option("--threads", a->threads, "worker threads (default: all cores)");
   add_kv_cache_option(sub, &a->kv_cache);
   sub->add_flag("--ignore-eos", a->ignore_eos, "do not stop at generation_config's eos tokens");

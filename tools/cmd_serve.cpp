@@ -31,6 +31,7 @@ struct ServeArgs {
   int port = 8000, threads = 0;
   int64_t max_model_len = 0;
   bool speculative = false, no_prefix_cache = false;
+  int64_t mtp_vocab = 0;  // --mtp-draft-vocab (0: all)
   rt::KvCacheType kv_cache = rt::KvCacheType::kF32;
 };
 
@@ -108,6 +109,7 @@ int run(const ServeArgs& a) {
     rt::CudaOptions co;
     co.max_context = o.max_model_len + 1;
     co.mtp = a.speculative;
+    co.mtp_vocab = a.mtp_vocab;
     co.snapshots = !a.no_prefix_cache;
     co.kv_cache = a.kv_cache;
     cuda = std::make_unique<rt::CudaEngine>(*model, co);
@@ -118,6 +120,7 @@ int run(const ServeArgs& a) {
     if (a.speculative) spe = rt::speculative_prefix_engine(*cuda);
   } else {
     cpu = std::make_unique<rt::CpuEngine>(*model, a.threads, a.kv_cache);
+    if (a.mtp_vocab > 0) cpu->set_mtp_vocab(a.mtp_vocab);
     pe = rt::prefix_engine(*cpu);
     if (a.speculative) spe = rt::speculative_prefix_engine(*cpu);
   }
@@ -172,6 +175,7 @@ Command add_serve(CLI::App& app) {
                   "sizes the CUDA engine's KV cache)");
   sub->add_flag("--speculative", a->speculative,
                 "speculative decoding with the checkpoint's MTP head (as generate --speculative)");
+  add_mtp_vocab_option(sub, &a->mtp_vocab, "--speculative");
   sub->add_flag("--no-prefix-cache", a->no_prefix_cache,
                 "start every request afresh (default: a request that extends the previous one's "
                 "prompt up to its last turn skips that part)");

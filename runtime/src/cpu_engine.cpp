@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "qf/error.h"
 #include "qf/quant/formats.h"
+#include "qf/rt/mtp_vocab.h"
 
 namespace qf::rt {
 namespace {
@@ -101,10 +103,11 @@ void CpuEngine::restore() {
   }
 }
 
-void CpuEngine::matvec(const Linear& w, const float* x, float* y) {
+void CpuEngine::matvec(const Linear& w, const float* x, float* y, int64_t rows) {
   // At least 128k multiply-adds per task: waking a worker costs more than a smaller share.
   const int64_t grain = std::max<int64_t>(1, kGrainMacs / std::max<int64_t>(1, w.k));
-  pool_.run(w.n, grain, [&](int64_t r0, int64_t r1) { w.matvec_rows(x, y + r0, r0, r1); });
+  pool_.run(rows < 0 ? w.n : rows, grain,
+            [&](int64_t r0, int64_t r1) { w.matvec_rows(x, y + r0, r0, r1); });
 }
 
 void CpuEngine::attention(const AttentionWeights& w, std::vector<float>& kc, std::vector<float>& vc,
@@ -369,7 +372,16 @@ void CpuEngine::mtp_step(int32_t next_token, const float* hidden, float* logits)
   mtp_hidden_.resize(static_cast<size_t>(h));
   rms_norm_1p(s.t1.data(), m.norm.data(), h, eps, mtp_hidden_.data());
   ++state_.mtp_position;
-  if (logits) matvec(model_.lm_head(), mtp_hidden_.data(), logits);
+  if (!logits) return;
+  const int64_t rows = mtp_vocab_ > 0 ? mtp_vocab_ : c.vocab_size;
+  matvec(model_.lm_head(), mtp_hidden_.data(), logits, rows);
+  std::fill(logits + rows, logits + c.vocab_size, -std::numeric_limits<float>::infinity());
+}
+
+void CpuEngine::set_mtp_vocab(int64_t n) {
+  const int64_t vocab = model_.config().vocab_size;
+  check_mtp_vocab(n, vocab);
+  mtp_vocab_ = n == vocab ? 0 : n;
 }
 
 }  // namespace qf::rt

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -10,6 +11,11 @@
 #include "qf/error.h"
 
 namespace qf::rt {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+}  // namespace
 
 GenerateResult generate_speculative(const SpecEngine& e, std::span<const int32_t> prompt,
                                     const GenerateOptions& o,
@@ -102,8 +108,18 @@ GenerateResult generate_speculative(const SpecEngine& e, std::span<const int32_t
         if (copy && greedy) {
           draft = chooser.choose(draft_logits, r.ids);
         } else if (!greedy) {
-          chooser.distribution(draft_logits, r.ids, q);
-          draft = chooser.sampler().draw(q);
+          const std::span<const float> seen = chooser.process(draft_logits, r.ids);
+          if (std::any_of(seen.begin(), seen.end(), [](float l) { return l > -kInf; })) {
+            chooser.sampler().distribution(seen, q);
+            draft = chooser.sampler().draw(q);
+          } else {
+            // A draft vocabulary (mtp_vocab.h) that the constraint masks whole: q all on the
+            // head's argmax, which resolve_draft then keeps with probability p(draft), so the id
+            // is still distributed as p.
+            q.ids.assign(1, draft);
+            q.weights.assign(1, 1.0f);
+            q.total = 1;
+          }
         }
       }
       ++st.mtp_steps;

@@ -108,6 +108,52 @@ void expect_reference_greedy(const std::string& device) {
   }
 }
 
+// --mtp-draft-vocab: speculative decoding drafting from the first 512 of the fixture's ids still
+// gives the reference's greedy ids (and, where a GPU is usable, on it too; bench's MTP step then
+// reads fewer bytes); without the flag it qualifies, or at a size that is no multiple of 128,
+// refused.
+TEST(EngineCli, MtpDraftVocabulary) {
+  const fs::path ref = kModel.parent_path() / "reference.safetensors";
+  const std::string gen = "generate --model " + kModel.string() + " --tokens " +
+                          ids_csv(read<int32_t>(ref, "prompt_ids")) +
+                          " --ignore-eos --max-tokens 24 --json --temperature 0";
+  std::string why;
+  const bool gpu = rt::CudaEngine::available(&why);
+  for (const std::string device : {"cpu", "cuda"}) {
+    if (device == "cuda" && !gpu) continue;
+    const CommandResult r =
+        qforge_split(gen + " --speculative --mtp-draft-vocab 512 --device " + device);
+    ASSERT_EQ(r.exit_code, 0) << device << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["ids"].get<std::vector<int32_t>>(), read<int32_t>(ref, "greedy_ids")) << device;
+    EXPECT_GE(j["speculative"]["rounds"].get<int>(), 12) << device;
+  }
+  CommandResult r = qforge_split(gen + " --mtp-draft-vocab 512");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--speculative"), std::string::npos) << r.err;
+  r = qforge_split(gen + " --speculative --mtp-draft-vocab 500");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("multiple of 128"), std::string::npos) << r.err;
+  r = qforge_split(gen + " --speculative --mtp-draft-vocab -128");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--mtp-draft-vocab"), std::string::npos) << r.err;
+  r = qforge_split("bench --synthetic tiny --mtp-draft-vocab 512");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--mtp"), std::string::npos) << r.err;
+  if (!gpu) return;
+  const std::string bench = "bench --synthetic tiny --mtp --context 8 --steps 4 --json";
+  r = qforge_split(bench);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json all = nlohmann::json::parse(r.out);
+  r = qforge_split(bench + " --mtp-draft-vocab 256");  // of the tiny preset's 512 ids
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json some = nlohmann::json::parse(r.out);
+  EXPECT_EQ(some["mtp"]["draft_vocab"].get<int64_t>(), 256);
+  EXPECT_EQ(all["mtp"]["draft_vocab"].get<int64_t>(), 512);
+  EXPECT_LT(some["mtp"]["bytes_per_step"].get<uint64_t>(),
+            all["mtp"]["bytes_per_step"].get<uint64_t>());
+}
+
 TEST(EngineCli, GreedyGenerateEqualsTheReference) {
   expect_reference_greedy("cpu");
 }

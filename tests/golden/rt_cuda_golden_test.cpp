@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 
 #include "model_fixtures.h"
 #include "qf/ckpt/safetensors.h"
@@ -19,6 +20,7 @@
 #include "qf/rt/cuda_engine.h"
 #include "qf/rt/generate.h"
 #include "qf/rt/logits.h"
+#include "qf/rt/mtp_vocab.h"
 #include "qf/rt/prefix_cache.h"
 #include "qf/rt/sampler.h"
 #include "qf/rt/speculative.h"
@@ -728,6 +730,86 @@ TEST(CudaGoldenTiny, Bf16KvCacheEqualsTheCpuReferenceWithBf16Caches) {
   ASSERT_NO_FATAL_FAILURE(tiny_hybrid(tmp.path(), 23, true, model));
   ASSERT_TRUE(model->mtp());
   check_bf16_caches(*model, "tiny hybrid, bf16 KV caches");
+}
+
+// A draft vocabulary (CudaOptions::mtp_vocab) on the tiny hybrid's INT8 LM head: the MTP head's
+// logits over [0, n) against the CPU engine's with the same vocabulary, -inf past n on the
+// device as on the host; speculative decoding, greedy and through the sampling path at top-k 1
+// (the head's top 1 selected on the device, and its logits copied back), gives the greedy ids.
+// Prompt scoring's MTP rows and draft vocabularies that are not whole multiples of 128 are
+// refused.
+TEST(CudaGoldenTiny, MtpDraftVocabularyEqualsTheCpuReference) {
+  std::string why;
+  if (!CudaEngine::available(&why)) GTEST_SKIP() << why;
+  test::TempDir tmp;
+  std::unique_ptr<Model> model;
+  ASSERT_NO_FATAL_FAILURE(tiny_hybrid(tmp.path(), 31, true, model));
+  ASSERT_TRUE(model->mtp());
+  const int64_t vocab = model->config().vocab_size;
+  const int64_t n = vocab / 4 / kMtpVocabStep * kMtpVocabStep;
+  ASSERT_GE(n, kMtpVocabStep);
+  const std::vector<int32_t> prompt = spread_tokens(120, vocab, 37);
+  CpuEngine cpu(*model, 2);
+  cpu.set_mtp_vocab(n);
+  CudaOptions o;
+  o.max_context = static_cast<int64_t>(prompt.size()) + kGreedy + 1;
+  o.mtp = true;
+  o.mtp_vocab = n;
+  CudaEngine gpu(*model, o);
+  const size_t t_len = prompt.size(), un = static_cast<size_t>(n);
+  std::vector<float> c(static_cast<size_t>(vocab)), g(c.size());
+  std::vector<float> c_head((t_len - 1) * un), g_head(c_head.size());
+  for (size_t t = 0; t + 1 < t_len; ++t) {
+    cpu.step(prompt[t], nullptr);
+    gpu.step(prompt[t], nullptr);
+    cpu.mtp_step(prompt[t + 1], cpu.hidden().data(), c.data());
+    gpu.mtp_step(prompt[t + 1], nullptr, g.data());
+    std::copy(c.begin(), c.begin() + n, c_head.begin() + static_cast<int64_t>(t * un));
+    std::copy(g.begin(), g.begin() + n, g_head.begin() + static_cast<int64_t>(t * un));
+    for (int64_t i = n; i < vocab; ++i) {
+      ASSERT_EQ(g[i], -std::numeric_limits<float>::infinity()) << "position " << t << ", id " << i;
+    }
+  }
+  expect_same(c_head, g_head, n, 5e-4,
+              "tiny hybrid, MTP drafts from [0, " + std::to_string(n) + ")");
+
+  GenerateOptions greedy;
+  greedy.max_tokens = kGreedy;
+  cpu.reset();
+  const GenerateResult want = generate(cpu, prompt, greedy, [](int32_t) {});
+  SpecStats st;
+  const GenerateResult spec = generate_speculative(
+      speculative_engine(gpu), prompt, greedy, [](int32_t) {}, &st);
+  EXPECT_EQ(spec.ids, want.ids) << "speculative continuation, draft vocabulary";
+  std::printf("tiny hybrid, drafts from [0, %lld): %lld of %lld drafts kept\n",
+              static_cast<long long>(n), static_cast<long long>(st.accepted),
+              static_cast<long long>(st.rounds));
+  GenerateOptions top1 = greedy;
+  top1.sampling = {.temperature = 0.8f, .top_k = 1, .seed = 3};
+  for (const bool tops : {true, false}) {
+    SpecEngine e = speculative_engine(gpu);
+    if (!tops) e.verify_top = nullptr, e.draft_top = nullptr;
+    const GenerateResult s1 = generate_speculative(
+        e, prompt, top1, [](int32_t) {}, nullptr);
+    EXPECT_EQ(s1.ids, want.ids) << "sampled at top-k 1, draft vocabulary"
+                                << (tops ? ", top k on the device" : "");
+  }
+
+  gpu.reset();
+  const std::vector<int32_t> targets(prompt.begin() + 1, prompt.end());
+  std::vector<int32_t> full_targets = targets, mtp_targets(prompt.begin() + 2, prompt.end());
+  full_targets.push_back(0);
+  mtp_targets.push_back(-1);
+  std::vector<TopLogits> tops(t_len), mtp_tops(t_len - 1);
+  std::vector<float> picked(t_len), mtp_picked(t_len - 1);
+  EXPECT_THROW(gpu.prefill_scored_with_mtp(prompt, -1, full_targets, mtp_targets, 1, tops.data(),
+                                           picked.data(), mtp_tops.data(), mtp_picked.data()),
+               Error);
+  for (const int64_t bad : {n + 1, kMtpVocabStep / 2, vocab + kMtpVocabStep}) {
+    CudaOptions b = o;
+    b.mtp_vocab = bad;
+    EXPECT_THROW({ CudaEngine e(*model, b); }, Error) << bad;
+  }
 }
 
 // CudaEngine::step_top (the row's top k selected on the device) against step's whole row: the

@@ -9,12 +9,14 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 
 #include "model_fixtures.h"
 #include "qf/ckpt/safetensors.h"
 #include "qf/quant/formats.h"
 #include "qf/rt/cpu_engine.h"
 #include "qf/rt/generate.h"
+#include "qf/rt/mtp_vocab.h"
 #include "qf/rt/speculative.h"
 #include "test_support.h"
 
@@ -210,6 +212,59 @@ TEST_P(ModelGolden, Bf16KvCacheHoldsTheRoundedEntries) {
   }
   EXPECT_GT(moved, 0.0) << GetParam() << ": the bf16 caches changed no logit";
   std::printf("%-40s bf16 KV: logits moved by up to %.3g\n", GetParam().c_str(), moved);
+}
+
+// A draft vocabulary (CpuEngine::set_mtp_vocab): the MTP head's logits over ids [0, n) are the
+// whole head's bits, -inf past n; speculative decoding with it still gives the greedy ids, and
+// sizes that are not whole multiples of 128 below the vocabulary are refused.
+TEST_P(ModelGolden, MtpDraftVocabularyIsAPrefixOfTheHeadsLogits) {
+  const std::unique_ptr<Model> model = Model::load(kDir / GetParam() / "model");
+  if (!model->mtp()) GTEST_SKIP() << GetParam() << " has no MTP head";
+  const Reference ref = load_reference(kDir / GetParam() / "reference.safetensors");
+  const int64_t vocab = model->config().vocab_size;
+  const int64_t n = std::max<int64_t>(kMtpVocabStep, vocab / 2 / kMtpVocabStep * kMtpVocabStep);
+  ASSERT_LT(n, vocab) << GetParam();
+  CpuEngine all(*model, 2), drafts(*model, 2);
+  drafts.set_mtp_vocab(n);
+  std::vector<float> l(static_cast<size_t>(vocab)), want(l.size()), got(l.size());
+  int64_t outside = 0;  // positions whose whole-vocabulary argmax lies past n
+  for (size_t t = 0; t + 1 < ref.prompt.size(); ++t) {
+    all.step(ref.prompt[t], l.data());
+    drafts.step(ref.prompt[t], nullptr);
+    all.mtp_step(ref.prompt[t + 1], all.hidden().data(), want.data());
+    drafts.mtp_step(ref.prompt[t + 1], drafts.hidden().data(), got.data());
+    for (int64_t i = 0; i < vocab; ++i) {
+      if (i < n) {
+        ASSERT_EQ(quant::f32_bits(got[i]), quant::f32_bits(want[i])) << GetParam() << " " << i;
+      } else {
+        ASSERT_EQ(got[i], -std::numeric_limits<float>::infinity()) << GetParam() << " " << i;
+      }
+    }
+    outside += std::max_element(want.begin(), want.end()) - want.begin() >= n;
+  }
+  GenerateOptions o;
+  o.max_tokens = static_cast<int64_t>(ref.greedy.size());
+  SpecStats st;
+  const GenerateResult r = generate_speculative(
+      speculative_engine(drafts), ref.prompt, o, [](int32_t) {}, &st);
+  EXPECT_EQ(r.ids, ref.greedy) << GetParam() << ": speculative continuation, draft vocabulary";
+  std::printf(
+      "%-40s drafts from [0, %lld): %lld of %zu head argmaxes past it; %lld of %lld "
+      "drafts kept\n",
+      GetParam().c_str(), static_cast<long long>(n), static_cast<long long>(outside),
+      ref.prompt.size() - 1, static_cast<long long>(st.accepted),
+      static_cast<long long>(st.rounds));
+  for (const int64_t bad : {int64_t{0}, n + 1, kMtpVocabStep / 2, vocab + kMtpVocabStep}) {
+    EXPECT_THROW(drafts.set_mtp_vocab(bad), Error) << bad;
+  }
+  drafts.set_mtp_vocab(vocab);  // all of it again
+  drafts.reset();
+  drafts.step(ref.prompt[0], nullptr);
+  all.reset();
+  all.step(ref.prompt[0], nullptr);
+  all.mtp_step(ref.prompt[1], all.hidden().data(), want.data());
+  drafts.mtp_step(ref.prompt[1], drafts.hidden().data(), got.data());
+  EXPECT_EQ(got, want) << GetParam();
 }
 
 // The Spark recipe's steps on the fixture, exactly as make_model_goldens.py ran them before

@@ -9,6 +9,8 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <limits>
+#include <memory>
 #include <numeric>
 #include <utility>
 #include <vector>
@@ -241,6 +243,7 @@ std::array<float, kSmall> mtp_logits(const std::vector<int32_t>& ctx) {
 struct SampledToy {
   std::vector<int32_t> seq;
   std::vector<size_t> rows;
+  int draft_vocab = kSmall;  // the head's logits past it are -inf (mtp_vocab.h)
 
   SpecEngine engine() {
     SpecEngine e;
@@ -259,7 +262,8 @@ struct SampledToy {
     e.draft = [this](int row, int32_t next_token, float* logits) {
       std::vector<int32_t> ctx(seq.begin(), seq.begin() + rows.at(row) + 1);
       ctx.push_back(next_token);
-      const auto l = mtp_logits(ctx);
+      auto l = mtp_logits(ctx);
+      std::fill(l.begin() + draft_vocab, l.end(), -std::numeric_limits<float>::infinity());
       if (logits) std::copy(l.begin(), l.end(), logits);
       return static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
     };
@@ -294,7 +298,24 @@ std::array<float, kSmall> penalized(std::array<float, kSmall> l, const std::vect
   return l;
 }
 
-void expect_plain_distribution(const SamplingOptions& sampling) {
+// Ids 0 and 1 may not come at even positions of the output (0, 2, ...): with a draft
+// vocabulary of 2 ids, the draft for such a position has nothing left to draw from.
+struct NoLowIdsAtEven : TokenConstraint {
+  static bool allowed(size_t at, int32_t id) { return at % 2 == 1 || id >= 2; }
+  void accept(int32_t) override { ++at; }
+  bool allows(int32_t id) const override { return allowed(at, id); }
+  void mask(std::span<float> row) const override {
+    for (size_t id = 0; id < row.size(); ++id) {
+      if (!allows(static_cast<int32_t>(id))) row[id] = -std::numeric_limits<float>::infinity();
+    }
+  }
+  size_t at = 0;
+};
+
+// Over many seeds, speculative sampling's first three ids against plain sampling's joint
+// distribution; `draft_vocab` and `constrained` (NoLowIdsAtEven) as the loop's options.
+void expect_plain_distribution(const SamplingOptions& sampling, int draft_vocab = kSmall,
+                               bool constrained = false) {
   const float temperature = sampling.temperature;
   const int top_k = sampling.top_k;
   const std::vector<int32_t> prompt = {2, 1};
@@ -304,7 +325,12 @@ void expect_plain_distribution(const SamplingOptions& sampling) {
     std::vector<int32_t> ctx = prompt, generated;
     double prob = 1;
     for (int i = 0, rest = c; i < kLen; ++i, rest /= kSmall) {
-      const auto l = penalized(main_logits(ctx), prompt, generated, sampling);
+      auto l = penalized(main_logits(ctx), prompt, generated, sampling);
+      for (int v = 0; v < kSmall && constrained; ++v) {
+        if (!NoLowIdsAtEven::allowed(static_cast<size_t>(i), v)) {
+          l[v] = -std::numeric_limits<float>::infinity();
+        }
+      }
       prob *= reference_probs(l, temperature, top_k)[rest % kSmall];
       ctx.push_back(rest % kSmall);
       generated.push_back(rest % kSmall);
@@ -318,7 +344,9 @@ void expect_plain_distribution(const SamplingOptions& sampling) {
     o.max_tokens = kLen;
     o.sampling = sampling;
     o.sampling.seed = static_cast<uint64_t>(run);
+    if (constrained) o.constraint = std::make_shared<NoLowIdsAtEven>();
     SampledToy toy;
+    toy.draft_vocab = draft_vocab;
     SpecStats st;
     const GenerateResult r = generate_speculative(
         toy.engine(), prompt, o, [](int32_t) {}, &st);
@@ -341,15 +369,15 @@ void expect_plain_distribution(const SamplingOptions& sampling) {
   // 7: 42, by the Wilson-Hilferty approximation).
   EXPECT_LT(chi2, 2.0 * cells + 40)
       << "T " << temperature << ", top-k " << top_k << ": " << cells << " cells";
-  // Both paths ran: drafts kept and drafts replaced.
-  EXPECT_GT(kept, rounds / 10);
+  // Both paths ran: drafts kept and drafts replaced (fewer kept from a draft vocabulary: 5-7%).
+  EXPECT_GT(kept, rounds / (draft_vocab < kSmall ? 40 : 10));
   EXPECT_LT(kept, rounds * 9 / 10);
   std::printf(
-      "T %.1f top-k %d, penalties %.2f %.2f %.2f: chi-square %.1f over %d cells, %lld of %lld "
-      "drafts kept\n",
+      "T %.1f top-k %d, penalties %.2f %.2f %.2f, draft vocabulary %d%s: chi-square %.1f over %d "
+      "cells, %lld of %lld drafts kept\n",
       temperature, top_k, sampling.presence_penalty, sampling.frequency_penalty,
-      sampling.repetition_penalty, chi2, cells, static_cast<long long>(kept),
-      static_cast<long long>(rounds));
+      sampling.repetition_penalty, draft_vocab, constrained ? ", constrained" : "", chi2, cells,
+      static_cast<long long>(kept), static_cast<long long>(rounds));
 }
 
 TEST(Speculative, SamplingFollowsPlainSamplingsDistribution) {
@@ -363,6 +391,41 @@ TEST(Speculative, SamplingWithPenaltiesFollowsPlainSamplingsDistribution) {
   expect_plain_distribution(
       {.temperature = 1.0f, .presence_penalty = 0.7f, .frequency_penalty = 0.4f});
   expect_plain_distribution({.temperature = 0.8f, .top_k = 3, .repetition_penalty = 1.6f});
+}
+
+// A draft vocabulary (mtp_vocab.h): the head never drafts ids 2 and 3. Alone, and with a
+// constraint that masks the whole draft vocabulary at every other position (the draft is then
+// the head's argmax with q all on it, which resolve_draft keeps with probability p(draft)).
+TEST(Speculative, SamplingWithADraftVocabularyFollowsPlainSamplingsDistribution) {
+  expect_plain_distribution({.temperature = 0.8f}, 2);
+  expect_plain_distribution({.temperature = 1.2f}, 2, true);
+  expect_plain_distribution({.temperature = 1.0f, .presence_penalty = 0.5f}, 2, true);
+}
+
+// Greedy under the same constraint: the ids equal plain greedy decoding's with it, whatever
+// the masked drafts are.
+TEST(Speculative, GreedyWithADraftVocabularyTheConstraintMasksEqualsPlainGreedy) {
+  const std::vector<int32_t> prompt = {3, 0, 1};
+  GenerateOptions o;
+  o.max_tokens = 30;
+  o.constraint = std::make_shared<NoLowIdsAtEven>();
+  std::vector<int32_t> seq;
+  const StepFn step = [&](int32_t token, float* out) {
+    seq.push_back(token);
+    const auto l = main_logits(seq);
+    if (out) std::copy(l.begin(), l.end(), out);
+    return static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+  };
+  const GenerateResult want = generate_with(step, kSmall, prompt, o, [](int32_t) {});
+  o.constraint = std::make_shared<NoLowIdsAtEven>();
+  SampledToy toy;
+  toy.draft_vocab = 2;
+  SpecStats st;
+  const GenerateResult got = generate_speculative(
+      toy.engine(), prompt, o, [](int32_t) {}, &st);
+  EXPECT_EQ(got.ids, want.ids);
+  for (size_t i = 0; i < got.ids.size(); i += 2) EXPECT_GE(got.ids[i], 2) << i;
+  EXPECT_GT(st.rounds, 0);
 }
 
 // Greedy with penalties needs the logits on the host: the ids, and every token's logprobs,

@@ -1,6 +1,7 @@
 // CudaEngine::Impl's buffers and state: allocation at load, the bytes a step reads, reset, and
 // the MTP head's step (engine_impl.h).
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "engine_impl.h"
@@ -22,6 +23,10 @@ CudaEngine::Impl::Impl(std::unique_ptr<cuda::DeviceModel> model, const CudaOptio
     }
   }
   const ckpt::Qwen35Config& c = m->config;
+  if (o.mtp_vocab > 0) {
+    check_mtp_vocab(o.mtp_vocab, c.vocab_size);
+    if (o.mtp_vocab == c.vocab_size) o.mtp_vocab = 0;
+  }
   cuda::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   cuda::check(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), "cudaStreamCreate");
   cuda::check(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming), "cudaEventCreate");
@@ -98,6 +103,13 @@ CudaEngine::Impl::Impl(std::unique_ptr<cuda::DeviceModel> model, const CudaOptio
     mtp_k = kv_cache_alloc(), mtp_v = kv_cache_alloc();
     mtp_in = f(h), cat = f(2 * h), mtp_hidden = f(h), mtp_logits = f(c.vocab_size);
     mtp_token = i(1), mtp_next = i(1), mtp_pos = i(1);
+    // Past the draft vocabulary the head's logits are -inf, written once: no launch writes them.
+    const int64_t drafts = mtp_lm_head().n;
+    const std::vector<float> none(static_cast<size_t>(c.vocab_size - drafts),
+                                  -std::numeric_limits<float>::infinity());
+    cuda::check(
+        cudaMemcpy(mtp_logits + drafts, none.data(), none.size() * 4, cudaMemcpyHostToDevice),
+        "cudaMemcpy");
   }
   alloc_prefill();
   stats.device_bytes = m->device_bytes;
@@ -151,7 +163,7 @@ uint64_t CudaEngine::Impl::mtp_weight_bytes() const {
   const uint64_t row = static_cast<uint64_t>(m->config.hidden_size) *
                        (m->embed_kind == kern::FloatKind::kBf16 ? 2 : 4);
   return kern::weight_bytes(m->mtp->fc) + layer_bytes(m->mtp->layer) +
-         kern::weight_bytes(m->lm_head) + row;
+         kern::weight_bytes(mtp_lm_head()) + row;
 }
 
 void CudaEngine::Impl::check_top_k(int k) {

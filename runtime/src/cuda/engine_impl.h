@@ -21,6 +21,7 @@
 #include "qf/kern/gdn.h"
 #include "qf/kern/topk.h"
 #include "qf/rt/cuda_engine.h"
+#include "qf/rt/mtp_vocab.h"
 
 namespace qf::rt {
 namespace cuda {
@@ -145,6 +146,13 @@ struct CudaEngine::Impl {
       return;
     }
     for (size_t j = 0; j < g.parts.size(); ++j) f(g.parts[j], out + g.offsets[j]);
+  }
+  // The MTP head's LM head: the rows of its draft vocabulary (CudaOptions::mtp_vocab; a row-major
+  // prefix, or whole INT4 tiles, of every format's layout).
+  kern::DeviceLinear mtp_lm_head() const {
+    kern::DeviceLinear head = m->lm_head;
+    if (o.mtp_vocab > 0) head.n = static_cast<int>(o.mtp_vocab);
+    return head;
   }
   // `w` with its stack strides zeroed: every slot of a batch reads matrix 0.
   static kern::DeviceLinear one_matrix(const kern::DeviceLinear& w) {

@@ -102,6 +102,12 @@ int32_t CudaEngine::prefill_scored_with_mtp(std::span<const int32_t> tokens, int
                                             float* logits) {
   Impl& s = *impl_;
   s.check_mtp_prefill("prefill_scored_with_mtp", tokens.size());
+  if (s.o.mtp_vocab > 0) {
+    throw Error(Errc::kUsage,
+                "prefill_scored_with_mtp scores the MTP head over the whole "
+                "vocabulary; this engine's head drafts from " +
+                    std::to_string(s.o.mtp_vocab) + " ids (CudaOptions::mtp_vocab)");
+  }
   const size_t rows = tokens.size() - (next < 0 ? 1 : 0);
   if (mtp_targets.size() != rows) {
     throw Error(Errc::kUsage, "prefill_scored_with_mtp: " + std::to_string(mtp_targets.size()) +

@@ -160,10 +160,9 @@ void CudaEngine::Impl::launch_mtp() {
   cuda::check(kern::rms_norm_1p(x, t.layer.input_norm, h, 1, eps, u, stream), "rms_norm");
   attention_mixer(t.layer, mtp_k, mtp_v, mtp_pos, mtp_position);
   moe(t.layer.moe, t.norm, mtp_hidden);
-  gemv(m->lm_head, mtp_hidden, mtp_logits, {}, "LM head");
-  cuda::check(
-      kern::argmax(mtp_logits, static_cast<int>(c.vocab_size), mtp_next, argmax_scratch, stream),
-      "argmax");
+  const kern::DeviceLinear head = mtp_lm_head();  // the rows of the draft vocabulary
+  gemv(head, mtp_hidden, mtp_logits, {}, "LM head");
+  cuda::check(kern::argmax(mtp_logits, head.n, mtp_next, argmax_scratch, stream), "argmax");
   cuda::check(kern::advance(mtp_next, mtp_token, mtp_pos, stream), "advance");
 }
 

@@ -54,6 +54,10 @@ class CpuEngine {
   // Error(kUnsupported) when the checkpoint has no MTP head.
   void mtp_step(int32_t next_token, const float* hidden, float* logits);
   const std::vector<float>& mtp_hidden() const { return mtp_hidden_; }
+  // The MTP head's logits over token ids [0, n) only, -inf beyond (its LM head then multiplies n
+  // rows): a draft vocabulary, as CudaOptions::mtp_vocab. n = the vocabulary size: all (the
+  // default). Throws Error(kUsage) unless mtp_vocab_ok(n, V).
+  void set_mtp_vocab(int64_t n);
 
  private:
   struct Scratch;
@@ -62,7 +66,7 @@ class CpuEngine {
                  int64_t pos, const float* u, float* out);
   void gdn(const GdnWeights& w, size_t index, const float* u, float* out);
   void moe(const MoeWeights& w, const float* u, float* out);
-  void matvec(const Linear& w, const float* x, float* y);
+  void matvec(const Linear& w, const float* x, float* y, int64_t rows = -1);  // -1: all
 
   const Model& model_;
   KvCacheType kv_;
@@ -72,6 +76,7 @@ class CpuEngine {
   std::vector<float> hidden_, mtp_hidden_;
   std::vector<std::vector<float>> saved_conv_, saved_ssm_;
   int64_t saved_position_ = -1;
+  int64_t mtp_vocab_ = 0;  // 0: the whole vocabulary
 };
 
 }  // namespace qf::rt

@@ -48,6 +48,11 @@ struct CudaOptions {
   // Upload the MTP head too (Model::mtp(), where the checkpoint has one; ~5 GB of BF16 on
   // 122B-A10B), for mtp_step.
   bool mtp = false;
+  // The MTP head's draft vocabulary (qf/rt/mtp_vocab.h): its logits over token ids [0, mtp_vocab)
+  // only, -inf beyond, its LM head reading those rows (at 122B-A10B 32768 of 248320 rows: 101
+  // instead of 763 MB an MTP step). 0, or the vocabulary size: all. Prompt scoring's MTP rows
+  // (prefill_scored_with_mtp) need all and refuse it.
+  int64_t mtp_vocab = 0;
   // Keep one snapshot slot (snapshot / restore_snapshot: prefix reuse across requests in
   // qforge serve): another copy of the DeltaNet states and conv histories (~72 MB at 122B-A10B).
   bool snapshots = false;
