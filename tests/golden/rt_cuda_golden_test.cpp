@@ -805,7 +805,7 @@ TEST(CudaGoldenTiny, MtpDraftVocabularyEqualsTheCpuReference) {
   EXPECT_THROW(gpu.prefill_scored_with_mtp(prompt, -1, full_targets, mtp_targets, 1, tops.data(),
                                            picked.data(), mtp_tops.data(), mtp_picked.data()),
                Error);
-  for (const int64_t bad : {n + 1, kMtpVocabStep / 2, vocab + kMtpVocabStep}) {
+  for (const int64_t bad : {n + 1, kMtpVocabStep / 2, vocab + kMtpVocabStep, -n}) {
     CudaOptions b = o;
     b.mtp_vocab = bad;
     EXPECT_THROW({ CudaEngine e(*model, b); }, Error) << bad;

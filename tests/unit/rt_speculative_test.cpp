@@ -393,6 +393,16 @@ TEST(Speculative, SamplingWithPenaltiesFollowsPlainSamplingsDistribution) {
   expect_plain_distribution({.temperature = 0.8f, .top_k = 3, .repetition_penalty = 1.6f});
 }
 
+// Plain decoding's step over main_logits, the tokens consumed kept in `seq`.
+StepFn main_step(std::vector<int32_t>& seq) {
+  return [&seq](int32_t token, float* out) {
+    seq.push_back(token);
+    const auto l = main_logits(seq);
+    if (out) std::copy(l.begin(), l.end(), out);
+    return static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+  };
+}
+
 // A draft vocabulary (mtp_vocab.h): the head never drafts ids 2 and 3. Alone, and with a
 // constraint that masks the whole draft vocabulary at every other position (the draft is then
 // the head's argmax with q all on it, which resolve_draft keeps with probability p(draft)).
@@ -410,12 +420,7 @@ TEST(Speculative, GreedyWithADraftVocabularyTheConstraintMasksEqualsPlainGreedy)
   o.max_tokens = 30;
   o.constraint = std::make_shared<NoLowIdsAtEven>();
   std::vector<int32_t> seq;
-  const StepFn step = [&](int32_t token, float* out) {
-    seq.push_back(token);
-    const auto l = main_logits(seq);
-    if (out) std::copy(l.begin(), l.end(), out);
-    return static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
-  };
+  const StepFn step = main_step(seq);
   const GenerateResult want = generate_with(step, kSmall, prompt, o, [](int32_t) {});
   o.constraint = std::make_shared<NoLowIdsAtEven>();
   SampledToy toy;
@@ -438,12 +443,7 @@ TEST(Speculative, GreedyWithPenaltiesEqualsPlainGreedy) {
   o.logprobs = 2;
   std::vector<TokenLogprobs> want_lp, got_lp;
   std::vector<int32_t> seq;
-  const StepFn step = [&](int32_t token, float* out) {
-    seq.push_back(token);
-    const auto l = main_logits(seq);
-    if (out) std::copy(l.begin(), l.end(), out);
-    return static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
-  };
+  const StepFn step = main_step(seq);
   o.on_logprobs = [&](const TokenLogprobs& t) { want_lp.push_back(t); };
   const GenerateResult want = generate_with(step, kSmall, prompt, o, [](int32_t) {});
   o.on_logprobs = [&](const TokenLogprobs& t) { got_lp.push_back(t); };

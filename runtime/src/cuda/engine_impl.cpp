@@ -23,7 +23,7 @@ CudaEngine::Impl::Impl(std::unique_ptr<cuda::DeviceModel> model, const CudaOptio
     }
   }
   const ckpt::Qwen35Config& c = m->config;
-  if (o.mtp_vocab > 0) {
+  if (o.mtp_vocab != 0) {  // negative sizes are refused too
     check_mtp_vocab(o.mtp_vocab, c.vocab_size);
     if (o.mtp_vocab == c.vocab_size) o.mtp_vocab = 0;
   }
