@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "qf/error.h"
+#include "qf/rt/speculative.h"
 
 namespace qf::tools {
 
@@ -30,6 +31,23 @@ void add_mtp_vocab_option(CLI::App* sub, int64_t* out, const std::string& needs)
                   "many drafts are kept changes; default: all)")
       ->check(CLI::PositiveNumber)
       ->needs(sub->get_option(needs));
+}
+
+void add_draft_tokens_option(CLI::App* sub, int* out) {
+  sub->add_option("--draft-tokens", *out,
+                  "tokens the MTP head drafts a round, each later one from its own output (1 to " +
+                      std::to_string(rt::kMaxDrafts) +
+                      "; more than 1 on the CPU engine only so far; default 1)")
+      ->check(CLI::Range(1, rt::kMaxDrafts))
+      ->needs(sub->get_option("--speculative"));
+}
+
+void check_draft_tokens(int drafts, const std::string& device) {
+  if (drafts > 1 && device == "cuda") {
+    throw Error(Errc::kUnsupported, "--draft-tokens " + std::to_string(drafts) +
+                                        ": the CUDA engine verifies one draft a round so far (two "
+                                        "or more run on the CPU engine, --device cpu)");
+  }
 }
 
 uint64_t parse_size(const std::string& text, const std::string& flag) {

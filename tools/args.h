@@ -20,5 +20,10 @@ void add_kv_cache_option(CLI::App* sub, rt::KvCacheType* out);
 // --mtp-draft-vocab N (qf/rt/mtp_vocab.h) into *out (0: not given), needing the flag `needs`
 // (--speculative, --mtp) on the same command.
 void add_mtp_vocab_option(CLI::App* sub, int64_t* out, const std::string& needs);
+// --draft-tokens N (1 .. rt::kMaxDrafts: the MTP head's drafts a speculative round) into *out,
+// needing --speculative on the same command.
+void add_draft_tokens_option(CLI::App* sub, int* out);
+// Before a model loads: Error(kUnsupported) for more than one draft a round on `device` cuda.
+void check_draft_tokens(int drafts, const std::string& device);
 
 }  // namespace qf::tools

@@ -33,6 +33,7 @@ struct GenerateArgs {
   bool no_think = false, ignore_eos = false, json = false, speculative = false, json_object = false;
   int threads = 0;
   int64_t mtp_vocab = 0;  // --mtp-draft-vocab (0: all)
+  int draft_tokens = 1;   // --draft-tokens
   rt::KvCacheType kv_cache = rt::KvCacheType::kF32;
 };
 
@@ -57,6 +58,7 @@ int run(const GenerateArgs& a) {
     throw Error(Errc::kUsage, "give exactly one of --prompt, --chat or --tokens");
   }
   if (a.max_tokens < 0) throw Error(Errc::kUsage, "--max-tokens must be >= 0");
+  check_draft_tokens(a.draft_tokens, a.device);
   if (a.logprobs >= 0 && !a.json) throw Error(Errc::kUsage, "--logprobs needs --json");
   if (a.json_object && !a.json_schema.empty())
     throw Error(Errc::kUsage, "give at most one of --json-object and --json-schema");
@@ -144,7 +146,8 @@ int run(const GenerateArgs& a) {
         ls.device_name.c_str(), ls.device_bytes / 1073741824.0, ls.host_bytes / 1073741824.0,
         ls.load_seconds, ls.load_seconds > 0 ? ls.host_bytes / ls.load_seconds / 1e9 : 0.0);
     if (a.speculative) {
-      r = rt::generate_speculative(rt::speculative_engine(engine), prompt, o, print, &spec);
+      r = rt::generate_speculative(rt::speculative_engine(engine, a.draft_tokens), prompt, o, print,
+                                   &spec);
     } else {
       r = rt::generate_with(
           [&](int32_t token, float* logits) { return engine.step(token, logits); },
@@ -158,11 +161,11 @@ int run(const GenerateArgs& a) {
   } else {
     rt::CpuEngine engine(*model, a.threads, a.kv_cache);
     if (a.mtp_vocab > 0) engine.set_mtp_vocab(a.mtp_vocab);
-    r = a.speculative
-            ? rt::generate_speculative(rt::speculative_engine(engine), prompt, o, print, &spec)
-            : rt::generate(engine, prompt, o, print);
+    r = a.speculative ? rt::generate_speculative(rt::speculative_engine(engine, a.draft_tokens),
+                                                 prompt, o, print, &spec)
+                      : rt::generate(engine, prompt, o, print);
   }
-  const double kept = spec.rounds > 0 ? static_cast<double>(spec.accepted) / spec.rounds : 0;
+  const double kept = spec.drafted > 0 ? static_cast<double>(spec.accepted) / spec.drafted : 0;
   const double decode_rate = r.decode_seconds > 0 ? r.ids.size() / r.decode_seconds : 0;
   const double prefill_rate = r.prefill_seconds > 0 ? r.prompt_tokens / r.prefill_seconds : 0;
   if (a.json) {
@@ -183,10 +186,9 @@ int run(const GenerateArgs& a) {
                         {"decode_tokens_per_s", decode_rate}};
     if (a.logprobs >= 0) j["logprobs"] = std::move(logprobs);
     if (a.speculative) {
-      j["speculative"] = {{"rounds", spec.rounds},
-                          {"drafts_kept", spec.accepted},
-                          {"acceptance", kept},
-                          {"mtp_steps", spec.mtp_steps}};
+      j["speculative"] = {{"rounds", spec.rounds},  {"draft_tokens", a.draft_tokens},
+                          {"drafts", spec.drafted}, {"drafts_kept", spec.accepted},
+                          {"acceptance", kept},     {"mtp_steps", spec.mtp_steps}};
     }
     std::printf("%s\n", j.dump(2).c_str());
     return kExitOk;
@@ -201,9 +203,10 @@ int run(const GenerateArgs& a) {
                static_cast<long long>(r.prompt_tokens), prefill_rate, r.ids.size(), decode_rate,
                r.finish_reason.c_str(), static_cast<unsigned long long>(o.sampling.seed));
   if (a.speculative) {
-    std::fprintf(stderr, "[speculative: %lld rounds, %lld drafts kept (%.1f%%), %lld MTP steps]\n",
-                 static_cast<long long>(spec.rounds), static_cast<long long>(spec.accepted),
-                 100.0 * kept, static_cast<long long>(spec.mtp_steps));
+    std::fprintf(
+        stderr, "[speculative: %lld rounds, %lld of %lld drafts kept (%.1f%%), %lld MTP steps]\n",
+        static_cast<long long>(spec.rounds), static_cast<long long>(spec.accepted),
+        static_cast<long long>(spec.drafted), 100.0 * kept, static_cast<long long>(spec.mtp_steps));
   }
   return kExitOk;
 }
@@ -241,10 +244,11 @@ Command add_generate(CLI::App& app) {
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   sub->add_flag("--speculative", a->speculative,
-                "speculative decoding with the checkpoint's MTP head, one draft token a round: "
-                "greedy gives the same ids as greedy decoding, sampling ids distributed as "
-                "plain sampling's");
+                "speculative decoding with the checkpoint's MTP head, one draft token a round "
+                "(--draft-tokens): greedy gives the same ids as greedy decoding, sampling ids "
+                "distributed as plain sampling's");
   add_mtp_vocab_option(sub, &a->mtp_vocab, "--speculative");
+  add_draft_tokens_option(sub, &a->draft_tokens);
   sub->add_option("--threads", a->threads, "worker threads (default: all cores)");
   add_kv_cache_option(sub, &a->kv_cache);
   sub->add_flag("--ignore-eos", a->ignore_eos, "do not stop at generation_config's eos tokens");

@@ -32,6 +32,7 @@ struct ServeArgs {
   int64_t max_model_len = 0;
   bool speculative = false, no_prefix_cache = false;
   int64_t mtp_vocab = 0;  // --mtp-draft-vocab (0: all)
+  int draft_tokens = 1;   // --draft-tokens
   rt::KvCacheType kv_cache = rt::KvCacheType::kF32;
 };
 
@@ -79,6 +80,7 @@ int run(const ServeArgs& a) {
   if (a.max_model_len < 0) {
     throw Error(Errc::kUsage, "--max-model-len must be >= 1 (or 0: the model's, at most 32768)");
   }
+  check_draft_tokens(a.draft_tokens, a.device);
   const std::filesystem::path dir(a.model);
   const std::unique_ptr<rt::Model> model = rt::Model::load(dir);
   const rt::Tokenizer tok = rt::Tokenizer::load(dir / "tokenizer.json");
@@ -117,12 +119,12 @@ int run(const ServeArgs& a) {
     std::fprintf(stderr, "[%s: %.2f GiB on the GPU, loaded in %.2f s]\n", ls.device_name.c_str(),
                  ls.device_bytes / 1073741824.0, ls.load_seconds);
     pe = rt::prefix_engine(*cuda);
-    if (a.speculative) spe = rt::speculative_prefix_engine(*cuda);
+    if (a.speculative) spe = rt::speculative_prefix_engine(*cuda, a.draft_tokens);
   } else {
     cpu = std::make_unique<rt::CpuEngine>(*model, a.threads, a.kv_cache);
     if (a.mtp_vocab > 0) cpu->set_mtp_vocab(a.mtp_vocab);
     pe = rt::prefix_engine(*cpu);
-    if (a.speculative) spe = rt::speculative_prefix_engine(*cpu);
+    if (a.speculative) spe = rt::speculative_prefix_engine(*cpu, a.draft_tokens);
   }
   const std::optional<int32_t> im_start = tok.token_id("<|im_start|>");
   auto cache = std::make_shared<rt::PrefixCache>(im_start.value_or(-1));
@@ -176,6 +178,7 @@ Command add_serve(CLI::App& app) {
   sub->add_flag("--speculative", a->speculative,
                 "speculative decoding with the checkpoint's MTP head (as generate --speculative)");
   add_mtp_vocab_option(sub, &a->mtp_vocab, "--speculative");
+  add_draft_tokens_option(sub, &a->draft_tokens);
   sub->add_flag("--no-prefix-cache", a->no_prefix_cache,
                 "start every request afresh (default: a request that extends the previous one's "
                 "prompt up to its last turn skips that part)");

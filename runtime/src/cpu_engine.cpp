@@ -70,7 +70,7 @@ void CpuEngine::reset() {
   const ckpt::Qwen35Config& c = model_.config();
   const size_t n = static_cast<size_t>(c.num_layers());
   state_ = SequenceState();
-  saved_position_ = -1;
+  saved_.clear();
   state_.conv.resize(n);
   state_.ssm.resize(n);
   state_.k.resize(n);
@@ -84,23 +84,45 @@ void CpuEngine::reset() {
   }
 }
 
-void CpuEngine::save() {
-  saved_conv_ = state_.conv;
-  saved_ssm_ = state_.ssm;
-  saved_position_ = state_.position;
+void CpuEngine::save(int slot) {
+  if (slot < 0 || slot >= kMaxSaves) {
+    throw Error(Errc::kUsage, "CpuEngine::save: slot " + std::to_string(slot) + " of " +
+                                  std::to_string(kMaxSaves));
+  }
+  if (saved_.size() <= static_cast<size_t>(slot)) saved_.resize(static_cast<size_t>(slot) + 1);
+  Saved& s = saved_[static_cast<size_t>(slot)];
+  s.conv = state_.conv;
+  s.ssm = state_.ssm;
+  s.position = state_.position;
 }
 
-void CpuEngine::restore() {
-  if (saved_position_ < 0) throw Error(Errc::kUsage, "CpuEngine::restore without a save");
+void CpuEngine::restore(int slot) {
+  if (slot < 0 || static_cast<size_t>(slot) >= saved_.size() ||
+      saved_[static_cast<size_t>(slot)].position < 0) {
+    throw Error(Errc::kUsage, "CpuEngine::restore: nothing saved in slot " + std::to_string(slot));
+  }
+  const Saved& s = saved_[static_cast<size_t>(slot)];
   const ckpt::Qwen35Config& c = model_.config();
-  state_.conv = saved_conv_;
-  state_.ssm = saved_ssm_;
-  state_.position = saved_position_;
-  const size_t rows = static_cast<size_t>(saved_position_ * c.num_key_value_heads * c.head_dim);
+  state_.conv = s.conv;
+  state_.ssm = s.ssm;
+  state_.position = s.position;
+  const size_t rows = static_cast<size_t>(s.position * c.num_key_value_heads * c.head_dim);
   for (size_t i = 0; i < state_.k.size(); ++i) {
     if (state_.k[i].size() > rows) state_.k[i].resize(rows);
     if (state_.v[i].size() > rows) state_.v[i].resize(rows);
   }
+}
+
+void CpuEngine::mtp_rewind(int64_t n) {
+  if (n < 0 || n > state_.mtp_position) {
+    throw Error(Errc::kUsage, "CpuEngine::mtp_rewind " + std::to_string(n) + " from MTP position " +
+                                  std::to_string(state_.mtp_position));
+  }
+  const ckpt::Qwen35Config& c = model_.config();
+  state_.mtp_position -= n;
+  const size_t rows = static_cast<size_t>(state_.mtp_position * c.num_key_value_heads * c.head_dim);
+  if (state_.mtp_k.size() > rows) state_.mtp_k.resize(rows);
+  if (state_.mtp_v.size() > rows) state_.mtp_v.resize(rows);
 }
 
 void CpuEngine::matvec(const Linear& w, const float* x, float* y, int64_t rows) {

@@ -147,14 +147,14 @@ PrefixEngine prefix_engine(CudaEngine& engine) {
 
 // The plain PrefixEngine's snapshot and restore: the CPU engine's SequenceState holds the MTP
 // head's cache and position; the CUDA engine's snapshot keeps its position.
-SpecPrefixEngine speculative_prefix_engine(CpuEngine& engine) {
+SpecPrefixEngine speculative_prefix_engine(CpuEngine& engine, int drafts) {
   const PrefixEngine plain = prefix_engine(engine);
-  return {plain.snapshot, plain.restore, speculative_engine(engine)};
+  return {plain.snapshot, plain.restore, speculative_engine(engine, drafts)};
 }
 
-SpecPrefixEngine speculative_prefix_engine(CudaEngine& engine) {
+SpecPrefixEngine speculative_prefix_engine(CudaEngine& engine, int drafts) {
   const PrefixEngine plain = prefix_engine(engine);
-  return {plain.snapshot, plain.restore, speculative_engine(engine)};
+  return {plain.snapshot, plain.restore, speculative_engine(engine, drafts)};
 }
 
 }  // namespace qf::rt

@@ -47,6 +47,47 @@ void expect_same_score(const nlohmann::json& got, const nlohmann::json& want) {
   EXPECT_NEAR(got["top1"].get<double>() * n, want["top1"].get<double>() * n, 2.01);
 }
 
+// Speculative decoding with the trained MTP head drafting one, two and three tokens a round
+// (the later ones from its own output): plain greedy decoding's ids, most drafts kept, fewer
+// rounds as the drafts grow; and the refusals of --draft-tokens.
+TEST(ExampleModel, ChainedDraftsGiveGreedyIds) {
+  std::ifstream f(kTiny / "heldout.txt");
+  std::string prompt(400, '\0');
+  f.read(prompt.data(), static_cast<std::streamsize>(prompt.size()));
+  const fs::path text = fs::path(::testing::TempDir()) / "qf_chained_drafts_prompt.txt";
+  std::ofstream(text) << prompt;
+  const std::string gen = "generate --model " + (kTiny / "model").string() + " --prompt \"$(cat " +
+                          text.string() + ")\" --ignore-eos --max-tokens 96 --temperature 0 --json";
+  const nlohmann::json plain = json_of(run_command(qforge(gen) + " 2>/dev/null"));
+  int64_t rounds_before = 1 << 30;
+  for (const int drafts : {1, 2, 3}) {
+    const nlohmann::json j = json_of(run_command(
+        qforge(gen + " --speculative --draft-tokens " + std::to_string(drafts)) + " 2>/dev/null"));
+    EXPECT_EQ(j["ids"], plain["ids"]) << drafts << " drafts a round";
+    const nlohmann::json& s = j["speculative"];
+    EXPECT_EQ(s["draft_tokens"].get<int>(), drafts);
+    EXPECT_EQ(s["drafts"].get<int64_t>(), s["rounds"].get<int64_t>() * drafts);
+    EXPECT_GT(s["acceptance"].get<double>(), 0.8) << drafts << " drafts a round";
+    EXPECT_LT(s["rounds"].get<int64_t>(), rounds_before) << drafts << " drafts a round";
+    rounds_before = s["rounds"].get<int64_t>();
+    std::printf("%d drafts a round: %lld rounds, %lld of %lld drafts kept\n", drafts,
+                static_cast<long long>(s["rounds"].get<int64_t>()),
+                static_cast<long long>(s["drafts_kept"].get<int64_t>()),
+                static_cast<long long>(s["drafts"].get<int64_t>()));
+  }
+  struct Refusal {
+    std::string flags, says;
+  };
+  for (const Refusal& r : {Refusal{" --draft-tokens 2", "--speculative"},
+                           Refusal{" --speculative --draft-tokens 5", "--draft-tokens"},
+                           Refusal{" --speculative --draft-tokens 0", "--draft-tokens"},
+                           Refusal{" --speculative --draft-tokens 2 --device cuda", "CUDA"}}) {
+    const qf::test::CommandResult c = run_command(qforge(gen + r.flags));
+    EXPECT_NE(c.exit_code, 0) << r.flags;
+    EXPECT_NE(c.err.find(r.says), std::string::npos) << r.flags << ": " << c.err;
+  }
+}
+
 TEST(ExampleModel, EvalPplEqualsPyTorch) {
   const nlohmann::json want = provenance()["eval"]["heldout_txt_first_1024"];
   const nlohmann::json got = json_of(run_command(eval_ppl({(kTiny / "model").string()}, 1024)));

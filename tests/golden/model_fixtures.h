@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -45,10 +46,16 @@ inline void build_hybrid(const std::string& qforge, const std::filesystem::path&
 }
 
 // An MTP head that drafts seq's tokens (prompt, then the expected continuation), the position
-// counted in `next`, so every draft is kept; its logits, where asked, are one-hot on the draft.
-inline auto oracle_drafts(const std::vector<int32_t>& seq, size_t& next, int64_t vocab) {
-  return [&seq, &next, vocab](int, int32_t, float* logits) {
-    const int32_t id = next + 2 < seq.size() ? seq[next++ + 2] : 0;
+// counted in `next`, so every draft is kept (but every wrong_every-th, the next id instead);
+// its logits, where asked, are one-hot on the draft.
+inline auto oracle_drafts(const std::vector<int32_t>& seq, size_t& next, int64_t vocab,
+                          int wrong_every = 0) {
+  return [&seq, &next, vocab, wrong_every, calls = std::make_shared<int>(0)](int, int32_t,
+                                                                             float* logits) {
+    int32_t id = next + 2 < seq.size() ? seq[next++ + 2] : 0;
+    if (wrong_every > 0 && ++*calls % wrong_every == 0) {
+      id = static_cast<int32_t>((id + 1) % vocab);
+    }
     if (logits) {
       std::fill(logits, logits + vocab, 0.0f);
       logits[id] = 1.0f;
@@ -57,12 +64,15 @@ inline auto oracle_drafts(const std::vector<int32_t>& seq, size_t& next, int64_t
   };
 }
 
-// `e` drafting as oracle_drafts, with its prefill (when it has one) counting the prompt's MTP
+// `e` drafting as oracle_drafts (its chained drafts too, and its rewinds taking `next` back),
+// with its prefill (when it has one) counting the prompt's MTP
 // entries it makes as drafts made, so that the oracle's positions go on after them.
 inline void use_oracle(rt::SpecEngine& e, const std::vector<int32_t>& seq, size_t& next,
-                       int64_t vocab) {
+                       int64_t vocab, int wrong_every = 0) {
   next = 0;
-  e.draft = oracle_drafts(seq, next, vocab);
+  e.draft = oracle_drafts(seq, next, vocab, wrong_every);
+  e.draft_chain = [d = e.draft](int32_t token, float* logits) { return d(0, token, logits); };
+  e.mtp_rewind = [&next](int n) { next -= static_cast<size_t>(n); };
   if (!e.prefill) return;
   e.prefill = [&next, prefill = e.prefill](std::span<const int32_t> t, int32_t after, float* l) {
     next += t.size() - (after < 0 ? 1 : 0);

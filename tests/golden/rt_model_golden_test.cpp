@@ -160,6 +160,38 @@ void check_model(const fs::path& model_dir, const fs::path& reference, const std
         oracle, ref.prompt, top1, [](int32_t) {}, &st);
     EXPECT_EQ(o1.ids, ref.greedy) << name << ": sampled, with kept drafts";
     EXPECT_EQ(st.accepted, st.rounds) << name;
+    // Two and three drafts a round (the later ones from the head's own output): the greedy ids,
+    // with the head's drafts and with the oracle's (all kept but where the limit cuts a round).
+    for (const int drafts : {2, 3}) {
+      const GenerateResult sn = generate_speculative(
+          speculative_engine(engine, drafts), ref.prompt, o, [](int32_t) {}, &st);
+      EXPECT_EQ(sn.ids, ref.greedy) << name << ": " << drafts << " drafts a round";
+      EXPECT_EQ(st.drafted, st.rounds * drafts) << name;
+      oracle = speculative_engine(engine, drafts);
+      test::use_oracle(oracle, seq, p, vocab);
+      const GenerateResult on = generate_speculative(
+          oracle, ref.prompt, o, [](int32_t) {}, &st);
+      EXPECT_EQ(on.ids, ref.greedy) << name << ": " << drafts << " kept drafts a round";
+      EXPECT_GE(st.accepted, st.drafted - drafts) << name;
+      EXPECT_LE(st.rounds, (static_cast<int64_t>(ref.greedy.size()) + drafts) / (drafts + 1))
+          << name;
+      // Every third draft wrong: rounds that keep some of their drafts (the main model's states
+      // restored to the one after the last kept).
+      oracle = speculative_engine(engine, drafts);
+      test::use_oracle(oracle, seq, p, vocab, 3);
+      const GenerateResult op = generate_speculative(
+          oracle, ref.prompt, o, [](int32_t) {}, &st);
+      EXPECT_EQ(op.ids, ref.greedy) << name << ": " << drafts << " drafts, some kept";
+      EXPECT_GT(st.accepted, 0) << name;
+      EXPECT_LT(st.accepted, st.drafted - drafts) << name;
+      oracle = speculative_engine(engine, drafts);
+      test::use_oracle(oracle, seq, p, vocab);
+      EXPECT_EQ(generate_speculative(
+                    oracle, ref.prompt, top1, [](int32_t) {}, nullptr)
+                    .ids,
+                ref.greedy)
+          << name << ": sampled at top-k 1, " << drafts << " kept drafts a round";
+    }
   }
 }
 

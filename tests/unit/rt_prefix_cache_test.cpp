@@ -36,7 +36,7 @@ void keep_speculative(PrefixCache& c, const std::vector<int32_t>& prompt) {
   e.spec.verify = [](std::span<const int32_t> t, int32_t* top, float*) {
     std::fill(top, top + t.size(), 0);
   };
-  e.spec.reject_last = [] {};
+  e.spec.reject = [](int) {};
   e.spec.draft = [](int, int32_t, float*) { return 0; };
   GenerateOptions o;
   o.max_tokens = 0;

@@ -1,8 +1,10 @@
 // The speculative decoding loop (speculative.h) over a toy engine whose argmax is a fixed
 // function of the tokens consumed so far: the ids must equal the plain greedy loop's
-// (generate_with) for any pattern of right and wrong drafts, stop ids and limits included, and
-// the MTP head must see every position in order with the hidden state and the token the
-// architecture gives it (position t: the main model's state at t, the token at t + 1).
+// (generate_with) for any pattern of right and wrong drafts, one to four a round, stop ids and
+// limits included, and the MTP head must see every position in order with the hidden state and
+// the token the architecture gives it (position t: the main model's state at t, the token at
+// t + 1); chained drafts take its own output and the draft before, and their entries are made
+// again from the main model's states before any later position reads them.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -39,13 +41,22 @@ struct Toy {
   int64_t mtp_pos = 0, mtp_calls = 0, max_verify = 0;
   int wrong_every = 0;   // every n-th MTP call drafts a wrong token (0: never)
   bool batched = false;  // the prompt through SpecEngine::prefill
+  int drafts = 1;        // SpecEngine::drafts
   int64_t prefill_calls = 0;
+  std::vector<bool> own;  // each MTP entry: made from the head's own output (a chained draft)
+  int32_t last_draft = -1;
 
+  int32_t drafted(size_t p) {
+    const bool wrong = wrong_every > 0 && ++mtp_calls % wrong_every == 0;
+    return last_draft = (reference.at(p + 2) + (wrong ? 1 : 0)) % kVocab;
+  }
   SpecEngine engine() {
     SpecEngine e;
     e.vocab = kVocab;
+    e.drafts = drafts;
     e.verify = [this](std::span<const int32_t> tokens, int32_t* top, float*) {
       max_verify = std::max<int64_t>(max_verify, static_cast<int64_t>(tokens.size()));
+      EXPECT_LE(static_cast<int>(tokens.size()), std::max(2, drafts + 1));
       rows.clear();
       for (size_t i = 0; i < tokens.size(); ++i) {
         seq.push_back(tokens[i]);
@@ -53,14 +64,35 @@ struct Toy {
         top[i] = next_of(seq, seq.size());
       }
     };
-    e.reject_last = [this] { seq.pop_back(); };
+    e.reject = [this](int n) {
+      EXPECT_GE(n, 1);
+      EXPECT_LT(static_cast<size_t>(n), rows.size());
+      seq.resize(seq.size() - static_cast<size_t>(n));
+    };
     e.draft = [this](int row, int32_t next_token, float*) {
       const size_t p = rows.at(static_cast<size_t>(row));
       EXPECT_EQ(static_cast<int64_t>(p), mtp_pos) << "the MTP head skipped or repeated a position";
       EXPECT_EQ(next_token, reference.at(p + 1)) << "MTP position " << p;
+      own.resize(std::max(own.size(), p + 1));
+      EXPECT_EQ(std::count(own.begin(), own.begin() + static_cast<int64_t>(p), true), 0)
+          << "MTP position " << p << " reads an entry made from the head's own output";
+      own[p] = false;
       ++mtp_pos;
-      const bool wrong = wrong_every > 0 && ++mtp_calls % wrong_every == 0;
-      return (reference.at(p + 2) + (wrong ? 1 : 0)) % kVocab;
+      return drafted(p);
+    };
+    e.draft_chain = [this](int32_t next_token, float*) {
+      EXPECT_GT(drafts, 1);
+      EXPECT_EQ(next_token, last_draft) << "a chained draft follows the draft before it";
+      const size_t p = static_cast<size_t>(mtp_pos++);
+      own.resize(std::max(own.size(), p + 1));
+      own[p] = true;
+      return drafted(p);
+    };
+    e.mtp_rewind = [this](int n) {
+      EXPECT_GE(n, 0);
+      EXPECT_LE(n, mtp_pos);
+      mtp_pos -= n;
+      own.resize(std::min(own.size(), static_cast<size_t>(mtp_pos)));
     };
     if (!batched) return e;
     e.prefill = [this](std::span<const int32_t> tokens, int32_t next, float*) {
@@ -97,42 +129,47 @@ GenerateResult plain(const std::vector<int32_t>& prompt, const GenerateOptions& 
 }
 
 void expect_same(const std::vector<int32_t>& prompt, const GenerateOptions& o, int wrong_every,
-                 bool batched) {
+                 bool batched, int drafts) {
   Toy toy;
   toy.wrong_every = wrong_every;
   toy.batched = batched;
+  toy.drafts = drafts;
   const GenerateResult want = plain(prompt, o, &toy.reference);
   std::vector<int32_t> streamed;
   SpecStats st;
   const GenerateResult got = generate_speculative(
       toy.engine(), prompt, o, [&](int32_t id) { streamed.push_back(id); }, &st);
   const std::string what = "max_tokens " + std::to_string(o.max_tokens) + ", wrong_every " +
-                           std::to_string(wrong_every) + (batched ? ", prefill" : "");
+                           std::to_string(wrong_every) + (batched ? ", prefill" : "") +
+                           ", drafts " + std::to_string(drafts);
   EXPECT_EQ(toy.prefill_calls, batched ? 1 : 0) << what;
   EXPECT_EQ(got.ids, want.ids) << what;
   EXPECT_EQ(streamed, want.ids) << what;
   EXPECT_EQ(got.finish_reason, want.finish_reason) << what;
   EXPECT_EQ(got.prompt_tokens, static_cast<int64_t>(prompt.size()));
   if (!want.ids.empty() && o.max_tokens > 1) {  // a round ran
-    EXPECT_EQ(toy.max_verify, 2) << what;
+    EXPECT_EQ(toy.max_verify, drafts + 1) << what;
   }
-  // One MTP step per prompt token after the first, one draft per round and one per kept draft
-  // (but after the last round, if generation ended inside it).
-  EXPECT_EQ(st.mtp_steps, toy.mtp_pos) << what;
-  const int64_t base = static_cast<int64_t>(prompt.size()) - 1 + st.rounds;
-  EXPECT_GE(st.mtp_steps, base + st.accepted - 1) << what;
+  // One MTP step per prompt token after the first, `drafts` per round and one per kept draft
+  // (but after the last round, if generation ended inside it); the head's position is then
+  // that of the main model's last token, less the rounds' last chained entries.
+  EXPECT_EQ(st.drafted, st.rounds * drafts) << what;
+  const int64_t base = static_cast<int64_t>(prompt.size()) - 1 + st.drafted;
+  EXPECT_GE(st.mtp_steps, base + st.accepted - drafts) << what;
   EXPECT_LE(st.mtp_steps, base + st.accepted) << what;
   if (wrong_every == 1) {
     EXPECT_EQ(st.accepted, 0) << what;
   }
   if (wrong_every == 0 && o.stop_ids.empty() && o.max_tokens >= 5) {
     EXPECT_GT(st.accepted, 0) << what;
-    EXPECT_LE(st.rounds, (o.max_tokens + 1) / 2) << what;
+    EXPECT_LE(st.rounds, (o.max_tokens - 1 + drafts) / (drafts + 1)) << what;
   }
 }
 
 void expect_same(const std::vector<int32_t>& prompt, const GenerateOptions& o, int wrong_every) {
-  for (const bool batched : {false, true}) expect_same(prompt, o, wrong_every, batched);
+  for (const int drafts : {1, 2, 3, 4}) {
+    for (const bool batched : {false, true}) expect_same(prompt, o, wrong_every, batched, drafts);
+  }
 }
 
 TEST(Speculative, EqualsGreedyForAnyDrafts) {
@@ -244,10 +281,19 @@ struct SampledToy {
   std::vector<int32_t> seq;
   std::vector<size_t> rows;
   int draft_vocab = kSmall;  // the head's logits past it are -inf (mtp_vocab.h)
+  int drafts = 1;
+  std::vector<int32_t> chain;  // what the head's last draft saw: its context, then the drafts
 
+  std::array<float, kSmall> head(float* logits) const {
+    auto l = mtp_logits(chain);
+    std::fill(l.begin() + draft_vocab, l.end(), -std::numeric_limits<float>::infinity());
+    if (logits) std::copy(l.begin(), l.end(), logits);
+    return l;
+  }
   SpecEngine engine() {
     SpecEngine e;
     e.vocab = kSmall;
+    e.drafts = drafts;
     e.verify = [this](std::span<const int32_t> tokens, int32_t* top, float* logits) {
       rows.clear();
       for (size_t i = 0; i < tokens.size(); ++i) {
@@ -258,15 +304,19 @@ struct SampledToy {
         if (logits) std::copy(l.begin(), l.end(), logits + i * kSmall);
       }
     };
-    e.reject_last = [this] { seq.pop_back(); };
+    e.reject = [this](int n) { seq.resize(seq.size() - static_cast<size_t>(n)); };
     e.draft = [this](int row, int32_t next_token, float* logits) {
-      std::vector<int32_t> ctx(seq.begin(), seq.begin() + rows.at(row) + 1);
-      ctx.push_back(next_token);
-      auto l = mtp_logits(ctx);
-      std::fill(l.begin() + draft_vocab, l.end(), -std::numeric_limits<float>::infinity());
-      if (logits) std::copy(l.begin(), l.end(), logits);
+      chain.assign(seq.begin(), seq.begin() + rows.at(row) + 1);
+      chain.push_back(next_token);
+      const auto l = head(logits);
       return static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
     };
+    e.draft_chain = [this](int32_t next_token, float* logits) {
+      chain.push_back(next_token);
+      const auto l = head(logits);
+      return static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+    };
+    e.mtp_rewind = [](int) {};
     return e;
   }
 };
@@ -315,7 +365,7 @@ struct NoLowIdsAtEven : TokenConstraint {
 // Over many seeds, speculative sampling's first three ids against plain sampling's joint
 // distribution; `draft_vocab` and `constrained` (NoLowIdsAtEven) as the loop's options.
 void expect_plain_distribution(const SamplingOptions& sampling, int draft_vocab = kSmall,
-                               bool constrained = false) {
+                               bool constrained = false, int drafts = 1) {
   const float temperature = sampling.temperature;
   const int top_k = sampling.top_k;
   const std::vector<int32_t> prompt = {2, 1};
@@ -338,7 +388,7 @@ void expect_plain_distribution(const SamplingOptions& sampling, int draft_vocab 
     want[c] = prob;
   }
   std::array<int, kCells> seen{};
-  int64_t rounds = 0, kept = 0;
+  int64_t rounds = 0, kept = 0, verified = 0;
   for (int run = 0; run < kRuns; ++run) {
     GenerateOptions o;
     o.max_tokens = kLen;
@@ -347,12 +397,13 @@ void expect_plain_distribution(const SamplingOptions& sampling, int draft_vocab 
     if (constrained) o.constraint = std::make_shared<NoLowIdsAtEven>();
     SampledToy toy;
     toy.draft_vocab = draft_vocab;
+    toy.drafts = drafts;
     SpecStats st;
     const GenerateResult r = generate_speculative(
         toy.engine(), prompt, o, [](int32_t) {}, &st);
     ASSERT_EQ(r.ids.size(), static_cast<size_t>(kLen));
     ++seen[r.ids[0] + kSmall * r.ids[1] + kSmall * kSmall * r.ids[2]];
-    rounds += st.rounds, kept += st.accepted;
+    rounds += st.rounds, kept += st.accepted, verified += st.drafted;
   }
   double chi2 = 0;
   int cells = 0;
@@ -370,14 +421,16 @@ void expect_plain_distribution(const SamplingOptions& sampling, int draft_vocab 
   EXPECT_LT(chi2, 2.0 * cells + 40)
       << "T " << temperature << ", top-k " << top_k << ": " << cells << " cells";
   // Both paths ran: drafts kept and drafts replaced (fewer kept from a draft vocabulary: 5-7%).
-  EXPECT_GT(kept, rounds / (draft_vocab < kSmall ? 40 : 10));
-  EXPECT_LT(kept, rounds * 9 / 10);
+  EXPECT_GT(kept, verified / (draft_vocab < kSmall ? 40 : 10) / drafts);
+  EXPECT_LT(kept, verified * 9 / 10);
+  EXPECT_EQ(verified, rounds * drafts);
   std::printf(
-      "T %.1f top-k %d, penalties %.2f %.2f %.2f, draft vocabulary %d%s: chi-square %.1f over %d "
-      "cells, %lld of %lld drafts kept\n",
+      "T %.1f top-k %d, penalties %.2f %.2f %.2f, draft vocabulary %d%s, %d draft%s a round: "
+      "chi-square %.1f over %d cells, %lld of %lld drafts kept\n",
       temperature, top_k, sampling.presence_penalty, sampling.frequency_penalty,
-      sampling.repetition_penalty, draft_vocab, constrained ? ", constrained" : "", chi2, cells,
-      static_cast<long long>(kept), static_cast<long long>(rounds));
+      sampling.repetition_penalty, draft_vocab, constrained ? ", constrained" : "", drafts,
+      drafts > 1 ? "s" : "", chi2, cells, static_cast<long long>(kept),
+      static_cast<long long>(verified));
 }
 
 TEST(Speculative, SamplingFollowsPlainSamplingsDistribution) {
@@ -391,6 +444,20 @@ TEST(Speculative, SamplingWithPenaltiesFollowsPlainSamplingsDistribution) {
   expect_plain_distribution(
       {.temperature = 1.0f, .presence_penalty = 0.7f, .frequency_penalty = 0.4f});
   expect_plain_distribution({.temperature = 0.8f, .top_k = 3, .repetition_penalty = 1.6f});
+}
+
+// Two and three drafts a round: the later drafts from the head's own chain, unprocessed, each
+// resolved against the verify's row after the drafts before it (with penalties, counted), so
+// the three ids of a round come from one verify.
+TEST(Speculative, SamplingWithChainedDraftsFollowsPlainSamplingsDistribution) {
+  for (const int drafts : {2, 3}) {
+    expect_plain_distribution({.temperature = 0.8f}, kSmall, false, drafts);
+    expect_plain_distribution({.temperature = 1.5f, .top_k = 2}, kSmall, false, drafts);
+    expect_plain_distribution(
+        {.temperature = 1.0f, .presence_penalty = 0.7f, .frequency_penalty = 0.4f}, kSmall, false,
+        drafts);
+    expect_plain_distribution({.temperature = 1.2f}, 2, true, drafts);
+  }
 }
 
 // Plain decoding's step over main_logits, the tokens consumed kept in `seq`.

@@ -42,11 +42,13 @@ class CpuEngine {
   // The last step's hidden state after the final norm [H] (what the MTP head takes).
   const std::vector<float>& hidden() const { return hidden_; }
 
-  // Speculative decoding's rollback: save() remembers the DeltaNet states and the position;
-  // restore() returns to them and drops the KV rows of the tokens consumed since (a rejected
-  // draft). The MTP head's state is not touched.
-  void save();
-  void restore();
+  // Speculative decoding's rollback: save(slot) remembers the DeltaNet states and the position
+  // in a slot (0 .. kMaxSaves - 1); restore(slot) returns to them and drops the KV rows of the
+  // tokens consumed since (rejected drafts). The MTP head's state is not touched. Error(kUsage)
+  // for a slot out of range or never saved.
+  static constexpr int kMaxSaves = 8;
+  void save(int slot = 0);
+  void restore(int slot = 0);
 
   // The MTP head at the next MTP position: `hidden` is the main model's final-normed hidden
   // state at position t, `next_token` the token at t + 1; writes the logits for position t + 2
@@ -54,6 +56,9 @@ class CpuEngine {
   // Error(kUnsupported) when the checkpoint has no MTP head.
   void mtp_step(int32_t next_token, const float* hidden, float* logits);
   const std::vector<float>& mtp_hidden() const { return mtp_hidden_; }
+  // The MTP head's position back by n (0 .. its position), its cache rows past it dropped: the
+  // entries chained drafts made from its own output, made again from the main model's.
+  void mtp_rewind(int64_t n);
   // The MTP head's logits over token ids [0, n) only, -inf beyond (its LM head then multiplies n
   // rows): a draft vocabulary, as CudaOptions::mtp_vocab. n = the vocabulary size: all (the
   // default). Throws Error(kUsage) unless mtp_vocab_ok(n, V).
@@ -74,8 +79,11 @@ class CpuEngine {
   SequenceState state_;
   std::unique_ptr<Scratch> s_;
   std::vector<float> hidden_, mtp_hidden_;
-  std::vector<std::vector<float>> saved_conv_, saved_ssm_;
-  int64_t saved_position_ = -1;
+  struct Saved {
+    std::vector<std::vector<float>> conv, ssm;
+    int64_t position = -1;
+  };
+  std::vector<Saved> saved_;
   int64_t mtp_vocab_ = 0;  // 0: the whole vocabulary
 };
 

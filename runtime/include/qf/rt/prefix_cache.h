@@ -86,7 +86,7 @@ class PrefixCache {
 // SpecPrefixEngines (speculative_engine's requirements too). `engine` must outlive the result.
 PrefixEngine prefix_engine(CpuEngine& engine);
 PrefixEngine prefix_engine(CudaEngine& engine);
-SpecPrefixEngine speculative_prefix_engine(CpuEngine& engine);
-SpecPrefixEngine speculative_prefix_engine(CudaEngine& engine);
+SpecPrefixEngine speculative_prefix_engine(CpuEngine& engine, int drafts = 1);
+SpecPrefixEngine speculative_prefix_engine(CudaEngine& engine, int drafts = 1);
 
 }  // namespace qf::rt
