@@ -36,17 +36,19 @@ void add_mtp_vocab_option(CLI::App* sub, int64_t* out, const std::string& needs)
 void add_draft_tokens_option(CLI::App* sub, int* out) {
   sub->add_option("--draft-tokens", *out,
                   "tokens the MTP head drafts a round, each later one from its own output (1 to " +
-                      std::to_string(rt::kMaxDrafts) +
-                      "; more than 1 on the CPU engine only so far; default 1)")
+                      std::to_string(rt::kMaxDrafts) + "; the CUDA engine up to " +
+                      std::to_string(rt::kMaxCudaDrafts) + "; default 1)")
       ->check(CLI::Range(1, rt::kMaxDrafts))
       ->needs(sub->get_option("--speculative"));
 }
 
 void check_draft_tokens(int drafts, const std::string& device) {
-  if (drafts > 1 && device == "cuda") {
+  if (drafts > rt::kMaxCudaDrafts && device == "cuda") {
     throw Error(Errc::kUnsupported, "--draft-tokens " + std::to_string(drafts) +
-                                        ": the CUDA engine verifies one draft a round so far (two "
-                                        "or more run on the CPU engine, --device cpu)");
+                                        ": the CUDA engine verifies up to " +
+                                        std::to_string(rt::kMaxCudaDrafts) +
+                                        " drafts a round (more run on the CPU engine, --device "
+                                        "cpu)");
   }
 }
 

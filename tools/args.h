@@ -23,7 +23,7 @@ void add_mtp_vocab_option(CLI::App* sub, int64_t* out, const std::string& needs)
 // --draft-tokens N (1 .. rt::kMaxDrafts: the MTP head's drafts a speculative round) into *out,
 // needing --speculative on the same command.
 void add_draft_tokens_option(CLI::App* sub, int* out);
-// Before a model loads: Error(kUnsupported) for more than one draft a round on `device` cuda.
+// Before a model loads: Error(kUnsupported) for more drafts a round than `device` takes.
 void check_draft_tokens(int drafts, const std::string& device);
 
 }  // namespace qf::tools

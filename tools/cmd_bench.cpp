@@ -101,7 +101,7 @@ int run(const BenchArgs& a) {
   // --mtp also times speculative decoding's steps and verify passes (two positions each), greedy
   // and sampled.
   o.max_context =
-      std::max<int64_t>(a.context + a.steps + 2 + (a.mtp ? 10 * a.steps + 19 : 0), a.prefill + 1);
+      std::max<int64_t>(a.context + a.steps + 2 + (a.mtp ? 16 * a.steps + 25 : 0), a.prefill + 1);
   o.prefill_chunk = a.prefill_chunk;
   o.parallel_shared = !a.serial_shared;
   o.shared_in_experts = a.shared_in_experts;
@@ -169,6 +169,9 @@ int run(const BenchArgs& a) {
   // Speculative decoding's parts, each call waited for as generate waits for it: a step, a
   // two-token verify pass, and a verify pass whose second token is rejected.
   double sync_step_us = 0, verify_us = 0, reject_us = 0;
+  // Two drafts a round: a three-token verify, its rollbacks of one and two tokens, and the
+  // chained draft with the head's rewind after it.
+  double verify3_us = 0, reject3_1_us = 0, reject3_2_us = 0, chain_us = 0;
   struct {
     double step_us = 0, verify_us = 0, draft_us = 0, sample_us = 0;
     // The same with the top k selected on the device (CudaEngine::step_top, verify2_top,
@@ -193,6 +196,23 @@ int run(const BenchArgs& a) {
                   engine->reject_last();
                 }) -
                 verify_us;
+    const int32_t tokens3[3] = {1, 2, 3};
+    int32_t top3[3];
+    verify3_us = per_call([&] { engine->verify(tokens3, top3); });
+    reject3_1_us = per_call([&] {
+                     engine->verify(tokens3, top3);
+                     engine->reject(1);
+                   }) -
+                   verify3_us;
+    reject3_2_us = per_call([&] {
+                     engine->verify(tokens3, top3);
+                     engine->reject(2);
+                   }) -
+                   verify3_us;
+    chain_us = per_call([&] {
+      engine->draft_chain(1);
+      engine->mtp_rewind(1);
+    });
     // Sampled: the logits come back to the host sampler, which draws the draft from the head's
     // distribution, resolves it against the verify's first row, and draws the token after a
     // kept draft from its second.
@@ -365,6 +385,15 @@ int run(const BenchArgs& a) {
   const auto spec_tps = [&](double kept) {
     return (1 + kept) * 1e6 / (verify_us + mtp_us + kept * mtp_us + (1 - kept) * reject_us);
   };
+  // Two drafts a round, each kept with probability `kept` (the second only after the first): a
+  // round is an MTP step, a chained one with the rewind, a three-token verify, an MTP step per
+  // kept draft, and the rollback of the two or the last one where not both are kept; it yields
+  // 1 + kept + kept^2 tokens on average (greedy).
+  const auto spec2_tps = [&](double kept) {
+    return (1 + kept + kept * kept) * 1e6 /
+           (mtp_us + chain_us + verify3_us + (kept + kept * kept) * mtp_us +
+            (1 - kept) * reject3_2_us + kept * (1 - kept) * reject3_1_us);
+  };
   const auto sampled_tps = [&](double kept) {
     return (1 + kept) * 1e6 /
            (sampled.verify_us + sampled.draft_us + kept * (mtp_us + sampled.sample_us) +
@@ -408,6 +437,13 @@ int run(const BenchArgs& a) {
           {"reject_us", reject_us},
           {"tokens_per_s_at_kept",
            {{"0.5", spec_tps(0.5)}, {"0.7", spec_tps(0.7)}, {"0.9", spec_tps(0.9)}}},
+          {"two_drafts",
+           {{"verify3_us", verify3_us},
+            {"reject_one_us", reject3_1_us},
+            {"reject_two_us", reject3_2_us},
+            {"chained_draft_and_rewind_us", chain_us},
+            {"tokens_per_s_at_kept",
+             {{"0.5", spec2_tps(0.5)}, {"0.7", spec2_tps(0.7)}, {"0.9", spec2_tps(0.9)}}}}},
           {"sampled",
            {{"temperature", kBenchSampling.temperature},
             {"top_p", kBenchSampling.top_p},
@@ -487,6 +523,12 @@ int run(const BenchArgs& a) {
         "  tok/s if 50%% / 70%% / 90%% of drafts are kept: %.1f / %.1f / %.1f (plain: %.1f; the "
         "fraction depends on the real weights)\n",
         spec_tps(0.5), spec_tps(0.7), spec_tps(0.9), 1e6 / sync_step_us);
+    std::printf(
+        "two drafts a round: three-token verify %.1f us (%.2f steps), rollback of one %.1f us, "
+        "of two %.1f us, chained draft + rewind %.1f us\n"
+        "  tok/s if 50%% / 70%% / 90%% of each draft is kept: %.1f / %.1f / %.1f (greedy)\n",
+        verify3_us, verify3_us / sync_step_us, reject3_1_us, reject3_2_us, chain_us, spec2_tps(0.5),
+        spec2_tps(0.7), spec2_tps(0.9));
     std::printf(
         "sampled (T %.1f, top-p %.2f, top-k %d; logits to the host sampler): step %.1f us, "
         "verify %.1f us, draft %.1f us, a draw %.1f us\n",

@@ -94,7 +94,19 @@ int32_t CudaEngine::prefill_scored_with_mtp(std::span<const int32_t>, int32_t,
 void CudaEngine::reject_last() {
   unavailable();
 }
+void CudaEngine::verify(std::span<const int32_t>, int32_t*, float*) {
+  unavailable();
+}
+void CudaEngine::reject(int) {
+  unavailable();
+}
 int32_t CudaEngine::draft(int, int32_t, float*) {
+  unavailable();
+}
+int32_t CudaEngine::draft_chain(int32_t, float*) {
+  unavailable();
+}
+void CudaEngine::mtp_rewind(int) {
   unavailable();
 }
 int64_t CudaEngine::mtp_position() const {

@@ -279,11 +279,11 @@ SpecEngine speculative_engine(CpuEngine& engine, int drafts) {
 
 SpecEngine speculative_engine(CudaEngine& engine, int drafts) {
   check_drafts(drafts, "drafts");
-  if (drafts > 1) {
-    throw Error(Errc::kUnsupported,
-                std::to_string(drafts) +
-                    " drafts a round: the CUDA engine verifies one draft a round so far (two or "
-                    "more run on the CPU engine, --device cpu)");
+  if (drafts > kMaxCudaDrafts) {
+    throw Error(Errc::kUnsupported, std::to_string(drafts) +
+                                        " drafts a round: the CUDA engine verifies up to " +
+                                        std::to_string(kMaxCudaDrafts) +
+                                        " a round (more run on the CPU engine, --device cpu)");
   }
   if (!engine.has_mtp()) {
     throw Error(Errc::kUnsupported,
@@ -294,13 +294,19 @@ SpecEngine speculative_engine(CudaEngine& engine, int drafts) {
   SpecEngine e;
   e.vocab = engine.config().vocab_size;
   e.reset = [&engine] { engine.reset(); };
+  e.drafts = drafts;
   e.verify = [&engine](std::span<const int32_t> tokens, int32_t* top, float* logits) {
-    engine.advance(tokens, top, logits);
+    if (tokens.size() == 1) {
+      top[0] = engine.step(tokens[0], logits);
+    } else {
+      engine.verify(tokens, top, logits);
+    }
   };
-  e.reject = [&engine](int n) {
-    if (n != 1) throw Error(Errc::kUsage, "reject " + std::to_string(n) + ": one draft a round");
-    engine.reject_last();
+  e.reject = [&engine](int n) { engine.reject(n); };
+  e.draft_chain = [&engine](int32_t next_token, float* logits) {
+    return engine.draft_chain(next_token, logits);
   };
+  e.mtp_rewind = [&engine](int n) { engine.mtp_rewind(n); };
   e.draft = [&engine](int row, int32_t next_token, float* logits) {
     return engine.draft(row, next_token, logits);
   };

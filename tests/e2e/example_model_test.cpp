@@ -81,7 +81,7 @@ TEST(ExampleModel, ChainedDraftsGiveGreedyIds) {
   for (const Refusal& r : {Refusal{" --draft-tokens 2", "--speculative"},
                            Refusal{" --speculative --draft-tokens 5", "--draft-tokens"},
                            Refusal{" --speculative --draft-tokens 0", "--draft-tokens"},
-                           Refusal{" --speculative --draft-tokens 2 --device cuda", "CUDA"}}) {
+                           Refusal{" --speculative --draft-tokens 3 --device cuda", "CUDA"}}) {
     const qf::test::CommandResult c = run_command(qforge(gen + r.flags));
     EXPECT_NE(c.exit_code, 0) << r.flags;
     EXPECT_NE(c.err.find(r.says), std::string::npos) << r.flags << ": " << c.err;

@@ -474,7 +474,68 @@ void check(const fs::path& model_dir, const fs::path& reference, const std::stri
     EXPECT_EQ(st.accepted, st.rounds) << name;
   }
 
-  gpu.step(prompt[0], nullptr);  // a rollback is only for verify2's second token
+  // Three tokens a pass (two drafts a round): the three steps' bits; a rollback of one or two
+  // tokens, then steps, the bits of steps that never saw them; then the loop with the head's
+  // drafts, the oracle's (all kept) and the oracle's with every third draft wrong (rounds that
+  // keep one of two), greedy and sampled at top-k 1.
+  {
+    std::vector<float> three(3 * vocab), steps(3 * vocab), after(vocab), want_after(vocab);
+    int32_t top3[3];
+    gpu.reset();
+    gpu.step(prompt[0], nullptr);
+    gpu.verify(std::span(prompt.data() + 1, 3), top3, three.data());
+    gpu.reset();
+    gpu.step(prompt[0], nullptr);
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_EQ(gpu.step(prompt[1 + r], steps.data() + r * vocab), top3[r]) << name << " row " << r;
+    }
+    EXPECT_EQ(std::memcmp(three.data(), steps.data(), three.size() * sizeof(float)), 0)
+        << name << ": a three-token verify's logits differ from three steps'";
+    for (const int n : {1, 2}) {
+      gpu.reset();
+      gpu.step(prompt[0], nullptr);
+      gpu.verify(std::span(prompt.data() + 1, 3), top3, nullptr);
+      gpu.reject(n);
+      EXPECT_EQ(gpu.position(), 4 - n) << name;
+      gpu.step(prompt[4 - n], after.data());  // a token the rejected ones did not see
+      gpu.step(prompt[5 - n], after.data());
+      gpu.reset();
+      for (int t = 0; t < 6 - n; ++t) gpu.step(prompt[t], want_after.data());
+      EXPECT_EQ(std::memcmp(after.data(), want_after.data(), after.size() * sizeof(float)), 0)
+          << name << ": steps after rejecting " << n << " of three tokens";
+    }
+    EXPECT_THROW(gpu.reject(1), Error) << name;
+    gpu.verify(std::span(prompt.data(), 3), top3, nullptr);
+    EXPECT_THROW(gpu.reject(3), Error) << name;
+    EXPECT_THROW(gpu.verify(std::span(prompt.data(), 4), top3, nullptr), Error) << name;
+    const GenerateResult s2 = generate_speculative(
+        speculative_engine(gpu, 2), prompt, greedy, [](int32_t) {}, &st);
+    EXPECT_EQ(s2.ids, want.ids) << name << ": two drafts a round";
+    for (const int wrong_every : {0, 3}) {
+      oracle = speculative_engine(gpu, 2);
+      test::use_oracle(oracle, seq, p, vocab, wrong_every);
+      const GenerateResult o2 = generate_speculative(
+          oracle, prompt, greedy, [](int32_t) {}, &st);
+      EXPECT_EQ(o2.ids, want.ids) << name << ": two drafts a round, oracle wrong every "
+                                  << wrong_every;
+      if (wrong_every == 0) {
+        EXPECT_GE(st.accepted, st.drafted - 2) << name;
+      } else {
+        EXPECT_LT(st.accepted, st.drafted - 2) << name;
+      }
+      EXPECT_GT(st.accepted, 0) << name;
+      oracle = speculative_engine(gpu, 2);
+      test::use_oracle(oracle, seq, p, vocab, wrong_every);
+      EXPECT_EQ(generate_speculative(
+                    oracle, prompt, top1, [](int32_t) {}, nullptr)
+                    .ids,
+                want.ids)
+          << name << ": sampled at top-k 1, two drafts a round, oracle wrong every " << wrong_every;
+    }
+    EXPECT_THROW(speculative_engine(gpu, 3), Error) << name;
+  }
+
+  gpu.step(prompt[0], nullptr);  // a rollback is only for a verify's later tokens
   EXPECT_THROW(gpu.reject_last(), Error) << name;
 }
 

@@ -78,7 +78,7 @@ void CudaEngine::snapshot() {
 void CudaEngine::restore_snapshot() {
   Impl& s = *impl_;
   if (s.snap_position < 0) throw Error(Errc::kUsage, "restore_snapshot: no snapshot was taken");
-  s.can_reject = false;
+  s.verified = 0;
   s.copy_gdn_states(s.conv_snap, s.ssm_snap, s.conv, s.ssm);
   s.pinned[9] = static_cast<int>(s.snap_position);
   cuda::check(cudaMemcpyAsync(s.pos, s.pinned + 9, sizeof(int), cudaMemcpyHostToDevice, s.stream),
@@ -100,7 +100,7 @@ int32_t CudaEngine::step(int32_t token, float* logits) {
 
 int32_t CudaEngine::Impl::step(int32_t id, const Out& out) {
   Impl& s = *this;
-  s.can_reject = false;
+  s.verified = 0;
   const int64_t vocab = s.m->config.vocab_size;
   if (id < 0 || id >= vocab) {
     throw Error(Errc::kUsage, "token id " + std::to_string(id) + " is outside the vocabulary [0, " +
@@ -129,7 +129,7 @@ int32_t CudaEngine::step_top(int32_t token, int k, TopLogits& out) {
 
 int32_t CudaEngine::step_greedy() {
   Impl& s = *impl_;
-  s.can_reject = false;
+  s.verified = 0;
   s.before_step(s.position);
   s.run_step();
   cuda::check(cudaMemcpyAsync(s.pinned + 1, s.next, sizeof(int), cudaMemcpyDeviceToHost, s.stream),
@@ -162,43 +162,58 @@ int32_t CudaEngine::mtp_step(int32_t next_token, const float* hidden, float* log
 }
 
 void CudaEngine::verify2(const int32_t tokens[2], int32_t top[2], float* logits) {
-  impl_->verify2(tokens, top, {logits, 0, nullptr});
+  impl_->verify({tokens, 2}, top, {logits, 0, nullptr});
 }
 
 void CudaEngine::verify2_top(const int32_t tokens[2], int32_t top[2], int k, TopLogits out[2]) {
   Impl::check_top_k(k);
-  impl_->verify2(tokens, top, {nullptr, k, out});
+  impl_->verify({tokens, 2}, top, {nullptr, k, out});
 }
 
-void CudaEngine::Impl::verify2(const int32_t tokens[2], int32_t top[2], const Out& out) {
+void CudaEngine::verify(std::span<const int32_t> tokens, int32_t* top, float* logits) {
+  impl_->verify(tokens, top, {logits, 0, nullptr});
+}
+
+void CudaEngine::Impl::verify(std::span<const int32_t> tokens, int32_t* top, const Out& out) {
   Impl& s = *this;
+  const int n = static_cast<int>(tokens.size());
+  if (n < 2 || n > kMaxVerify) {
+    throw Error(Errc::kUsage, "verify: " + std::to_string(n) + " tokens (2 to " +
+                                  std::to_string(kMaxVerify) + " a pass)");
+  }
   const int64_t vocab = s.m->config.vocab_size;
-  for (int r = 0; r < 2; ++r) {
+  for (int r = 0; r < n; ++r) {
     if (tokens[r] < 0 || tokens[r] >= vocab) {
       throw Error(Errc::kUsage, "token id " + std::to_string(tokens[r]) +
                                     " is outside the vocabulary [0, " + std::to_string(vocab) +
                                     ")");
     }
   }
-  s.before_step(s.position + 1);
-  int* p = s.pinned + 4;  // tokens, positions, then the argmaxes
-  p[0] = tokens[0], p[1] = tokens[1];
-  p[2] = static_cast<int>(s.position), p[3] = static_cast<int>(s.position + 1);
-  cuda::check(cudaMemcpyAsync(s.vtoken, p, 2 * sizeof(int), cudaMemcpyHostToDevice, s.stream),
+  s.before_step(s.position + n - 1);
+  int* p = s.pinned + kVerifyPin;  // tokens, positions, argmaxes, then the step's position
+  for (int r = 0; r < n; ++r) {
+    p[r] = tokens[r];
+    p[kMaxVerify + r] = static_cast<int>(s.position + r);
+  }
+  cuda::check(cudaMemcpyAsync(s.vtoken, p, n * sizeof(int), cudaMemcpyHostToDevice, s.stream),
               "copy");
-  cuda::check(cudaMemcpyAsync(s.vpos, p + 2, 2 * sizeof(int), cudaMemcpyHostToDevice, s.stream),
+  cuda::check(
+      cudaMemcpyAsync(s.vpos, p + kMaxVerify, n * sizeof(int), cudaMemcpyHostToDevice, s.stream),
+      "copy");
+  s.run(n == 2 ? s.verify_graph : s.verify3_graph, [&] { s.launch_verify(n); });
+  p[3 * kMaxVerify] = static_cast<int>(s.position + n);  // the single-token step's after them
+  cuda::check(
+      cudaMemcpyAsync(s.pos, p + 3 * kMaxVerify, sizeof(int), cudaMemcpyHostToDevice, s.stream),
+      "copy");
+  cuda::check(cudaMemcpyAsync(p + 2 * kMaxVerify, s.vnext, n * sizeof(int), cudaMemcpyDeviceToHost,
+                              s.stream),
               "copy");
-  s.run(s.verify_graph, [&] { s.launch_verify(); });
-  p[6] = static_cast<int>(s.position + 2);  // the single-token step's position after both
-  cuda::check(cudaMemcpyAsync(s.pos, p + 6, sizeof(int), cudaMemcpyHostToDevice, s.stream), "copy");
-  cuda::check(cudaMemcpyAsync(p + 4, s.vnext, 2 * sizeof(int), cudaMemcpyDeviceToHost, s.stream),
-              "copy");
-  s.queue_out(s.logits, 2, out);
+  s.queue_out(s.logits, n, out);
   cuda::check(cudaStreamSynchronize(s.stream), "verify");
-  s.take_out(2, out);
-  s.position += 2;
-  s.can_reject = s.m->mtp.has_value();  // the DeltaNet states' copies are kept with it only
-  top[0] = p[4], top[1] = p[5];
+  s.take_out(n, out);
+  s.position += n;
+  s.verified = s.m->mtp.has_value() ? n : 0;  // the DeltaNet states' copies are kept with it only
+  std::copy_n(p + 2 * kMaxVerify, n, top);
 }
 
 void CudaEngine::advance(std::span<const int32_t> tokens, int32_t* top, float* logits) {
@@ -220,38 +235,76 @@ void CudaEngine::advance(std::span<const int32_t> tokens, int32_t* top, float* l
 }
 
 void CudaEngine::reject_last() {
+  reject(1);
+}
+
+void CudaEngine::reject(int n) {
   Impl& s = *impl_;
-  if (!s.can_reject) {
-    throw Error(Errc::kUsage,
-                "reject_last: the last call was not a two-token verify2 with the MTP head loaded");
+  if (s.verified == 0 || n < 1 || n >= s.verified) {
+    throw Error(Errc::kUsage, "reject " + std::to_string(n) +
+                                  ": the last call was not a verify of more tokens with the MTP "
+                                  "head loaded");
   }
-  s.can_reject = false;
+  // The state after token verified - n - 1 of the pass: the first's (ssm_saved) or the second's.
+  const bool first = s.verified - n == 1;
   for (size_t l = 0; l < s.ssm.size(); ++l) {
     if (!s.ssm[l]) continue;
-    cuda::check(cudaMemcpyAsync(s.ssm[l], s.ssm_saved[l], static_cast<size_t>(s.ssm_floats()) * 4,
-                                cudaMemcpyDeviceToDevice, s.stream),
+    cuda::check(cudaMemcpyAsync(s.ssm[l], first ? s.ssm_saved[l] : s.ssm_saved2[l],
+                                static_cast<size_t>(s.ssm_floats()) * 4, cudaMemcpyDeviceToDevice,
+                                s.stream),
                 "copy");
+    if (first && s.verified == 3) {  // the third token overwrote the first's conv history
+      cuda::check(
+          cudaMemcpyAsync(s.conv[l], s.conv_saved[l], (kern::gdn_conv_state_floats(s.gdn) + 1) * 4,
+                          cudaMemcpyDeviceToDevice, s.stream),
+          "copy");
+    }
   }
-  s.pinned[9] = static_cast<int>(s.position - 1);
+  s.verified = 0;
+  s.pinned[9] = static_cast<int>(s.position - n);
   cuda::check(cudaMemcpyAsync(s.pos, s.pinned + 9, sizeof(int), cudaMemcpyHostToDevice, s.stream),
               "copy");
   cuda::check(cudaStreamSynchronize(s.stream), "reject");
-  s.position -= 1;
+  s.position -= n;
 }
 
 int32_t CudaEngine::draft(int row, int32_t next_token, float* logits) {
   Impl& s = *impl_;
-  if (row < 0 || row > 1) throw Error(Errc::kUsage, "draft: row must be 0 or 1");
+  if (row < 0 || row >= Impl::kMaxVerify) {
+    throw Error(Errc::kUsage, "draft: row must be 0 to " + std::to_string(Impl::kMaxVerify - 1));
+  }
   return s.mtp_step(next_token, s.hidden + static_cast<int64_t>(row) * s.m->config.hidden_size,
                     cudaMemcpyDeviceToDevice, {logits, 0, nullptr});
 }
 
 int32_t CudaEngine::draft_top(int row, int32_t next_token, int k, TopLogits& out) {
   Impl& s = *impl_;
-  if (row < 0 || row > 1) throw Error(Errc::kUsage, "draft: row must be 0 or 1");
+  if (row < 0 || row >= Impl::kMaxVerify) {
+    throw Error(Errc::kUsage, "draft: row must be 0 to " + std::to_string(Impl::kMaxVerify - 1));
+  }
   Impl::check_top_k(k);
   return s.mtp_step(next_token, s.hidden + static_cast<int64_t>(row) * s.m->config.hidden_size,
                     cudaMemcpyDeviceToDevice, {nullptr, k, &out});
+}
+
+int32_t CudaEngine::draft_chain(int32_t next_token, float* logits) {
+  Impl& s = *impl_;
+  if (s.m->mtp && s.mtp_position == 0) {
+    throw Error(Errc::kUsage, "draft_chain: the MTP head has made no step to go on from");
+  }
+  return s.mtp_step(next_token, s.mtp_hidden, cudaMemcpyDeviceToDevice, {logits, 0, nullptr});
+}
+
+void CudaEngine::mtp_rewind(int n) {
+  Impl& s = *impl_;
+  if (n < 0 || n > s.mtp_position) {
+    throw Error(Errc::kUsage, "mtp_rewind " + std::to_string(n) + " from MTP position " +
+                                  std::to_string(s.mtp_position));
+  }
+  if (n == 0) return;
+  s.mtp_position -= n;
+  s.upload_mtp_position();
+  cuda::check(cudaStreamSynchronize(s.stream), "mtp_rewind");  // the pinned word is read
 }
 
 namespace {
@@ -278,7 +331,7 @@ std::vector<KernelShare> shares_of(cuda::Marks& marks) {
 
 std::vector<KernelShare> CudaEngine::profile_step() {
   Impl& s = *impl_;
-  s.can_reject = false;
+  s.verified = 0;
   s.before_step(s.position);
   cuda::Marks marks;
   marks.stream = s.stream;
@@ -335,7 +388,7 @@ double mean_us(cudaStream_t stream, int n, F one) {
 
 double CudaEngine::time_steps(int steps) {
   Impl& s = *impl_;
-  s.can_reject = false;
+  s.verified = 0;
   return mean_us(s.stream, steps, [&] {
     s.before_step(s.position);
     s.run_step();

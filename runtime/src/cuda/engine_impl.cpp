@@ -31,8 +31,9 @@ CudaEngine::Impl::Impl(std::unique_ptr<cuda::DeviceModel> model, const CudaOptio
   cuda::check(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), "cudaStreamCreate");
   cuda::check(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming), "cudaEventCreate");
   cuda::check(cudaEventCreateWithFlags(&join, cudaEventDisableTiming), "cudaEventCreate");
-  cuda::check(cudaMallocHost(&pinned, 11 * sizeof(int)), "cudaMallocHost");
-  cuda::check(cudaMallocHost(&pinned_logits, static_cast<size_t>(2 * c.vocab_size) * 4),
+  cuda::check(cudaMallocHost(&pinned, (kVerifyPin + 3 * kMaxVerify + 1) * sizeof(int)),
+              "cudaMallocHost");
+  cuda::check(cudaMallocHost(&pinned_logits, static_cast<size_t>(kMaxVerify * c.vocab_size) * 4),
               "cudaMallocHost");
   gdn = {static_cast<int>(c.linear_num_key_heads),   static_cast<int>(c.linear_num_value_heads),
          static_cast<int>(c.linear_key_head_dim),    static_cast<int>(c.linear_value_head_dim),
@@ -61,25 +62,27 @@ CudaEngine::Impl::Impl(std::unique_ptr<cuda::DeviceModel> model, const CudaOptio
     k_cache.push_back(full ? kv_cache_alloc() : nullptr);
     v_cache.push_back(full ? kv_cache_alloc() : nullptr);
   }
-  // Per-token buffers hold two rows (the verify's; a step uses the first).
-  const int64_t nv = c.linear_num_value_heads;
-  x = f(2 * h), u = f(2 * h), mix = f(2 * o.out_parts * h), core = f(2 * c.value_dim());
-  gin = f(2 * gin_row());
+  // Per-token buffers hold kMaxVerify rows (the verify's; a step uses the first).
+  const int64_t nv = c.linear_num_value_heads, rows = kMaxVerify;
+  x = f(rows * h), u = f(rows * h), mix = f(rows * o.out_parts * h);
+  core = f(rows * c.value_dim());
+  gin = f(rows * gin_row());
   qkv = gin, z = qkv + c.conv_dim(), b = z + c.value_dim(), a = b + nv;
-  qkvp = f(2 * qkvp_row());
+  qkvp = f(rows * qkvp_row());
   qproj = qkvp, kp = qproj + c.q_proj_rows(), vp = kp + c.kv_rows();
-  att = f(2 * c.num_attention_heads * c.head_dim);
-  rl = f(2 * (c.num_experts + 1)), rlogits = rl, sgl = rl + c.num_experts, rweights = f(2 * k);
+  att = f(rows * c.num_attention_heads * c.head_dim);
+  rl = f(rows * (c.num_experts + 1)), rlogits = rl, sgl = rl + c.num_experts;
+  rweights = f(rows * k);
   // eh and ey hold a ninth slot: the shared expert's, where it runs in the experts' launches;
-  // or the verify's 2k slots.
-  egu = f(2 * k * 2 * im), eh = f(2 * k * im + is), ey = f((2 * k + 1) * h);
-  sgu = f(2 * 2 * is), sh = f(2 * is), sy = f(2 * h), hidden = f(2 * h);
-  logits = f(2 * c.vocab_size);
+  // or the verify's rows x k slots.
+  egu = f(rows * k * 2 * im), eh = f(rows * k * im + is), ey = f((rows * k + 1) * h);
+  sgu = f(rows * 2 * is), sh = f(rows * is), sy = f(rows * h), hidden = f(rows * h);
+  logits = f(rows * c.vocab_size);
   attn_scratch = f(static_cast<int64_t>(kern::attn_scratch_floats(attn)) + 1);
   rope = f(static_cast<int64_t>(kern::attn_rope_floats(attn)) + 1);
   cuda::check(kern::attn_rope_table(attn, rope, stream), "attn_rope_table");
-  ids = i(2 * k), token = i(1), next = i(1), pos = i(1);
-  vtoken = i(2), vpos = i(2), vnext = i(2), fence_word = i(1);
+  ids = i(rows * k), token = i(1), next = i(1), pos = i(1);
+  vtoken = i(rows), vpos = i(rows), vnext = i(rows), fence_word = i(1);
   std::vector<int> distinct(static_cast<size_t>(k));  // what --skip router-topk leaves there
   std::iota(distinct.begin(), distinct.end(), 0);
   cuda::check(
@@ -93,7 +96,13 @@ CudaEngine::Impl::Impl(std::unique_ptr<cuda::DeviceModel> model, const CudaOptio
   cuda::check(cudaMemset(top_scratch, 0, scratch_bytes), "cudaMemset");
   cuda::check(cudaMallocHost(&pinned_top, top_bytes), "cudaMallocHost");
   // The verify pass's copies of the DeltaNet states (speculative decoding: with the MTP head).
-  for (float* state : ssm) ssm_saved.push_back(state && m->mtp ? f(ssm_floats()) : nullptr);
+  const int64_t conv_floats = static_cast<int64_t>(kern::gdn_conv_state_floats(gdn)) + 1;
+  for (float* state : ssm) {
+    const bool keep = state && m->mtp;
+    ssm_saved.push_back(keep ? f(ssm_floats()) : nullptr);
+    ssm_saved2.push_back(keep ? f(ssm_floats()) : nullptr);
+    conv_saved.push_back(keep ? f(conv_floats) : nullptr);
+  }
   for (size_t l = 0; l < ssm.size() && o.snapshots; ++l) {
     conv_snap.push_back(ssm[l] ? f(static_cast<int64_t>(kern::gdn_conv_state_floats(gdn)) + 1)
                                : nullptr);
@@ -130,6 +139,7 @@ CudaEngine::Impl::~Impl() {
   if (graph) cudaGraphExecDestroy(graph);
   if (mtp_graph) cudaGraphExecDestroy(mtp_graph);
   if (verify_graph) cudaGraphExecDestroy(verify_graph);
+  if (verify3_graph) cudaGraphExecDestroy(verify3_graph);
   if (prefill_graph) cudaGraphExecDestroy(prefill_graph);
   if (pf.pinned) cudaFreeHost(pf.pinned);
   if (pinned) cudaFreeHost(pinned);
@@ -246,7 +256,7 @@ void CudaEngine::Impl::copy_gdn_states(const std::vector<float*>& conv_from,
 }
 
 void CudaEngine::Impl::reset() {
-  can_reject = false;
+  verified = 0;
   for (size_t l = 0; l < conv.size(); ++l) {
     if (!conv[l]) continue;
     cuda::check(cudaMemsetAsync(conv[l], 0, kern::gdn_conv_state_floats(gdn) * 4, stream),

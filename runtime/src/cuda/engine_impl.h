@@ -74,11 +74,13 @@ struct CudaEngine::Impl {
   void *mtp_k = nullptr, *mtp_v = nullptr;
   float *mtp_in = nullptr, *cat = nullptr, *mtp_hidden = nullptr, *mtp_logits = nullptr;
   int *mtp_token = nullptr, *mtp_next = nullptr, *mtp_pos = nullptr;
-  int* pinned = nullptr;  // host: the token in, the argmax out; the MTP head's the same; the
-                          // verify's two tokens, two argmaxes and two positions; a position
-                          // to set (9) and the MTP head's (10)
-  // Host, pinned: logits on their way out (up to two rows), as a copy to pageable memory runs at
-  // a fraction of the link's speed (H100: ~340 against ~100 us for 248320 floats, with the
+  int* pinned = nullptr;  // host: the token in, the argmax out; the MTP head's the same; a
+                          // position to set (9) and the MTP head's (10); from kVerifyPin the
+                          // verify's tokens, positions and argmaxes (kMaxVerify each), then
+                          // the step's position after them
+  static constexpr int kVerifyPin = 12;
+  // Host, pinned: logits on their way out (up to kMaxVerify rows), as a copy to pageable memory
+  // runs at a fraction of the link's speed (H100: ~340 against ~100 us for 248320 floats, with the
   // memcpy after it).
   float* pinned_logits = nullptr;
   // step_top and its kin: kern::logits_topk's outputs for up to two rows (each kTopSlot words:
@@ -88,16 +90,18 @@ struct CudaEngine::Impl {
   int* top_out = nullptr;
   int* pinned_top = nullptr;
   void* top_scratch = nullptr;
-  // The two-token verify (speculative decoding): its tokens, positions and argmaxes, a word that
-  // its memset nodes write (a full dependency between two launches, pdl.cuh), and each DeltaNet
-  // layer's state after the first token, for a rejected second one.
+  // The verify (speculative decoding: kMaxVerify tokens at most): its tokens, positions and
+  // argmaxes, a word that its memset nodes write (a full dependency between two launches,
+  // pdl.cuh), and each DeltaNet layer's state after the first token (ssm_saved) and after the
+  // second (ssm_saved2, with both conv history copies then: conv_saved), for rejected tokens.
+  static constexpr int kMaxVerify = 3;
   int *vtoken = nullptr, *vpos = nullptr, *vnext = nullptr, *fence_word = nullptr;
-  std::vector<float*> ssm_saved;
+  std::vector<float*> ssm_saved, ssm_saved2, conv_saved;
   // CudaOptions::snapshots: each DeltaNet layer's conv history and state at snap_position (the
   // MTP head's position then: snap_mtp_position).
   std::vector<float*> conv_snap, ssm_snap;
   int64_t snap_position = -1, snap_mtp_position = 0;
-  cudaGraphExec_t verify_graph = nullptr;
+  cudaGraphExec_t verify_graph = nullptr, verify3_graph = nullptr;
   // Batched prefill (prefill.cpp): o.prefill_chunk rows of each per-token buffer (experts: k
   // rows a token, egu (nullptr where every layer's experts are paired) and eh in gemm_route's
   // entry order, ey in token order), the mixers' kernels' scratch, the tokens
@@ -116,7 +120,8 @@ struct CudaEngine::Impl {
     float* attn_scratch = nullptr;  // kern::attn_prefill's (nullptr: no attention layer)
   } pf;
   cudaGraphExec_t prefill_graph = nullptr;
-  bool can_reject = false;  // the last main-model call was verify2
+  int verified = 0;  // tokens of the last main-model call when it was a verify with the MTP head
+                     // loaded (its states kept for reject); 0 otherwise
   int64_t position = 0, mtp_position = 0;
   cuda::Marks* marks = nullptr;
 
@@ -230,21 +235,22 @@ struct CudaEngine::Impl {
   // The decode step: every layer, the LM head and argmax.
   void launch_step();
 
-  // ---- Speculative decoding's two-token verify pass (verify_graph.cpp says how) ----
+  // ---- Speculative decoding's verify pass of 2 or 3 tokens (verify_graph.cpp says how) ----
 
-  // `w` on two rows of input `in_stride` floats apart into rows `out_stride` apart.
-  void gemv2(const kern::DeviceLinear& w, const float* in, size_t in_stride, float* out,
-             size_t out_stride, const char* family, cudaStream_t on = nullptr, int k_splits = 1);
-  void gemv2(const cuda::RowGroup& g, const float* in, size_t in_stride, float* out,
-             size_t out_stride, const char* family, cudaStream_t on = nullptr);
+  // `w` on `rows` rows of input `in_stride` floats apart into rows `out_stride` apart.
+  void gemv_rows(int rows, const kern::DeviceLinear& w, const float* in, size_t in_stride,
+                 float* out, size_t out_stride, const char* family, cudaStream_t on = nullptr,
+                 int k_splits = 1);
+  void gemv_rows(int rows, const cuda::RowGroup& g, const float* in, size_t in_stride, float* out,
+                 size_t out_stride, const char* family, cudaStream_t on = nullptr);
 
   void fence() { cuda::check(cudaMemsetAsync(fence_word, 0, sizeof(int), stream), "memset"); }
 
-  // out_proj_add_norm on both rows.
-  void out_proj_add_norm2(const kern::DeviceLinear& w, const float* in, size_t in_stride,
-                          const float* norm);
+  // out_proj_add_norm on every row.
+  void out_proj_add_norm_rows(int rows, const kern::DeviceLinear& w, const float* in,
+                              size_t in_stride, const float* norm);
 
-  void moe2(const cuda::DeviceMoe& w, const float* next_norm, float* next_out);
+  void moe_verify(int rows, const cuda::DeviceMoe& w, const float* next_norm, float* next_out);
 
   // The routed experts of `rows` tokens as GEMV slots, k a token (ids_in [rows, k]) on row r of
   // `in` (hidden_size apart): gate | up into gu_out (unpaired layouts) and SwiGLU into h_out,
@@ -252,7 +258,7 @@ struct CudaEngine::Impl {
   void experts_by_slot(const cuda::DeviceMoe& w, const float* in, int rows, const int* ids_in,
                        float* gu_out, float* h_out, float* y_out, bool ids_early);
 
-  void launch_verify();
+  void launch_verify(int rows);
 
   // ---- Batched prefill (prefill.cpp says how) ----
 
@@ -380,8 +386,8 @@ struct CudaEngine::Impl {
   int32_t mtp_step(int32_t next_token, const float* src, cudaMemcpyKind kind, const Out& out);
   // CudaEngine::step and step_top.
   int32_t step(int32_t id, const Out& out);
-  // CudaEngine::verify2 and verify2_top.
-  void verify2(const int32_t tokens[2], int32_t top[2], const Out& out);
+  // CudaEngine::verify (2 or 3 tokens), verify2 and verify2_top.
+  void verify(std::span<const int32_t> tokens, int32_t* top, const Out& out);
 
   void before_step(int64_t at) {
     if (at >= o.max_context) {

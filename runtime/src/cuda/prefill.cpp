@@ -273,7 +273,7 @@ void CudaEngine::Impl::pass_layers(const int32_t* tokens, int n, const int32_t* 
     }
   }
   before_step(position + n - 1);
-  can_reject = false;
+  verified = 0;
   // The pinned copies are read by the stream: the previous pass must be done with them.
   cuda::check(cudaStreamSynchronize(stream), "prefill");
   std::copy(tokens, tokens + n, pf.pinned);

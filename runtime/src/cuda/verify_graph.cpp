@@ -1,46 +1,50 @@
-// Speculative decoding's verify pass (CudaEngine::verify2): two tokens at vpos[0] and vpos[1]
-// = vpos[0] + 1 in one graph (engine_impl.h). Both tokens' routed experts, residual norms,
-// router top-k and MoE combine run in one launch each; every other product runs as two slots
-// of the one matrix (side by side, so the second read of a weight mostly hits L2: faster than
-// one weight stream for both, branch x-rows); the rows' DeltaNet and attention kernels run in
-// turn, a memset node between them (their early loads read what the first row writes, pdl.cuh).
-// For DeltaNet that node is the copy of the state after the first token, which a rejected
-// second token returns to (reject_last; the DeltaNet kernel writing that state to a second
-// buffer instead measured the same, branch gdn-out); the conv histories need no copy, as the
-// position's parity picks them. Without the MTP head (prefill's pairs) nothing is rejected,
-// and the node between the DeltaNet rows is a plain fence.
+// Speculative decoding's verify pass (CudaEngine::verify): two or three tokens at vpos[0],
+// vpos[0] + 1, ... in one graph each (engine_impl.h). All tokens' routed experts, residual
+// norms, router top-k and MoE combine run in one launch each; every other product runs as a
+// slot a token of the one matrix (side by side, so the later reads of a weight mostly hit L2:
+// faster than one weight stream for both, branch x-rows); the rows' DeltaNet and attention
+// kernels run in turn, a memset node between them (their early loads read what the row before
+// writes, pdl.cuh). For DeltaNet that node is the copy of the state after the first token,
+// which rejected tokens return to (reject; the DeltaNet kernel writing that state to a second
+// buffer instead measured the same, branch gdn-out), and before a third token the copy of the
+// state after the second and of both conv history copies: the step at position p reads copy
+// p % 2 and writes the other, so the third token overwrites the history after the first, which
+// rejecting two tokens needs (rejecting one needs no copy). Without the MTP head (prefill's
+// pairs) nothing is rejected, and the node between the DeltaNet rows is a plain fence.
 #include "engine_impl.h"
 
 namespace qf::rt {
 
-void CudaEngine::Impl::gemv2(const kern::DeviceLinear& w, const float* in, size_t in_stride,
-                             float* out, size_t out_stride, const char* family, cudaStream_t on,
-                             int k_splits) {
-  const kern::DeviceLinear one = one_matrix(w);  // both slots read matrix 0
-  kern::GemvBatch batch{2, nullptr, in_stride, out_stride};
+void CudaEngine::Impl::gemv_rows(int rows, const kern::DeviceLinear& w, const float* in,
+                                 size_t in_stride, float* out, size_t out_stride,
+                                 const char* family, cudaStream_t on, int k_splits) {
+  const kern::DeviceLinear one = one_matrix(w);  // every slot reads matrix 0
+  kern::GemvBatch batch{rows, nullptr, in_stride, out_stride};
   batch.k_splits = k_splits;
   batch.split_stride = k_splits > 1 ? static_cast<size_t>(m->config.hidden_size) : 0;
   gemv(one, in, out, batch, family, on);
 }
 
-void CudaEngine::Impl::gemv2(const cuda::RowGroup& g, const float* in, size_t in_stride, float* out,
-                             size_t out_stride, const char* family, cudaStream_t on) {
+void CudaEngine::Impl::gemv_rows(int rows, const cuda::RowGroup& g, const float* in,
+                                 size_t in_stride, float* out, size_t out_stride,
+                                 const char* family, cudaStream_t on) {
   each_part(g, out, [&](const kern::DeviceLinear& w, float* dst) {
-    gemv2(w, in, in_stride, dst, out_stride, family, on);
+    gemv_rows(rows, w, in, in_stride, dst, out_stride, family, on);
   });
 }
 
-void CudaEngine::Impl::out_proj_add_norm2(const kern::DeviceLinear& w, const float* in,
-                                          size_t in_stride, const float* norm) {
+void CudaEngine::Impl::out_proj_add_norm_rows(int rows, const kern::DeviceLinear& w,
+                                              const float* in, size_t in_stride,
+                                              const float* norm) {
   const int h = static_cast<int>(m->config.hidden_size);
   const float eps = static_cast<float>(m->config.rms_norm_eps);
   kern::GemvBatch split;
   split.k_splits = o.out_parts;
   const size_t row = static_cast<size_t>(o.out_parts) * h;
   const bool parts = o.out_parts > 1 && w.k >= 2 * w.n && kern::gemv_k_split_ok(w, split);
-  gemv2(w, in, in_stride, mix, row, "projections", nullptr, parts ? o.out_parts : 1);
+  gemv_rows(rows, w, in, in_stride, mix, row, "projections", nullptr, parts ? o.out_parts : 1);
   cuda::check(kern::add_parts_rms_norm_1p(x, mix, parts ? o.out_parts : 1, h, norm, h, eps, u,
-                                          stream, 2, row),
+                                          stream, rows, row),
               "add_rms_norm");
 }
 
@@ -65,7 +69,8 @@ void CudaEngine::Impl::experts_by_slot(const cuda::DeviceMoe& w, const float* in
   gemv(w.down, h_out, y_out, down, "experts (INT4 MoE)");
 }
 
-void CudaEngine::Impl::moe2(const cuda::DeviceMoe& w, const float* next_norm, float* next_out) {
+void CudaEngine::Impl::moe_verify(int rows, const cuda::DeviceMoe& w, const float* next_norm,
+                                  float* next_out) {
   const ckpt::Qwen35Config& c = m->config;
   const int h = static_cast<int>(c.hidden_size), k = static_cast<int>(c.num_experts_per_tok),
             is = static_cast<int>(c.shared_expert_intermediate_size),
@@ -76,55 +81,61 @@ void CudaEngine::Impl::moe2(const cuda::DeviceMoe& w, const float* next_norm, fl
     cuda::check(cudaEventRecord(fork, stream), "cudaEventRecord");
     cuda::check(cudaStreamWaitEvent(side, fork), "cudaStreamWaitEvent");
   }
-  gemv2(w.shared_gate_up, u, h, sgu, 2 * is, "shared expert", sh_stream);
-  cuda::check(kern::swiglu(sgu, sgu + is, is, 2, 2 * static_cast<size_t>(is), sh, sh_stream),
+  gemv_rows(rows, w.shared_gate_up, u, h, sgu, 2 * is, "shared expert", sh_stream);
+  cuda::check(kern::swiglu(sgu, sgu + is, is, rows, 2 * static_cast<size_t>(is), sh, sh_stream),
               "swiglu");
-  gemv2(w.shared_down, sh, is, sy, h, "shared expert", sh_stream);
+  gemv_rows(rows, w.shared_down, sh, is, sy, h, "shared expert", sh_stream);
   if (branch) cuda::check(cudaEventRecord(join, side), "cudaEventRecord");
-  gemv2(w.router, u, h, rl, e + 1, "router");  // and the shared expert's gate logit
-  cuda::check(kern::router_topk(rl, e, k, ids, rweights, stream, 2, static_cast<size_t>(e) + 1),
+  gemv_rows(rows, w.router, u, h, rl, e + 1, "router");  // and the shared expert's gate logit
+  cuda::check(kern::router_topk(rl, e, k, ids, rweights, stream, rows, static_cast<size_t>(e) + 1),
               "router_topk");
-  // Both rows' experts in one launch each (H100, 122B: a verify pass 5327-5329 -> 4914-4936 us
-  // against a launch per row); the down product's ids were written two launches back.
-  experts_by_slot(w, u, 2, ids, egu, eh, ey, true);
+  // Every row's experts in one launch each (H100, 122B: a two-token pass 5327-5329 -> 4914-4936
+  // us against a launch per row); the down product's ids were written two launches back.
+  experts_by_slot(w, u, rows, ids, egu, eh, ey, true);
   if (branch) cuda::check(cudaStreamWaitEvent(stream, join), "cudaStreamWaitEvent");
   cuda::check(kern::moe_combine_norm(ey, rweights, k, sy, rl + e, h, x, next_norm,
-                                     static_cast<float>(c.rms_norm_eps), next_out, stream, 2,
+                                     static_cast<float>(c.rms_norm_eps), next_out, stream, rows,
                                      static_cast<size_t>(e) + 1),
               "moe_combine_norm");
 }
 
-void CudaEngine::Impl::launch_verify() {
+void CudaEngine::Impl::launch_verify(int rows) {
   const ckpt::Qwen35Config& c = m->config;
   const int h = static_cast<int>(c.hidden_size);
   const float eps = static_cast<float>(c.rms_norm_eps);
-  for (int r = 0; r < 2; ++r) {
+  for (int r = 0; r < rows; ++r) {
     cuda::check(kern::embed(m->embed_kind, m->embed, h, vtoken + r, x + r * h, stream), "embed");
   }
-  cuda::check(kern::rms_norm_1p(x, m->layers[0].input_norm, h, 2, eps, u, stream), "rms_norm");
+  cuda::check(kern::rms_norm_1p(x, m->layers[0].input_norm, h, rows, eps, u, stream), "rms_norm");
   const size_t att_row = static_cast<size_t>(c.num_attention_heads * c.head_dim);
+  const size_t conv_bytes = (kern::gdn_conv_state_floats(gdn) + 1) * 4;
+  const auto copy = [&](float* to, const float* from, size_t bytes) {
+    cuda::check(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, stream), "copy");
+  };
   for (size_t l = 0; l < m->layers.size(); ++l) {
     const cuda::DeviceLayer& w = m->layers[l];
     if (w.full_attention) {
       const int64_t qr = qkvp_row();
-      gemv2(w.qkv, u, h, qkvp, qr, "attention projections");
-      for (int r = 0; r < 2; ++r) {
-        if (r == 1) fence();
+      gemv_rows(rows, w.qkv, u, h, qkvp, qr, "attention projections");
+      for (int r = 0; r < rows; ++r) {
+        if (r > 0) fence();
         cuda::check(kern::attn_decode(attn, qproj + r * qr, kp + r * qr, vp + r * qr, w.q_norm,
                                       w.k_norm, rope, vpos + r, nullptr, k_cache[l], v_cache[l],
                                       att + r * att_row, attn_scratch, stream, attn_decode_path()),
                     "attn_decode");
       }
-      out_proj_add_norm2(w.o, att, att_row, w.post_norm);
+      out_proj_add_norm_rows(rows, w.o, att, att_row, w.post_norm);
     } else {
       const int64_t gr = gin_row();
-      gemv2(w.gdn_in, u, h, gin, gr, "DeltaNet projections");
-      for (int r = 0; r < 2; ++r) {
+      gemv_rows(rows, w.gdn_in, u, h, gin, gr, "DeltaNet projections");
+      for (int r = 0; r < rows; ++r) {
+        const size_t state_bytes = static_cast<size_t>(ssm_floats()) * 4;
         if (r == 1 && ssm_saved[l]) {
-          cuda::check(cudaMemcpyAsync(ssm_saved[l], ssm[l], static_cast<size_t>(ssm_floats()) * 4,
-                                      cudaMemcpyDeviceToDevice, stream),
-                      "copy");
-        } else if (r == 1) {
+          copy(ssm_saved[l], ssm[l], state_bytes);
+        } else if (r == 2 && ssm_saved2[l]) {
+          copy(ssm_saved2[l], ssm[l], state_bytes);
+          copy(conv_saved[l], conv[l], conv_bytes);
+        } else if (r > 0) {
           fence();  // no copy to keep (no MTP head: prefill's pairs, never rejected)
         }
         cuda::check(kern::gdn_decode(gdn, {w.conv, w.dt_bias, w.a_log, w.gdn_norm}, qkv + r * gr,
@@ -132,13 +143,13 @@ void CudaEngine::Impl::launch_verify() {
                                      {conv[l], ssm[l]}, core + r * c.value_dim(), stream),
                     "gdn_decode");
       }
-      out_proj_add_norm2(w.out, core, static_cast<size_t>(c.value_dim()), w.post_norm);
+      out_proj_add_norm_rows(rows, w.out, core, static_cast<size_t>(c.value_dim()), w.post_norm);
     }
     const bool last = l + 1 == m->layers.size();
-    moe2(w.moe, last ? m->final_norm : m->layers[l + 1].input_norm, last ? hidden : u);
+    moe_verify(rows, w.moe, last ? m->final_norm : m->layers[l + 1].input_norm, last ? hidden : u);
   }
-  gemv2(m->lm_head, hidden, h, logits, static_cast<size_t>(c.vocab_size), "LM head");
-  for (int r = 0; r < 2; ++r) {
+  gemv_rows(rows, m->lm_head, hidden, h, logits, static_cast<size_t>(c.vocab_size), "LM head");
+  for (int r = 0; r < rows; ++r) {
     cuda::check(kern::argmax(logits + r * c.vocab_size, static_cast<int>(c.vocab_size), vnext + r,
                              argmax_scratch, stream),
                 "argmax");

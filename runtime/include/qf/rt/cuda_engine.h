@@ -169,6 +169,18 @@ class CudaEngine {
   void advance(std::span<const int32_t> tokens, int32_t* top, float* logits);
   void reject_last();
   int32_t draft(int row, int32_t next_token, float* logits = nullptr);
+  // Chained drafts (SpecEngine::drafts > 1): verify consumes two or three tokens in one pass (a
+  // graph each; else Error(kUsage)), as verify2 does two: the same bits as as many steps'.
+  // reject(n) forgets its last n tokens (n < its tokens; with the MTP head loaded only): the
+  // DeltaNet states return to copies the pass kept after its first and second tokens (and the
+  // conv histories after its first, which a third overwrites). draft(row) takes rows 0 to 2.
+  // draft_chain is mtp_step from the MTP head's own last normed output (its hidden state) with
+  // `next_token`, the draft before; mtp_rewind(n) takes the head's position back by n, its
+  // cache rows there to be made again.
+  void verify(std::span<const int32_t> tokens, int32_t* top, float* logits = nullptr);
+  void reject(int n);
+  int32_t draft_chain(int32_t next_token, float* logits = nullptr);
+  void mtp_rewind(int n);
 
   // Batched prefill: consumes `tokens` (one or more) at the next positions in passes of up to
   // CudaOptions::prefill_chunk tokens. Each pass runs every layer over its tokens: the

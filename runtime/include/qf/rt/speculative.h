@@ -69,6 +69,7 @@ struct SpecEngine {
 };
 
 inline constexpr int kMaxDrafts = 4;
+inline constexpr int kMaxCudaDrafts = 2;  // CudaEngine::verify takes up to 3 tokens
 
 struct SpecStats {
   int64_t rounds = 0;    // verify passes
@@ -105,9 +106,9 @@ void check_drafts(int drafts, const char* what);
 // state (its model must have an MTP head: else Error(kUnsupported)); its prefill is steps then
 // MTP steps, token by token. `engine` must outlive the result.
 SpecEngine speculative_engine(CpuEngine& engine, int drafts = 1);
-// The CUDA engine (CudaEngine::verify2, reject_last, draft, prefill_with_mtp), reset; its MTP
-// head must be loaded (CudaOptions::mtp): else Error(kUnsupported). One draft a round: more
-// (drafts > 1) are the CPU engine's so far (Error(kUnsupported)).
+// The CUDA engine (CudaEngine::verify, reject, draft, draft_chain, mtp_rewind,
+// prefill_with_mtp), reset; its MTP head must be loaded (CudaOptions::mtp): else
+// Error(kUnsupported). Up to kMaxCudaDrafts drafts a round (more: Error(kUnsupported)).
 SpecEngine speculative_engine(CudaEngine& engine, int drafts = 1);
 
 }  // namespace qf::rt
