@@ -101,7 +101,7 @@ int run(const BenchArgs& a) {
   // --mtp also times speculative decoding's steps and verify passes (two positions each), greedy
   // and sampled.
   o.max_context =
-      std::max<int64_t>(a.context + a.steps + 2 + (a.mtp ? 16 * a.steps + 25 : 0), a.prefill + 1);
+      std::max<int64_t>(a.context + a.steps + 2 + (a.mtp ? 19 * a.steps + 28 : 0), a.prefill + 1);
   o.prefill_chunk = a.prefill_chunk;
   o.parallel_shared = !a.serial_shared;
   o.shared_in_experts = a.shared_in_experts;
@@ -172,6 +172,9 @@ int run(const BenchArgs& a) {
   // Two drafts a round: a three-token verify, its rollbacks of one and two tokens, and the
   // chained draft with the head's rewind after it.
   double verify3_us = 0, reject3_1_us = 0, reject3_2_us = 0, chain_us = 0;
+  // The MTP head's entries for one and two kept drafts (CudaEngine::mtp_entries), which the loop
+  // makes instead of MTP steps.
+  double entry_us = 0, entries2_us = 0;
   struct {
     double step_us = 0, verify_us = 0, draft_us = 0, sample_us = 0;
     // The same with the top k selected on the device (CudaEngine::step_top, verify2_top,
@@ -213,6 +216,8 @@ int run(const BenchArgs& a) {
       engine->draft_chain(1);
       engine->mtp_rewind(1);
     });
+    entry_us = per_call([&] { engine->mtp_entries(0, std::span(tokens, 1)); });
+    entries2_us = per_call([&] { engine->mtp_entries(0, std::span(tokens, 2)); });
     // Sampled: the logits come back to the host sampler, which draws the draft from the head's
     // distribution, resolves it against the verify's first row, and draws the token after a
     // kept draft from its second.
@@ -379,29 +384,31 @@ int run(const BenchArgs& a) {
   const auto or_null = [](double v) { return v > 0 ? nlohmann::json(v) : nlohmann::json(); };
 
   // Tokens per second when a fraction `kept` of the drafts is kept: a round is one MTP step and
-  // a verify pass (plus an MTP step for a kept draft's position, or the rollback) for 1 + kept
-  // tokens. Sampled, the draft and the verify bring their logits back, and a kept draft's next
-  // token is drawn on the host.
+  // a verify pass (plus the MTP head's entry for a kept draft's position, or the rollback) for
+  // 1 + kept tokens. Sampled, the draft and the verify bring their logits back, and a kept
+  // draft's next token is drawn on the host.
   const auto spec_tps = [&](double kept) {
-    return (1 + kept) * 1e6 / (verify_us + mtp_us + kept * mtp_us + (1 - kept) * reject_us);
+    return (1 + kept) * 1e6 / (verify_us + mtp_us + kept * entry_us + (1 - kept) * reject_us);
   };
   // Two drafts a round, each kept with probability `kept` (the second only after the first): a
-  // round is an MTP step, a chained one with the rewind, a three-token verify, an MTP step per
-  // kept draft, and the rollback of the two or the last one where not both are kept; it yields
-  // 1 + kept + kept^2 tokens on average (greedy).
+  // round is an MTP step, a chained one with the rewind, a three-token verify, the entries of
+  // the kept drafts, and the rollback of the two or the last one where not both are kept; it
+  // yields 1 + kept + kept^2 tokens on average (greedy).
   const auto spec2_tps = [&](double kept) {
     return (1 + kept + kept * kept) * 1e6 /
-           (mtp_us + chain_us + verify3_us + (kept + kept * kept) * mtp_us +
-            (1 - kept) * reject3_2_us + kept * (1 - kept) * reject3_1_us);
+           (mtp_us + chain_us + verify3_us + kept * (1 - kept) * entry_us +
+            kept * kept * entries2_us + (1 - kept) * reject3_2_us +
+            kept * (1 - kept) * reject3_1_us);
   };
   const auto sampled_tps = [&](double kept) {
     return (1 + kept) * 1e6 /
-           (sampled.verify_us + sampled.draft_us + kept * (mtp_us + sampled.sample_us) +
+           (sampled.verify_us + sampled.draft_us + kept * (entry_us + sampled.sample_us) +
             (1 - kept) * reject_us);
   };
   const auto top_tps = [&](double kept) {  // a draw from 20 candidates: no time worth counting
     return (1 + kept) * 1e6 /
-           (sampled.top_verify_us + sampled.top_draft_us + kept * mtp_us + (1 - kept) * reject_us);
+           (sampled.top_verify_us + sampled.top_draft_us + kept * entry_us +
+            (1 - kept) * reject_us);
   };
 
   if (a.json) {
@@ -435,6 +442,7 @@ int run(const BenchArgs& a) {
           {"verify_us", verify_us},
           {"prefill_tokens_per_s_in_pairs", 2e6 / verify_us},
           {"reject_us", reject_us},
+          {"mtp_entry_us", entry_us},
           {"tokens_per_s_at_kept",
            {{"0.5", spec_tps(0.5)}, {"0.7", spec_tps(0.7)}, {"0.9", spec_tps(0.9)}}},
           {"two_drafts",
@@ -442,6 +450,7 @@ int run(const BenchArgs& a) {
             {"reject_one_us", reject3_1_us},
             {"reject_two_us", reject3_2_us},
             {"chained_draft_and_rewind_us", chain_us},
+            {"mtp_entries_two_us", entries2_us},
             {"tokens_per_s_at_kept",
              {{"0.5", spec2_tps(0.5)}, {"0.7", spec2_tps(0.7)}, {"0.9", spec2_tps(0.9)}}}}},
           {"sampled",
@@ -517,18 +526,18 @@ int run(const BenchArgs& a) {
         100 * mtp_gbs / copy_gbs);
     std::printf(
         "speculative (host-synced calls): step %.1f us, two-token verify %.1f us (%.2f steps; "
-        "prefill in such pairs %.1f tok/s), rollback %.1f us\n",
-        sync_step_us, verify_us, verify_us / sync_step_us, 2e6 / verify_us, reject_us);
+        "prefill in such pairs %.1f tok/s), rollback %.1f us, a kept draft's MTP entry %.1f us\n",
+        sync_step_us, verify_us, verify_us / sync_step_us, 2e6 / verify_us, reject_us, entry_us);
     std::printf(
         "  tok/s if 50%% / 70%% / 90%% of drafts are kept: %.1f / %.1f / %.1f (plain: %.1f; the "
         "fraction depends on the real weights)\n",
         spec_tps(0.5), spec_tps(0.7), spec_tps(0.9), 1e6 / sync_step_us);
     std::printf(
         "two drafts a round: three-token verify %.1f us (%.2f steps), rollback of one %.1f us, "
-        "of two %.1f us, chained draft + rewind %.1f us\n"
+        "of two %.1f us, chained draft + rewind %.1f us, two MTP entries %.1f us\n"
         "  tok/s if 50%% / 70%% / 90%% of each draft is kept: %.1f / %.1f / %.1f (greedy)\n",
-        verify3_us, verify3_us / sync_step_us, reject3_1_us, reject3_2_us, chain_us, spec2_tps(0.5),
-        spec2_tps(0.7), spec2_tps(0.9));
+        verify3_us, verify3_us / sync_step_us, reject3_1_us, reject3_2_us, chain_us, entries2_us,
+        spec2_tps(0.5), spec2_tps(0.7), spec2_tps(0.9));
     std::printf(
         "sampled (T %.1f, top-p %.2f, top-k %d; logits to the host sampler): step %.1f us, "
         "verify %.1f us, draft %.1f us, a draw %.1f us\n",

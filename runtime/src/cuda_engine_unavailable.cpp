@@ -100,6 +100,9 @@ void CudaEngine::verify(std::span<const int32_t>, int32_t*, float*) {
 void CudaEngine::reject(int) {
   unavailable();
 }
+void CudaEngine::mtp_entries(int, std::span<const int32_t>) {
+  unavailable();
+}
 int32_t CudaEngine::draft(int, int32_t, float*) {
   unavailable();
 }

@@ -183,7 +183,11 @@ GenerateResult generate_speculative(const SpecEngine& e, std::span<const int32_t
     // The MTP head's entries for the kept drafts' positions, from the main model's hidden
     // states (those the later drafts made from its own output are made again).
     if (nd > 1) e.mtp_rewind(nd - 1);
-    for (int j = 0; j < kept; ++j) {
+    if (e.mtp_entries && kept > 0) {
+      e.mtp_entries(0, std::span<const int32_t>(in).subspan(1, static_cast<size_t>(kept)));
+      st.mtp_steps += kept;
+    }
+    for (int j = 0; j < kept && !e.mtp_entries; ++j) {
       e.draft(j, in[static_cast<size_t>(j) + 1], nullptr);
       ++st.mtp_steps;
     }
@@ -307,6 +311,9 @@ SpecEngine speculative_engine(CudaEngine& engine, int drafts) {
     return engine.draft_chain(next_token, logits);
   };
   e.mtp_rewind = [&engine](int n) { engine.mtp_rewind(n); };
+  e.mtp_entries = [&engine](int first_row, std::span<const int32_t> tokens) {
+    engine.mtp_entries(first_row, tokens);
+  };
   e.draft = [&engine](int row, int32_t next_token, float* logits) {
     return engine.draft(row, next_token, logits);
   };

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,12 @@ inline void use_oracle(rt::SpecEngine& e, const std::vector<int32_t>& seq, size_
   e.draft = oracle_drafts(seq, next, vocab, wrong_every);
   e.draft_chain = [d = e.draft](int32_t token, float* logits) { return d(0, token, logits); };
   e.mtp_rewind = [&next](int n) { next -= static_cast<size_t>(n); };
+  // Entries without drafts (the kept drafts' positions): the engine's own where it has them,
+  // the positions counted.
+  e.mtp_entries = [&next, inner = e.mtp_entries](int first, std::span<const int32_t> tokens) {
+    if (inner) inner(first, tokens);
+    next += tokens.size();
+  };
   if (!e.prefill) return;
   e.prefill = [&next, prefill = e.prefill](std::span<const int32_t> t, int32_t after, float* l) {
     next += t.size() - (after < 0 ? 1 : 0);

@@ -179,7 +179,8 @@ void expect_prefill(const Model& model, CudaEngine& gpu, const std::vector<int32
 // prefill_with_mtp makes the MTP head's entries draft() makes, up to the order of the sums:
 // after it, the head's logits at the prompt's last but one position are the step path's
 // (`g_mtp`), in one pass, in passes of 3 and in pairs (no prefill buffers: draft()'s own bits),
-// with the last token's entry left to draft() and with it made from `next`.
+// with the last token's entry left to draft() and with it made from `next`; and mtp_entries
+// (speculative decoding's kept drafts) makes them from a verify's rows, one or two at a time.
 void expect_mtp_prefill(const Model& model, const std::vector<int32_t>& prompt,
                         const std::vector<float>& g_mtp, const std::string& name) {
   const int64_t vocab = model.config().vocab_size;
@@ -212,6 +213,22 @@ void expect_mtp_prefill(const Model& model, const std::vector<int32_t>& prompt,
     e.step(prompt[t_len - 2], nullptr);
     e.draft(0, prompt[t_len - 1], d.data());
     expect_same(want, d, vocab, chunk == 0 ? 0.0 : 5e-4, what + ", next given");
+    // The entries of a verify's first one or two rows by mtp_entries, the head's draft from the
+    // row after them: the head at position t_len - 2 again.
+    ASSERT_GE(t_len, 5u) << name;
+    for (const int rows : {1, 2}) {
+      const size_t at = t_len - 2 - static_cast<size_t>(rows);  // the verify's first position
+      e.reset();
+      e.prefill_with_mtp(std::span(prompt.data(), at), prompt[at], nullptr);
+      int32_t top3[3];
+      e.verify(std::span(prompt.data() + at, static_cast<size_t>(rows) + 1), top3, nullptr);
+      e.mtp_entries(0, std::span(prompt.data() + at + 1, static_cast<size_t>(rows)));
+      EXPECT_EQ(e.mtp_position(), static_cast<int64_t>(t_len) - 2) << what;
+      e.draft(rows, prompt[t_len - 1], d.data());
+      expect_same(want, d, vocab, chunk == 0 ? 0.0 : 5e-4,
+                  what + ", " + std::to_string(rows) + " entries by mtp_entries");
+    }
+    EXPECT_THROW(e.mtp_entries(2, std::span(prompt.data(), 2)), Error) << what;
     // A token outside the vocabulary, even in a later pass, is refused before anything runs.
     e.reset();
     std::vector<int32_t> bad = prompt;
@@ -535,6 +552,7 @@ void check(const fs::path& model_dir, const fs::path& reference, const std::stri
     EXPECT_THROW(speculative_engine(gpu, 3), Error) << name;
   }
 
+  gpu.reset();
   gpu.step(prompt[0], nullptr);  // a rollback is only for a verify's later tokens
   EXPECT_THROW(gpu.reject_last(), Error) << name;
 }

@@ -42,6 +42,7 @@ struct Toy {
   int wrong_every = 0;   // every n-th MTP call drafts a wrong token (0: never)
   bool batched = false;  // the prompt through SpecEngine::prefill
   int drafts = 1;        // SpecEngine::drafts
+  bool entries = false;  // SpecEngine::mtp_entries for the kept drafts' positions
   int64_t prefill_calls = 0;
   std::vector<bool> own;  // each MTP entry: made from the head's own output (a chained draft)
   int32_t last_draft = -1;
@@ -69,7 +70,8 @@ struct Toy {
       EXPECT_LT(static_cast<size_t>(n), rows.size());
       seq.resize(seq.size() - static_cast<size_t>(n));
     };
-    e.draft = [this](int row, int32_t next_token, float*) {
+    // The head's entry at row `row`'s position, from the main model's state there.
+    const auto entry = [this](int row, int32_t next_token) {
       const size_t p = rows.at(static_cast<size_t>(row));
       EXPECT_EQ(static_cast<int64_t>(p), mtp_pos) << "the MTP head skipped or repeated a position";
       EXPECT_EQ(next_token, reference.at(p + 1)) << "MTP position " << p;
@@ -78,8 +80,16 @@ struct Toy {
           << "MTP position " << p << " reads an entry made from the head's own output";
       own[p] = false;
       ++mtp_pos;
-      return drafted(p);
+      return p;
     };
+    e.draft = [this, entry](int row, int32_t next_token, float*) {
+      return drafted(entry(row, next_token));
+    };
+    if (entries) {
+      e.mtp_entries = [entry](int first, std::span<const int32_t> tokens) {
+        for (size_t i = 0; i < tokens.size(); ++i) entry(first + static_cast<int>(i), tokens[i]);
+      };
+    }
     e.draft_chain = [this](int32_t next_token, float*) {
       EXPECT_GT(drafts, 1);
       EXPECT_EQ(next_token, last_draft) << "a chained draft follows the draft before it";
@@ -129,11 +139,12 @@ GenerateResult plain(const std::vector<int32_t>& prompt, const GenerateOptions& 
 }
 
 void expect_same(const std::vector<int32_t>& prompt, const GenerateOptions& o, int wrong_every,
-                 bool batched, int drafts) {
+                 bool batched, int drafts, bool entries) {
   Toy toy;
   toy.wrong_every = wrong_every;
   toy.batched = batched;
   toy.drafts = drafts;
+  toy.entries = entries;
   const GenerateResult want = plain(prompt, o, &toy.reference);
   std::vector<int32_t> streamed;
   SpecStats st;
@@ -141,7 +152,7 @@ void expect_same(const std::vector<int32_t>& prompt, const GenerateOptions& o, i
       toy.engine(), prompt, o, [&](int32_t id) { streamed.push_back(id); }, &st);
   const std::string what = "max_tokens " + std::to_string(o.max_tokens) + ", wrong_every " +
                            std::to_string(wrong_every) + (batched ? ", prefill" : "") +
-                           ", drafts " + std::to_string(drafts);
+                           ", drafts " + std::to_string(drafts) + (entries ? ", entries" : "");
   EXPECT_EQ(toy.prefill_calls, batched ? 1 : 0) << what;
   EXPECT_EQ(got.ids, want.ids) << what;
   EXPECT_EQ(streamed, want.ids) << what;
@@ -168,7 +179,11 @@ void expect_same(const std::vector<int32_t>& prompt, const GenerateOptions& o, i
 
 void expect_same(const std::vector<int32_t>& prompt, const GenerateOptions& o, int wrong_every) {
   for (const int drafts : {1, 2, 3, 4}) {
-    for (const bool batched : {false, true}) expect_same(prompt, o, wrong_every, batched, drafts);
+    for (const bool batched : {false, true}) {
+      for (const bool entries : {false, true}) {
+        expect_same(prompt, o, wrong_every, batched, drafts, entries);
+      }
+    }
   }
 }
 

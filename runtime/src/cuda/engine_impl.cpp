@@ -31,7 +31,7 @@ CudaEngine::Impl::Impl(std::unique_ptr<cuda::DeviceModel> model, const CudaOptio
   cuda::check(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), "cudaStreamCreate");
   cuda::check(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming), "cudaEventCreate");
   cuda::check(cudaEventCreateWithFlags(&join, cudaEventDisableTiming), "cudaEventCreate");
-  cuda::check(cudaMallocHost(&pinned, (kVerifyPin + 3 * kMaxVerify + 1) * sizeof(int)),
+  cuda::check(cudaMallocHost(&pinned, (kVerifyPin + 4 * kMaxVerify + 1) * sizeof(int)),
               "cudaMallocHost");
   cuda::check(cudaMallocHost(&pinned_logits, static_cast<size_t>(kMaxVerify * c.vocab_size) * 4),
               "cudaMallocHost");
@@ -138,6 +138,7 @@ CudaEngine::Impl::Impl(std::unique_ptr<cuda::DeviceModel> model, const CudaOptio
 CudaEngine::Impl::~Impl() {
   if (graph) cudaGraphExecDestroy(graph);
   if (mtp_graph) cudaGraphExecDestroy(mtp_graph);
+  if (mtp_entry_graph) cudaGraphExecDestroy(mtp_entry_graph);
   if (verify_graph) cudaGraphExecDestroy(verify_graph);
   if (verify3_graph) cudaGraphExecDestroy(verify3_graph);
   if (prefill_graph) cudaGraphExecDestroy(prefill_graph);
@@ -237,6 +238,46 @@ int32_t CudaEngine::Impl::mtp_step(int32_t next_token, const float* src, cudaMem
   take_out(1, out);
   ++mtp_position;
   return pinned[3];
+}
+
+void CudaEngine::mtp_entries(int first_row, std::span<const int32_t> tokens) {
+  Impl& s = *impl_;
+  if (!s.m->mtp) {
+    throw Error(Errc::kUnsupported, s.o.mtp ? "the checkpoint has no MTP head (mtp.* tensors)"
+                                            : "the MTP head is not loaded (CudaOptions::mtp)");
+  }
+  const int n = static_cast<int>(tokens.size());
+  if (first_row < 0 || first_row + n > Impl::kMaxVerify) {
+    throw Error(Errc::kUsage, "mtp_entries: rows " + std::to_string(first_row) + " .. " +
+                                  std::to_string(first_row + n - 1) + " (0 to " +
+                                  std::to_string(Impl::kMaxVerify - 1) + ")");
+  }
+  const int64_t vocab = s.m->config.vocab_size;
+  for (const int32_t t : tokens) {
+    if (t < 0 || t >= vocab) {
+      throw Error(Errc::kUsage, "token id " + std::to_string(t) +
+                                    " is outside the vocabulary [0, " + std::to_string(vocab) +
+                                    ")");
+    }
+  }
+  if (n == 0) return;
+  s.before_step(s.mtp_position + n - 1);
+  const size_t h = static_cast<size_t>(s.m->config.hidden_size);
+  for (int r = 0; r < n; ++r) {  // the pinned words are read before the stream's sync below
+    s.pinned[Impl::kVerifyPin + 3 * Impl::kMaxVerify + 1 + r] = tokens[static_cast<size_t>(r)];
+  }
+  for (int r = 0; r < n; ++r) {
+    cuda::check(
+        cudaMemcpyAsync(s.mtp_token, s.pinned + Impl::kVerifyPin + 3 * Impl::kMaxVerify + 1 + r,
+                        sizeof(int), cudaMemcpyHostToDevice, s.stream),
+        "copy");
+    cuda::check(cudaMemcpyAsync(s.mtp_in, s.hidden + (first_row + r) * h, h * 4,
+                                cudaMemcpyDeviceToDevice, s.stream),
+                "copy");
+    s.run(s.mtp_entry_graph, [&] { s.launch_mtp_entry(); });
+  }
+  cuda::check(cudaStreamSynchronize(s.stream), "mtp_entries");
+  s.mtp_position += n;
 }
 
 void CudaEngine::Impl::copy_gdn_states(const std::vector<float*>& conv_from,

@@ -57,7 +57,7 @@ struct CudaEngine::Impl {
   // three short launches are latency-bound and hide behind the routed experts' loads.
   cudaStream_t side = nullptr;
   cudaEvent_t fork = nullptr, join = nullptr;
-  cudaGraphExec_t graph = nullptr, mtp_graph = nullptr;
+  cudaGraphExec_t graph = nullptr, mtp_graph = nullptr, mtp_entry_graph = nullptr;
   kern::GdnShape gdn;
   kern::AttnShape attn;
   std::vector<float*> conv, ssm;
@@ -76,8 +76,8 @@ struct CudaEngine::Impl {
   int *mtp_token = nullptr, *mtp_next = nullptr, *mtp_pos = nullptr;
   int* pinned = nullptr;  // host: the token in, the argmax out; the MTP head's the same; a
                           // position to set (9) and the MTP head's (10); from kVerifyPin the
-                          // verify's tokens, positions and argmaxes (kMaxVerify each), then
-                          // the step's position after them
+                          // verify's tokens, positions and argmaxes (kMaxVerify each), the
+                          // step's position after them, then mtp_entries' tokens
   static constexpr int kVerifyPin = 12;
   // Host, pinned: logits on their way out (up to kMaxVerify rows), as a copy to pageable memory
   // runs at a fraction of the link's speed (H100: ~340 against ~100 us for 248320 floats, with the
@@ -231,6 +231,14 @@ struct CudaEngine::Impl {
   // The MTP head (CpuEngine::mtp_step): [norm(embed(token)) | norm(mtp_in)] -> fc -> its layer
   // -> norm -> the LM head, at mtp_pos. Uses the step's scratch (x, u, ...), not its state.
   void launch_mtp();
+
+  // The MTP head's cache entry at mtp_pos (CudaEngine::mtp_entries): launch_mtp up to its
+  // layer's k and v rows (kv_rows) and their append, then mtp_pos on by one; the attention
+  // output (from whatever q the scratch holds), the MoE and the LM head are not run.
+  void launch_mtp_entry();
+  // The k and v rows of a q | k | v group from u into kp and vp: their own parts, or a row view
+  // of a fused BF16 or F32 matrix; other fused formats: the whole group.
+  void kv_rows(const cuda::RowGroup& g);
 
   // The decode step: every layer, the LM head and argmax.
   void launch_step();

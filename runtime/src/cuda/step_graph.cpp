@@ -166,6 +166,44 @@ void CudaEngine::Impl::launch_mtp() {
   cuda::check(kern::advance(mtp_next, mtp_token, mtp_pos, stream), "advance");
 }
 
+void CudaEngine::Impl::kv_rows(const cuda::RowGroup& g) {
+  const ckpt::Qwen35Config& c = m->config;
+  if (g.fused.n == 0) {
+    gemv(g.parts[1], u, kp, {}, "attention projections");
+    gemv(g.parts[2], u, vp, {}, "attention projections");
+    return;
+  }
+  const kern::DeviceLinear& f = g.fused;
+  if (f.kind != kern::WeightKind::kBf16 && f.kind != kern::WeightKind::kF32) {
+    gemv(g, u, qkvp, {}, "attention projections");
+    return;
+  }
+  kern::DeviceLinear kv = f;  // rows q_rows .. of a row-major matrix: k, then v (kp, vp)
+  const size_t elem = f.kind == kern::WeightKind::kBf16 ? 2 : 4;
+  kv.w = static_cast<const char*>(f.w) + static_cast<size_t>(c.q_proj_rows()) * f.k * elem;
+  kv.n = static_cast<int>(2 * c.kv_rows());
+  gemv(kv, u, kp, {}, "attention projections");
+}
+
+void CudaEngine::Impl::launch_mtp_entry() {
+  const ckpt::Qwen35Config& c = m->config;
+  const cuda::DeviceMtp& t = *m->mtp;
+  const int h = static_cast<int>(c.hidden_size);
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  cuda::check(kern::embed(m->embed_kind, m->embed, h, mtp_token, x, stream), "embed");
+  cuda::check(kern::rms_norm_1p(x, t.pre_fc_norm_embedding, h, 1, eps, cat, stream), "rms_norm");
+  cuda::check(kern::rms_norm_1p(mtp_in, t.pre_fc_norm_hidden, h, 1, eps, cat + h, stream),
+              "rms_norm");
+  gemv(t.fc, cat, x, {}, "MTP fc");
+  cuda::check(kern::rms_norm_1p(x, t.layer.input_norm, h, 1, eps, u, stream), "rms_norm");
+  kv_rows(t.layer.qkv);
+  cuda::check(
+      kern::attn_decode(attn, qproj, kp, vp, t.layer.q_norm, t.layer.k_norm, rope, mtp_pos, nullptr,
+                        mtp_k, mtp_v, att, attn_scratch, stream, attn_decode_path()),
+      "attn_decode");
+  cuda::check(kern::advance(mtp_token, mtp_token, mtp_pos, stream), "advance");
+}
+
 void CudaEngine::Impl::launch_step() {
   const ckpt::Qwen35Config& c = m->config;
   const int h = static_cast<int>(c.hidden_size);

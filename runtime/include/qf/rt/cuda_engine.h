@@ -179,6 +179,15 @@ class CudaEngine {
   // cache rows there to be made again.
   void verify(std::span<const int32_t> tokens, int32_t* top, float* logits = nullptr);
   void reject(int n);
+  // The MTP head's cache entries at its next positions from the hidden states of rows
+  // first_row .. of the last verify (row 0: also the last step's), tokens[i] as row i's next
+  // token, and nothing else: its graph up to the k and v rows of its layer's projection and
+  // their append (not the q rows where the projection is BF16 or F32, the attention output, the
+  // MoE or the LM head): the entries draft() makes, for a fraction of an MTP step's bytes
+  // (122B-A10B: fc 38 MB and k | v 6 MB of its ~1 GB). Speculative decoding's kept drafts.
+  // Error(kUnsupported) without the MTP head; kUsage for rows past the verify's or tokens
+  // outside the vocabulary.
+  void mtp_entries(int first_row, std::span<const int32_t> tokens);
   int32_t draft_chain(int32_t next_token, float* logits = nullptr);
   void mtp_rewind(int n);
 

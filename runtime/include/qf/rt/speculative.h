@@ -55,6 +55,10 @@ struct SpecEngine {
   // the main model's).
   std::function<int32_t(int32_t next_token, float* logits)> draft_chain;
   std::function<void(int n)> mtp_rewind;
+  // Optional: the MTP head's entries at its next positions for rows first_row .. of the last
+  // verify, tokens[i] the next token of row i, without its logits (CudaEngine::mtp_entries: a
+  // fraction of a draft's cost). The kept drafts' positions; without it, draft per row.
+  std::function<void(int first_row, std::span<const int32_t> tokens)> mtp_entries;
   // Optional: the prompt's way in. Consumes tokens (one or more) at the next positions and
   // makes the MTP head's entries for them, each with the token after it as the next (`next`
   // for the last; -1: none for the last). Returns the last token's argmax, writes its logits
