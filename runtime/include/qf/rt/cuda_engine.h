@@ -46,7 +46,8 @@ struct CudaOptions {
   // following norm adds (kern::GemvBatch::k_splits); 1: one part.
   int out_parts = 4;
   // Upload the MTP head too (Model::mtp(), where the checkpoint has one; ~5 GB of BF16 on
-  // 122B-A10B), for mtp_step.
+  // 122B-A10B), for mtp_step; with it the verify keeps two copies of the DeltaNet states for
+  // rejected drafts (~151 MB each at 122B-A10B).
   bool mtp = false;
   // The MTP head's draft vocabulary (qf/rt/mtp_vocab.h): its logits over token ids [0, mtp_vocab)
   // only, -inf beyond, its LM head reading those rows (at 122B-A10B 32768 of 248320 rows: 101
