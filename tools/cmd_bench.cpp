@@ -98,8 +98,8 @@ int run(const BenchArgs& a) {
                 "--mtp-draft-vocab or --score");
   }
   rt::CudaOptions o;
-  // --mtp also times speculative decoding's steps and verify passes (two positions each), greedy
-  // and sampled.
+  // --mtp also times speculative decoding's steps, verify passes (two or three positions each)
+  // and the MTP head's steps and entries, greedy and sampled.
   o.max_context =
       std::max<int64_t>(a.context + a.steps + 2 + (a.mtp ? 19 * a.steps + 28 : 0), a.prefill + 1);
   o.prefill_chunk = a.prefill_chunk;
