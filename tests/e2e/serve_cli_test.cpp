@@ -298,6 +298,7 @@ TEST(ServeCli, ChoicesAreGenerateWithTheSeedPlusTheirIndex) {
 
 TEST(ServeCli, SpeculativeOnTheCpu) {
   expect_generates_replies("--device cpu --speculative");
+  expect_generates_replies("--device cpu --speculative --draft-tokens 2");
 }
 
 TEST(ServeCli, CudaEngine) {
@@ -305,6 +306,7 @@ TEST(ServeCli, CudaEngine) {
   if (!rt::CudaEngine::available(&why)) GTEST_SKIP() << "no GPU: " << why;
   expect_generates_replies("--device cuda");
   expect_generates_replies("--device cuda --speculative");
+  expect_generates_replies("--device cuda --speculative --draft-tokens 2");
   expect_echo_scores("--device cuda");
   expect_echo_scores("--device cuda --speculative");
   expect_choices_follow_seeds("--device cuda");
