@@ -101,7 +101,7 @@ int run(const BenchArgs& a) {
   // --mtp also times speculative decoding's steps, verify passes (two or three positions each)
   // and the MTP head's steps and entries, greedy and sampled.
   o.max_context =
-      std::max<int64_t>(a.context + a.steps + 2 + (a.mtp ? 19 * a.steps + 28 : 0), a.prefill + 1);
+      std::max<int64_t>(a.context + a.steps + 2 + (a.mtp ? 21 * a.steps + 30 : 0), a.prefill + 1);
   o.prefill_chunk = a.prefill_chunk;
   o.parallel_shared = !a.serial_shared;
   o.shared_in_experts = a.shared_in_experts;
@@ -175,6 +175,8 @@ int run(const BenchArgs& a) {
   // The MTP head's entries for one and two kept drafts (CudaEngine::mtp_entries), which the loop
   // makes instead of MTP steps.
   double entry_us = 0, entries2_us = 0;
+  // A greedy round's draft and verify, host-synced as the loop calls them.
+  double draft_then_verify_us = 0;
   struct {
     double step_us = 0, verify_us = 0, draft_us = 0, sample_us = 0;
     // The same with the top k selected on the device (CudaEngine::step_top, verify2_top,
@@ -217,6 +219,10 @@ int run(const BenchArgs& a) {
       engine->mtp_rewind(1);
     });
     entry_us = per_call([&] { engine->mtp_entries(0, std::span(tokens, 1)); });
+    draft_then_verify_us = per_call([&] {
+      const int32_t pair[2] = {1, engine->draft(0, 1)};
+      engine->verify2(pair, top);
+    });
     entries2_us = per_call([&] { engine->mtp_entries(0, std::span(tokens, 2)); });
     // Sampled: the logits come back to the host sampler, which draws the draft from the head's
     // distribution, resolves it against the verify's first row, and draws the token after a
@@ -384,19 +390,20 @@ int run(const BenchArgs& a) {
   const auto or_null = [](double v) { return v > 0 ? nlohmann::json(v) : nlohmann::json(); };
 
   // Tokens per second when a fraction `kept` of the drafts is kept: a round is one MTP step and
-  // a verify pass (plus the MTP head's entry for a kept draft's position, or the rollback) for
-  // 1 + kept tokens. Sampled, the draft and the verify bring their logits back, and a kept
-  // draft's next token is drawn on the host.
+  // a verify pass (each host-synced, as the loop calls them; plus the MTP head's entry for a kept
+  // draft's position, or the rollback) for 1 + kept tokens. Sampled, the draft and the verify
+  // bring their logits back, and a kept draft's next token is drawn on the host.
   const auto spec_tps = [&](double kept) {
-    return (1 + kept) * 1e6 / (verify_us + mtp_us + kept * entry_us + (1 - kept) * reject_us);
+    return (1 + kept) * 1e6 / (draft_then_verify_us + kept * entry_us + (1 - kept) * reject_us);
   };
   // Two drafts a round, each kept with probability `kept` (the second only after the first): a
   // round is an MTP step, a chained one with the rewind, a three-token verify, the entries of
   // the kept drafts, and the rollback of the two or the last one where not both are kept; it
   // yields 1 + kept + kept^2 tokens on average (greedy).
   const auto spec2_tps = [&](double kept) {
+    const double draft_us = draft_then_verify_us - verify_us;  // host-synced, as the loop's
     return (1 + kept + kept * kept) * 1e6 /
-           (mtp_us + chain_us + verify3_us + kept * (1 - kept) * entry_us +
+           (draft_us + chain_us + verify3_us + kept * (1 - kept) * entry_us +
             kept * kept * entries2_us + (1 - kept) * reject3_2_us +
             kept * (1 - kept) * reject3_1_us);
   };
@@ -443,6 +450,7 @@ int run(const BenchArgs& a) {
           {"prefill_tokens_per_s_in_pairs", 2e6 / verify_us},
           {"reject_us", reject_us},
           {"mtp_entry_us", entry_us},
+          {"draft_then_verify_us", draft_then_verify_us},
           {"tokens_per_s_at_kept",
            {{"0.5", spec_tps(0.5)}, {"0.7", spec_tps(0.7)}, {"0.9", spec_tps(0.9)}}},
           {"two_drafts",
@@ -526,8 +534,10 @@ int run(const BenchArgs& a) {
         100 * mtp_gbs / copy_gbs);
     std::printf(
         "speculative (host-synced calls): step %.1f us, two-token verify %.1f us (%.2f steps; "
-        "prefill in such pairs %.1f tok/s), rollback %.1f us, a kept draft's MTP entry %.1f us\n",
-        sync_step_us, verify_us, verify_us / sync_step_us, 2e6 / verify_us, reject_us, entry_us);
+        "prefill in such pairs %.1f tok/s), rollback %.1f us, a kept draft's MTP entry %.1f us\n"
+        "  a greedy round's draft and verify: %.1f us\n",
+        sync_step_us, verify_us, verify_us / sync_step_us, 2e6 / verify_us, reject_us, entry_us,
+        draft_then_verify_us);
     std::printf(
         "  tok/s if 50%% / 70%% / 90%% of drafts are kept: %.1f / %.1f / %.1f (plain: %.1f; the "
         "fraction depends on the real weights)\n",
