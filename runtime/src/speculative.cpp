@@ -183,14 +183,12 @@ GenerateResult generate_speculative(const SpecEngine& e, std::span<const int32_t
     // The MTP head's entries for the kept drafts' positions, from the main model's hidden
     // states (those the later drafts made from its own output are made again).
     if (nd > 1) e.mtp_rewind(nd - 1);
-    if (e.mtp_entries && kept > 0) {
-      e.mtp_entries(0, std::span<const int32_t>(in).subspan(1, static_cast<size_t>(kept)));
-      st.mtp_steps += kept;
+    if (e.mtp_entries) {
+      if (kept > 0) e.mtp_entries(0, std::span<const int32_t>(in).subspan(1, kept));
+    } else {
+      for (int j = 0; j < kept; ++j) e.draft(j, in[static_cast<size_t>(j) + 1], nullptr);
     }
-    for (int j = 0; j < kept && !e.mtp_entries; ++j) {
-      e.draft(j, in[static_cast<size_t>(j) + 1], nullptr);
-      ++st.mtp_steps;
-    }
+    st.mtp_steps += kept;
     if (kept < nd) e.reject(nd - kept);
     next = last;
     row = kept;
