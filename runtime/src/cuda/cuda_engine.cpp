@@ -190,30 +190,31 @@ void CudaEngine::Impl::verify(std::span<const int32_t> tokens, int32_t* top, con
     }
   }
   s.before_step(s.position + n - 1);
-  int* p = s.pinned + kVerifyPin;  // tokens, positions, argmaxes, then the step's position
+  int* p = s.pinned;
   for (int r = 0; r < n; ++r) {
-    p[r] = tokens[r];
-    p[kMaxVerify + r] = static_cast<int>(s.position + r);
+    p[kPinTokens + r] = tokens[r];
+    p[kPinPositions + r] = static_cast<int>(s.position + r);
   }
-  cuda::check(cudaMemcpyAsync(s.vtoken, p, n * sizeof(int), cudaMemcpyHostToDevice, s.stream),
-              "copy");
+  p[kPinStepPos] = static_cast<int>(s.position + n);  // the single-token step's after them
   cuda::check(
-      cudaMemcpyAsync(s.vpos, p + kMaxVerify, n * sizeof(int), cudaMemcpyHostToDevice, s.stream),
+      cudaMemcpyAsync(s.vtoken, p + kPinTokens, n * sizeof(int), cudaMemcpyHostToDevice, s.stream),
+      "copy");
+  cuda::check(
+      cudaMemcpyAsync(s.vpos, p + kPinPositions, n * sizeof(int), cudaMemcpyHostToDevice, s.stream),
       "copy");
   s.run(n == 2 ? s.verify_graph : s.verify3_graph, [&] { s.launch_verify(n); });
-  p[3 * kMaxVerify] = static_cast<int>(s.position + n);  // the single-token step's after them
   cuda::check(
-      cudaMemcpyAsync(s.pos, p + 3 * kMaxVerify, sizeof(int), cudaMemcpyHostToDevice, s.stream),
+      cudaMemcpyAsync(s.pos, p + kPinStepPos, sizeof(int), cudaMemcpyHostToDevice, s.stream),
       "copy");
-  cuda::check(cudaMemcpyAsync(p + 2 * kMaxVerify, s.vnext, n * sizeof(int), cudaMemcpyDeviceToHost,
-                              s.stream),
-              "copy");
+  cuda::check(
+      cudaMemcpyAsync(p + kPinArgmax, s.vnext, n * sizeof(int), cudaMemcpyDeviceToHost, s.stream),
+      "copy");
   s.queue_out(s.logits, n, out);
   cuda::check(cudaStreamSynchronize(s.stream), "verify");
   s.take_out(n, out);
   s.position += n;
   s.verified = s.m->mtp.has_value() ? n : 0;  // the DeltaNet states' copies are kept with it only
-  std::copy_n(p + 2 * kMaxVerify, n, top);
+  std::copy_n(p + kPinArgmax, n, top);
 }
 
 void CudaEngine::advance(std::span<const int32_t> tokens, int32_t* top, float* logits) {

@@ -31,8 +31,7 @@ CudaEngine::Impl::Impl(std::unique_ptr<cuda::DeviceModel> model, const CudaOptio
   cuda::check(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), "cudaStreamCreate");
   cuda::check(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming), "cudaEventCreate");
   cuda::check(cudaEventCreateWithFlags(&join, cudaEventDisableTiming), "cudaEventCreate");
-  cuda::check(cudaMallocHost(&pinned, (kVerifyPin + 4 * kMaxVerify + 1) * sizeof(int)),
-              "cudaMallocHost");
+  cuda::check(cudaMallocHost(&pinned, kPinWords * sizeof(int)), "cudaMallocHost");
   cuda::check(cudaMallocHost(&pinned_logits, static_cast<size_t>(kMaxVerify * c.vocab_size) * 4),
               "cudaMallocHost");
   gdn = {static_cast<int>(c.linear_num_key_heads),   static_cast<int>(c.linear_num_value_heads),
@@ -264,13 +263,12 @@ void CudaEngine::mtp_entries(int first_row, std::span<const int32_t> tokens) {
   s.before_step(s.mtp_position + n - 1);
   const size_t h = static_cast<size_t>(s.m->config.hidden_size);
   for (int r = 0; r < n; ++r) {  // the pinned words are read before the stream's sync below
-    s.pinned[Impl::kVerifyPin + 3 * Impl::kMaxVerify + 1 + r] = tokens[static_cast<size_t>(r)];
+    s.pinned[Impl::kPinEntryTokens + r] = tokens[static_cast<size_t>(r)];
   }
   for (int r = 0; r < n; ++r) {
-    cuda::check(
-        cudaMemcpyAsync(s.mtp_token, s.pinned + Impl::kVerifyPin + 3 * Impl::kMaxVerify + 1 + r,
-                        sizeof(int), cudaMemcpyHostToDevice, s.stream),
-        "copy");
+    cuda::check(cudaMemcpyAsync(s.mtp_token, s.pinned + Impl::kPinEntryTokens + r, sizeof(int),
+                                cudaMemcpyHostToDevice, s.stream),
+                "copy");
     cuda::check(cudaMemcpyAsync(s.mtp_in, s.hidden + (first_row + r) * h, h * 4,
                                 cudaMemcpyDeviceToDevice, s.stream),
                 "copy");

@@ -74,11 +74,16 @@ struct CudaEngine::Impl {
   void *mtp_k = nullptr, *mtp_v = nullptr;
   float *mtp_in = nullptr, *cat = nullptr, *mtp_hidden = nullptr, *mtp_logits = nullptr;
   int *mtp_token = nullptr, *mtp_next = nullptr, *mtp_pos = nullptr;
-  int* pinned = nullptr;  // host: the token in, the argmax out; the MTP head's the same; a
-                          // position to set (9) and the MTP head's (10); from kVerifyPin the
-                          // verify's tokens, positions and argmaxes (kMaxVerify each), the
-                          // step's position after them, then mtp_entries' tokens
-  static constexpr int kVerifyPin = 12;
+  // Tokens a verify pass takes at most (speculative decoding: two drafts a round).
+  static constexpr int kMaxVerify = 3;
+  // Host: the token in, the argmax out; the MTP head's the same; a position to set (9) and the
+  // MTP head's (10); then a verify's tokens, positions and argmaxes (kMaxVerify each), the
+  // single-token step's position after them, and mtp_entries' tokens.
+  int* pinned = nullptr;
+  static constexpr int kPinTokens = 12, kPinPositions = kPinTokens + kMaxVerify,
+                       kPinArgmax = kPinPositions + kMaxVerify,
+                       kPinStepPos = kPinArgmax + kMaxVerify, kPinEntryTokens = kPinStepPos + 1,
+                       kPinWords = kPinEntryTokens + kMaxVerify;
   // Host, pinned: logits on their way out (up to kMaxVerify rows), as a copy to pageable memory
   // runs at a fraction of the link's speed (H100: ~340 against ~100 us for 248320 floats, with the
   // memcpy after it).
@@ -94,7 +99,6 @@ struct CudaEngine::Impl {
   // argmaxes, a word that its memset nodes write (a full dependency between two launches,
   // pdl.cuh), and each DeltaNet layer's state after the first token (ssm_saved) and after the
   // second (ssm_saved2, with both conv history copies then: conv_saved), for rejected tokens.
-  static constexpr int kMaxVerify = 3;
   int *vtoken = nullptr, *vpos = nullptr, *vnext = nullptr, *fence_word = nullptr;
   std::vector<float*> ssm_saved, ssm_saved2, conv_saved;
   // CudaOptions::snapshots: each DeltaNet layer's conv history and state at snap_position (the
