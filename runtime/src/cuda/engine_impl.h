@@ -236,6 +236,9 @@ struct CudaEngine::Impl {
   // -> norm -> the LM head, at mtp_pos. Uses the step's scratch (x, u, ...), not its state.
   void launch_mtp();
 
+  // The MTP head's layer input: [norm(embed(mtp_token)) | norm(mtp_in)] -> fc -> the layer's
+  // input norm, into u (x holds the residual); launch_mtp's and launch_mtp_entry's first part.
+  void mtp_layer_input();
   // The MTP head's cache entry at mtp_pos (CudaEngine::mtp_entries): launch_mtp up to its
   // layer's k and v rows (kv_rows) and their append, then mtp_pos on by one; the attention
   // output (from whatever q the scratch holds), the MoE and the LM head are not run.

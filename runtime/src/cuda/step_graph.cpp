@@ -147,7 +147,7 @@ void CudaEngine::Impl::attention_mixer(const cuda::DeviceLayer& w, void* kc, voi
   out_proj_add_norm(w.o, att, w.post_norm, "attention projections");
 }
 
-void CudaEngine::Impl::launch_mtp() {
+void CudaEngine::Impl::mtp_layer_input() {
   const ckpt::Qwen35Config& c = m->config;
   const cuda::DeviceMtp& t = *m->mtp;
   const int h = static_cast<int>(c.hidden_size);
@@ -158,6 +158,11 @@ void CudaEngine::Impl::launch_mtp() {
               "rms_norm");
   gemv(t.fc, cat, x, {}, "MTP fc");
   cuda::check(kern::rms_norm_1p(x, t.layer.input_norm, h, 1, eps, u, stream), "rms_norm");
+}
+
+void CudaEngine::Impl::launch_mtp() {
+  const cuda::DeviceMtp& t = *m->mtp;
+  mtp_layer_input();
   attention_mixer(t.layer, mtp_k, mtp_v, mtp_pos, mtp_position);
   moe(t.layer.moe, t.norm, mtp_hidden);
   const kern::DeviceLinear head = mtp_lm_head();  // the rows of the draft vocabulary
@@ -186,16 +191,8 @@ void CudaEngine::Impl::kv_rows(const cuda::RowGroup& g) {
 }
 
 void CudaEngine::Impl::launch_mtp_entry() {
-  const ckpt::Qwen35Config& c = m->config;
   const cuda::DeviceMtp& t = *m->mtp;
-  const int h = static_cast<int>(c.hidden_size);
-  const float eps = static_cast<float>(c.rms_norm_eps);
-  cuda::check(kern::embed(m->embed_kind, m->embed, h, mtp_token, x, stream), "embed");
-  cuda::check(kern::rms_norm_1p(x, t.pre_fc_norm_embedding, h, 1, eps, cat, stream), "rms_norm");
-  cuda::check(kern::rms_norm_1p(mtp_in, t.pre_fc_norm_hidden, h, 1, eps, cat + h, stream),
-              "rms_norm");
-  gemv(t.fc, cat, x, {}, "MTP fc");
-  cuda::check(kern::rms_norm_1p(x, t.layer.input_norm, h, 1, eps, u, stream), "rms_norm");
+  mtp_layer_input();
   kv_rows(t.layer.qkv);
   cuda::check(
       kern::attn_decode(attn, qproj, kp, vp, t.layer.q_norm, t.layer.k_norm, rope, mtp_pos, nullptr,
