@@ -84,44 +84,49 @@ __device__ __forceinline__ float* staged_conv(float* base, int tid, int i, int k
   return base + (tid * kConvSlots + i) * (2 * kc - 1);
 }
 
-template <int kMaxThreads, bool kStageConv, int kDk>
+template <int kMaxThreads, bool kStageConv, int kDk, int kMaxTok>
 __global__ void __launch_bounds__(kMaxThreads)
     gdn_decode_kernel(GdnShape s, Plan pl, GdnParams p, const float* __restrict__ qkv,
                       const float* __restrict__ z, const float* __restrict__ b,
-                      const float* __restrict__ a, const int* __restrict__ pos_p,
-                      float* __restrict__ conv_state, float* __restrict__ ssm,
-                      float* __restrict__ out) {
+                      const float* __restrict__ a, size_t ld, int n_tok,
+                      const int* __restrict__ pos_p, float* __restrict__ conv_state,
+                      float* __restrict__ ssm, GdnSaved saved, float* __restrict__ out,
+                      size_t ld_out) {
   namespace cg = cooperative_groups;
   cluster_arrive_relaxed();  // "this block has started", waited for before the first DSMEM store
-  // k^ [dk] | q^ [dk] | v [tile] | column partials of the prediction [groups, tile] | of the
-  // output (same)
+  // Per token k^ [dk] | q^ [dk] | v [tile]; then the column partials of the prediction
+  // [groups, tile] and of the output (same).
   extern __shared__ __align__(16) float smem[];
-  __shared__ double col_sq[kMaxTileCols];
-  __shared__ double tile_sq[kMaxTiles];  // tile t's sum of squares, pushed by block t
-  __shared__ double warp_sq[2][32];      // per warp: its q and k channels' sums of squares
+  __shared__ double col_sq[kMaxTok][kMaxTileCols];
+  __shared__ double tile_sq[kMaxTok][kMaxTiles];  // tile t's sums of squares, pushed by block t
+  __shared__ double warp_sq[kMaxTok][2][32];      // per warp: its q and k channels' squares
   // kDk > 0: the Qwen3.5 shape (the kFixed* constants) at compile time, so that the row loops,
   // their bounds and the state's addresses fold.
   static_assert(kDk == 0 || (kDk == kFixedDk && kMaxThreads == kFixedTile * kFixedGroups),
                 "the fixed shape only");
+  static_assert(kMaxTok >= 1 && kMaxTok <= kGdnMaxTokens, "tokens a launch");
   const int dk = kDk ? kDk : s.dk, dv = kDk ? kDk : s.dv, kc = kDk ? kFixedKc : s.kc;
   const int tile = kDk ? kFixedTile : pl.tile, groups = kDk ? kFixedGroups : pl.groups;
   const int n_tiles = kDk ? kDk / kFixedTile : pl.n_tiles;
+  const int n = kMaxTok == 1 ? 1 : n_tok;
   const int j = blockIdx.y, tid = threadIdx.x, n_thr = kDk ? kMaxThreads : blockDim.x;
   const int col = tid % tile, g = tid / tile, e = blockIdx.x * tile + col;
   const bool live = kDk || e < dv;  // the last tile may be partly idle (not in the fixed shape)
-  float* ks = smem;
-  float* qs = smem + dk;
-  float* vs = smem + 2 * dk;
-  float* red_p = vs + tile;
+  const int tok_floats = 2 * dk + tile;
+  const auto ks = [&](int t) { return smem + t * tok_floats; };
+  const auto qs = [&](int t) { return smem + t * tok_floats + dk; };
+  const auto vs = [&](int t) { return smem + t * tok_floats + 2 * dk; };
+  float* red_p = smem + n * tok_floats;
   float* red_o = red_p + groups * tile;
 
   // The conv channels this block needs: slot c < dk is q channel c of key head kh, c < 2 dk k
   // channel c - dk, then v channel c - 2 dk of this tile; thread tid takes slots tid + n_thr i.
-  // Every block reads the history copy *pos % 2 and one block writes each channel's next
-  // history into the other copy: the v channels' own block, the q and k channels' block
-  // (first value head of the key head, tile 0). So no block reads what another writes.
+  // Every block reads the ring's slots of positions *pos - kc + 1 .. *pos - 1 and one block
+  // writes each channel's inputs into the slots of *pos .. *pos + n - 1: the v channels' own
+  // block, the q and k channels' block (first value head of the key head, tile 0). The ring is
+  // long enough that no block reads what another writes.
   const int key_dim = s.n_k_heads * dk, r = s.n_v_heads / s.n_k_heads, kh = j / r;
-  const int n_hist = kc - 1;
+  const int n_hist = kc - 1, ring = kDk ? kFixedKc - 1 + kGdnMaxTokens : ring_len(kc);
   const auto channel = [&](int c) -> int {  // -1: a v slot past dv
     if (c < dk) return kh * dk + c;
     if (c < 2 * dk) return key_dim + kh * dk + c - dk;
@@ -132,14 +137,29 @@ __global__ void __launch_bounds__(kMaxThreads)
   // Early loads (pdl.cuh): none of this is written by the in_proj launched just before. *pos
   // and the state were written by the step before (this kernel, one token earlier).
   const int pos = __ldcg(pos_p);
-  const size_t copy = static_cast<size_t>(2 * key_dim + s.n_v_heads * dv) * n_hist;
-  const float* hist_in = conv_state + (pos & 1) * copy;
-  float* hist_out = conv_state + ((pos + 1) & 1) * copy;
+  const int conv_dim = 2 * key_dim + s.n_v_heads * dv;
+  // The ring's offsets (slot x conv_dim) of positions pos - n_hist .. pos - 1, which every
+  // block reads, and of pos .. pos + n - 1, which the writers write: one modulo, then steps.
+  int hist_at[kMaxKc - 1], put_at[kMaxTok];
+  {
+    int slot = ring_slot(pos - n_hist, ring);
+    const auto next = [&] { slot = slot + 1 == ring ? 0 : slot + 1; };
+#pragma unroll
+    for (int u = 0; u < kMaxKc - 1; ++u) {
+      hist_at[u] = u < n_hist ? slot * conv_dim : 0;
+      if (u < n_hist) next();
+    }
+#pragma unroll
+    for (int t = 0; t < kMaxTok; ++t) {
+      put_at[t] = slot * conv_dim;
+      next();
+    }
+  }
 
   const float neg_a = -expf(__ldg(p.a_log + j)), dt_bias = __ldg(p.dt_bias + j);
-  const size_t head = static_cast<size_t>(j) * dv;
+  const size_t head = static_cast<size_t>(j) * dv, state_at = static_cast<size_t>(j) * dk * dv + e;
   const float norm_w = g == 0 && live ? __ldg(p.norm_w + e) : 0.0f;  // for the output threads
-  float* S = ssm + static_cast<size_t>(j) * dk * dv + e;  // column e of head j: S[d * dv]
+  float* S = ssm + state_at;  // column e of head j: S[d * dv]
   float st[kMaxRows];
   const auto load_state = [&] {
 #pragma unroll
@@ -161,13 +181,15 @@ __global__ void __launch_bounds__(kMaxThreads)
       const int ch = channel(tid + n_thr * i);
       if (ch < 0) continue;
       const float* w = p.conv_w + static_cast<size_t>(ch) * kc;
-      const float* h_in = hist_in + static_cast<size_t>(ch) * n_hist;
+      const float* h_in = conv_state + ch;
       float* dst = staged_conv(red_o + groups * tile, tid, i, kc);
       float v[2 * kMaxKc - 1];
 #pragma unroll
       for (int t = 0; t < kMaxKc; ++t) v[t] = t < kc ? __ldg(w + t) : 0.0f;
 #pragma unroll
-      for (int t = 0; t < kMaxKc - 1; ++t) v[kMaxKc + t] = t < n_hist ? __ldcg(h_in + t) : 0.0f;
+      for (int t = 0; t < kMaxKc - 1; ++t) {
+        v[kMaxKc + t] = t < n_hist ? __ldcg(h_in + hist_at[t]) : 0.0f;
+      }
 #pragma unroll
       for (int t = 0; t < kMaxKc; ++t) {
         if (t < kc) dst[t] = v[t];
@@ -179,29 +201,45 @@ __global__ void __launch_bounds__(kMaxThreads)
   pdl::wait();
 
   // z, b, a: the in_proj launched just before wrote them.
-  const float beta = mixer::sigmoid(__ldcg(b + j));
-  const float alpha = expf(neg_a * mixer::softplus(__ldcg(a + j) + dt_bias));
-  const float gate = g == 0 && live ? silu(__ldcg(z + head + e)) : 0.0f;  // silu(z[e])
+  float beta[kMaxTok], alpha[kMaxTok], gate[kMaxTok];
+#pragma unroll
+  for (int t = 0; t < kMaxTok; ++t) {
+    if (t >= n) break;
+    const size_t row = t * ld;
+    beta[t] = mixer::sigmoid(__ldcg(b + row + j));
+    alpha[t] = expf(neg_a * mixer::softplus(__ldcg(a + row + j) + dt_bias));
+    gate[t] = g == 0 && live ? silu(__ldcg(z + row + head + e)) : 0.0f;  // silu(z[e])
+  }
 
-  // Causal depthwise conv + SiLU of the slots into qs / ks / vs (0 for v past dv), the history
-  // shifted into the other copy.
-  double sq_q = 0, sq_k = 0;
+  // Causal depthwise conv + SiLU of the slots into each token's qs / ks / vs (0 for v past dv),
+  // the inputs into the ring.
+  double sq_q[kMaxTok], sq_k[kMaxTok];
+#pragma unroll
+  for (int t = 0; t < kMaxTok; ++t) sq_q[t] = sq_k[t] = 0;
 #pragma unroll
   for (int i = 0; i < kConvSlots; ++i) {
     const int c = tid + n_thr * i, ch = channel(c);
-    float* dst = c < dk ? qs + c : c < 2 * dk ? ks + c - dk : vs + c - 2 * dk;
+    const int at = c < dk ? c : c < 2 * dk ? c - dk : c - 2 * dk;
+    const auto dst = [&](int t) { return (c < dk ? qs(t) : c < 2 * dk ? ks(t) : vs(t)) + at; };
     if (ch < 0) {
-      if (c < 2 * dk + tile) *dst = 0.0f;
+      if (c < 2 * dk + tile) {
+#pragma unroll
+        for (int t = 0; t < kMaxTok; ++t) {
+          if (t < n) *dst(t) = 0.0f;
+        }
+      }
       continue;
     }
-    const float x = __ldcg(qkv + ch);  // the in_proj output
-    const float* h_in = hist_in + static_cast<size_t>(ch) * n_hist;
-    float* h_out = hist_out + static_cast<size_t>(ch) * n_hist;
+    float x[kMaxTok];  // the in_proj's outputs
+#pragma unroll
+    for (int t = 0; t < kMaxTok; ++t) x[t] = t < n ? __ldcg(qkv + t * ld + ch) : 0.0f;
+    float* ring_ch = conv_state + ch;
     const bool write = c >= 2 * dk || (j % r == 0 && blockIdx.x == 0);
-    // Taps t < n_hist multiply history entry t; the last tap, the new input. All loads first
-    // (one round trip, or staged before the wait), then the sum in tap order.
+    // Taps t < n_hist multiply the inputs of positions pos + token - n_hist + t; the last tap,
+    // the token's own. All loads first (one round trip, or staged before the wait), then each
+    // token's sum in tap order.
     const float* w = p.conv_w + static_cast<size_t>(ch) * kc;
-    float wt[kMaxKc - 1], h[kMaxKc - 1], acc;
+    float wt[kMaxKc - 1], h[kMaxKc - 1], w_last;
     if constexpr (kStageConv) {
       const float* staged = staged_conv(red_o + groups * tile, tid, i, kc);
 #pragma unroll
@@ -209,83 +247,129 @@ __global__ void __launch_bounds__(kMaxThreads)
         wt[t] = t < n_hist ? staged[t] : 0.0f;
         h[t] = t < n_hist ? staged[kc + t] : 0.0f;
       }
-      acc = __fmul_rn(staged[n_hist], x);
+      w_last = staged[n_hist];
     } else {
 #pragma unroll
       for (int t = 0; t < kMaxKc - 1; ++t) {
         wt[t] = t < n_hist ? __ldg(w + t) : 0.0f;
-        h[t] = t < n_hist ? __ldcg(h_in + t) : 0.0f;
+        h[t] = t < n_hist ? __ldcg(ring_ch + hist_at[t]) : 0.0f;
       }
-      acc = __fmul_rn(__ldg(w + n_hist), x);
+      w_last = __ldg(w + n_hist);
     }
 #pragma unroll
-    for (int t = 0; t < kMaxKc - 1; ++t) {
-      if (t < n_hist) acc = __fmaf_rn(wt[t], h[t], acc);
-      if (write && t >= 1 && t < n_hist) h_out[t - 1] = h[t];
-    }
-    if (write && n_hist > 0) h_out[n_hist - 1] = x;
-    const float y = silu(acc);
-    *dst = y;
-    if (c < dk) {
-      sq_q = __fma_rn(static_cast<double>(y), y, sq_q);
-    } else if (c < 2 * dk) {
-      sq_k = __fma_rn(static_cast<double>(y), y, sq_k);
+    for (int t = 0; t < kMaxTok; ++t) {
+      if (t >= n) break;
+      if (write) ring_ch[put_at[t]] = x[t];
+      float acc = __fmul_rn(w_last, x[t]);
+#pragma unroll
+      for (int tt = 0; tt < kMaxKc - 1; ++tt) {
+        const int u = t + tt;  // in the sequence history [n_hist] | inputs [n]
+        if (tt < n_hist) acc = __fmaf_rn(wt[tt], u < n_hist ? h[u] : x[u - n_hist], acc);
+      }
+      const float y = silu(acc);
+      *dst(t) = y;
+      if (c < dk) {
+        sq_q[t] = __fma_rn(static_cast<double>(y), y, sq_q[t]);
+      } else if (c < 2 * dk) {
+        sq_k[t] = __fma_rn(static_cast<double>(y), y, sq_k[t]);
+      }
     }
   }
   // l2 norms of q and k over their dk channels: warp trees, then the warps in order.
-  const QkNorm nq = qk_norm(sq_q, sq_k, warp_sq, n_thr, dk);
 #pragma unroll
-  for (int i = 0; i < kConvSlots; ++i) {
-    const int c = tid + n_thr * i;  // the thread's own slots: no other thread touches them
-    if (c < dk) {
-      qs[c] = qs[c] * nq.inv_q * nq.q_scale;
-    } else if (c < 2 * dk) {
-      ks[c - dk] = ks[c - dk] * nq.inv_k;
+  for (int t = 0; t < kMaxTok; ++t) {
+    if (t >= n) break;
+    const QkNorm nq = qk_norm(sq_q[t], sq_k[t], warp_sq[t], n_thr, dk);
+#pragma unroll
+    for (int i = 0; i < kConvSlots; ++i) {
+      const int c = tid + n_thr * i;  // the thread's own slots: no other thread touches them
+      if (c < dk) {
+        qs(t)[c] = qs(t)[c] * nq.inv_q * nq.q_scale;
+      } else if (c < 2 * dk) {
+        ks(t)[c - dk] = ks(t)[c - dk] * nq.inv_k;
+      }
     }
   }
   if constexpr (!kEarlyState) load_state();
   __syncthreads();  // ks, qs, vs ready
-  const float v = vs[col];
 
-  // Decay, predict with the decayed state, the rank-1 write (stored), the output.
-  const float o = delta_rule<true>(st, g, groups, col, tile, dk, ks, qs, alpha, beta, v, red_p,
-                                   red_o, live, S, static_cast<size_t>(dv));
-  if (g == 0) col_sq[col] = live ? static_cast<double>(o) * o : 0.0;
+  // Per token: decay, predict with the decayed state, the rank-1 write (stored after the last
+  // token, and where the caller keeps it), the output.
+  float o[kMaxTok];
+#pragma unroll
+  for (int t = 0; t < kMaxTok; ++t) {
+    if (t >= n) break;
+    float* to = t == n - 1 ? S : saved.ssm[t] ? saved.ssm[t] + state_at : nullptr;
+    o[t] =
+        delta_rule<true>(st, g, groups, col, tile, dk, ks(t), qs(t), alpha[t], beta[t], vs(t)[col],
+                         red_p, red_o, t == n - 1 ? live : live && to, to, static_cast<size_t>(dv));
+    if (g == 0) col_sq[t][col] = live ? static_cast<double>(o[t]) * o[t] : 0.0;
+  }
   if (tile <= 32) {
     __syncwarp();  // the g == 0 threads are warp 0
   } else {
     __syncthreads();
   }
   cluster_wait_acquire();  // every block of the cluster has started (long since, by now)
-  // This tile's sum of squares in column order, pushed into tile_sq[blockIdx.x] of every block
-  // of the cluster (block rank = blockIdx.x: the cluster spans the grid's x).
+  // Each token's tile sum of squares in column order, pushed into tile_sq[t][blockIdx.x] of
+  // every block of the cluster (block rank = blockIdx.x: the cluster spans the grid's x).
   if (tid == 0) {
-    double sq = 0.0;
-#pragma unroll 32
-    for (int c = 0; c < tile; ++c) sq += col_sq[c];
     const cg::cluster_group cluster = cg::this_cluster();
-    for (int t = 0; t < n_tiles; ++t) *cluster.map_shared_rank(&tile_sq[blockIdx.x], t) = sq;
+    for (int t = 0; t < n; ++t) {
+      double sq = 0.0;
+#pragma unroll 32
+      for (int c = 0; c < tile; ++c) sq += col_sq[t][c];
+      for (int rank = 0; rank < n_tiles; ++rank) {
+        *cluster.map_shared_rank(&tile_sq[t][blockIdx.x], rank) = sq;
+      }
+    }
   }
   cluster_arrive_release();
   cluster_wait_acquire();  // no block reads or writes another's shared memory after this
   if (g == 0 && live) {
-    double total = 0.0;
-    for (int t = 0; t < n_tiles; ++t) total += tile_sq[t];
-    const float inv = 1.0f / sqrtf(static_cast<float>(total) / static_cast<float>(dv) + s.eps);
-    out[head + e] = o * inv * norm_w * gate;
+#pragma unroll
+    for (int t = 0; t < kMaxTok; ++t) {
+      if (t >= n) break;
+      double total = 0.0;
+      for (int tl = 0; tl < n_tiles; ++tl) total += tile_sq[t][tl];
+      const float inv = 1.0f / sqrtf(static_cast<float>(total) / static_cast<float>(dv) + s.eps);
+      out[t * ld_out + head + e] = o[t] * inv * norm_w * gate[t];
+    }
   }
+}
+
+// The instance for a launch: kMaxTok tokens at most, blocks of up to 256 threads or 1024,
+// the Qwen3.5 shape fixed or not, the conv staged before the wait or not.
+template <int kMaxTok>
+auto decode_kernel(bool big, bool fixed, bool stage) {
+  return big     ? gdn_decode_kernel<1024, false, 0, kMaxTok>
+         : fixed ? (stage ? gdn_decode_kernel<256, true, kFixedDk, kMaxTok>
+                          : gdn_decode_kernel<256, false, kFixedDk, kMaxTok>)
+         : stage ? gdn_decode_kernel<256, true, 0, kMaxTok>
+                 : gdn_decode_kernel<256, false, 0, kMaxTok>;
 }
 
 }  // namespace
 
+int gdn_conv_ring(const GdnShape& shape) {
+  return ring_len(shape.kc);
+}
+
 size_t gdn_conv_state_floats(const GdnShape& shape) {
-  return 2 * static_cast<size_t>(shape.conv_dim()) * (shape.kc - 1);
+  return static_cast<size_t>(shape.conv_dim()) * ring_len(shape.kc);
 }
 
 cudaError_t gdn_decode(const GdnShape& shape, const GdnParams& p, const float* qkv, const float* z,
                        const float* b, const float* a, const int* pos, GdnState state, float* out,
                        cudaStream_t stream) {
-  if (!supported(shape)) return cudaErrorInvalidValue;
+  return gdn_decode_tokens(shape, p, qkv, z, b, a, 0, 1, pos, state, {}, out, 0, stream);
+}
+
+cudaError_t gdn_decode_tokens(const GdnShape& shape, const GdnParams& p, const float* qkv,
+                              const float* z, const float* b, const float* a, size_t ld, int n,
+                              const int* pos, GdnState state, GdnSaved saved, float* out,
+                              size_t ld_out, cudaStream_t stream) {
+  if (!supported(shape) || n < 1 || n > kGdnMaxTokens) return cudaErrorInvalidValue;
   const Plan pl = make_plan(shape);
   const dim3 grid(static_cast<unsigned>(pl.n_tiles), static_cast<unsigned>(shape.n_v_heads));
   // Conv staging where the grid is at most one block per SM: its blocks then start beside the
@@ -300,20 +384,18 @@ cudaError_t gdn_decode(const GdnShape& shape, const GdnParams& p, const float* q
   const int threads = pl.tile * pl.groups;
   const bool stage = threads <= 256 && static_cast<long>(grid.x) * grid.y <= n_sm;
   const size_t smem =
-      (2 * (static_cast<size_t>(shape.dk) + pl.groups * pl.tile) + pl.tile +
+      (static_cast<size_t>(n) * (2 * shape.dk + pl.tile) + 2 * pl.groups * pl.tile +
        (stage ? static_cast<size_t>(threads) * kConvSlots * (2 * shape.kc - 1) : 0)) *
       sizeof(float);
   // Up to 256 threads (every Qwen3.5 shape) the compiler may use 255 registers a thread, and the
-  // conv slots and state rows stay in registers; only deep heads need more threads.
+  // conv slots and state rows stay in registers; only deep heads need more threads. One token
+  // (the decode step) has instances of its own, without the other tokens' registers and loops.
   const bool fixed = shape.dk == kFixedDk && shape.dv == kFixedDk && shape.kc == kFixedKc &&
                      pl.tile == kFixedTile && pl.groups == kFixedGroups;
-  const auto kernel = threads > 256 ? gdn_decode_kernel<1024, false, 0>
-                      : fixed       ? (stage ? gdn_decode_kernel<256, true, kFixedDk>
-                                             : gdn_decode_kernel<256, false, kFixedDk>)
-                      : stage       ? gdn_decode_kernel<256, true, 0>
-                                    : gdn_decode_kernel<256, false, 0>;
-  return pdl::launch_cluster(kernel, grid, dim3(pl.n_tiles), pl.tile * pl.groups, smem, stream,
-                             shape, pl, p, qkv, z, b, a, pos, state.conv, state.ssm, out);
+  const auto kernel = n == 1 ? decode_kernel<1>(threads > 256, fixed, stage)
+                             : decode_kernel<kGdnMaxTokens>(threads > 256, fixed, stage);
+  return pdl::launch_cluster(kernel, grid, dim3(pl.n_tiles), threads, smem, stream, shape, pl, p,
+                             qkv, z, b, a, ld, n, pos, state.conv, state.ssm, saved, out, ld_out);
 }
 
 }  // namespace qf::kern

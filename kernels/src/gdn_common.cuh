@@ -21,6 +21,16 @@ constexpr int kMaxTileCols = 128;   // dv <= 1024 = kMaxTiles * 128
 // tiles, 8 row groups, 256 threads), for which gdn_decode takes an instance with them fixed.
 constexpr int kFixedDk = 128, kFixedKc = 4, kFixedTile = 32, kFixedGroups = 8;
 
+// The conv ring (GdnState::conv): slots per channel, and the slot of position q (q < 0: the
+// zeros before position 0).
+__host__ __device__ inline int ring_len(int kc) {
+  return kc - 1 + kGdnMaxTokens;
+}
+__host__ __device__ inline int ring_slot(int q, int len) {
+  const int r = q % len;
+  return r < 0 ? r + len : r;
+}
+
 struct Plan {
   int tile = 0;     // columns per block: min(32, dv rounded up to a power of two), doubled
                     // until n_tiles <= kMaxTiles; the last tile may be partly idle

@@ -15,8 +15,8 @@
 //      memory and three block barriers a token.
 //   3. gdn_prefill_norm_kernel, grid (token, value head): the gated RMSNorm, the head's sum of
 //      squares added per tile in column order, then the tiles in order, as gdn_decode's cluster.
-//   4. gdn_prefill_hist_kernel: the last kc - 1 inputs of each channel into the history copy
-//      (*pos + n) % 2, after launch 1 has read copy *pos % 2 (they are one copy for even n).
+//   4. gdn_prefill_hist_kernel: the last kc - 1 inputs of each channel into the conv ring
+//      (GdnState::conv), after launch 1 has read the slots before *pos.
 // The state is read and written once per layer, not once per token: the recurrence's cost is
 // its per-token chain, bound by its loads and shuffles rather than its arithmetic (H100,
 // 122B-A10B, 1024 tokens, the four launches a layer: 1205 us with the barrier kernel for every
@@ -41,7 +41,8 @@ constexpr int kAhead = 8;             // tokens the recurrence prefetches its in
 
 struct Dims {
   int dk, dv, kc, key_dim, r, conv_dim, n_v;
-  size_t nvd, copy;  // floats of a token's output; of one history copy
+  int ring;    // the conv ring's slots
+  size_t nvd;  // floats of a token's output
 };
 
 Dims dims_of(const GdnShape& s) {
@@ -49,22 +50,24 @@ Dims dims_of(const GdnShape& s) {
   d.dk = s.dk, d.dv = s.dv, d.kc = s.kc, d.key_dim = s.n_k_heads * s.dk;
   d.r = s.n_v_heads / s.n_k_heads, d.conv_dim = s.conv_dim(), d.n_v = s.n_v_heads;
   d.nvd = static_cast<size_t>(s.n_v_heads) * s.dv;
-  d.copy = static_cast<size_t>(s.conv_dim()) * (s.kc - 1);
+  d.ring = ring_len(s.kc);
   return d;
 }
 
-// Channel ch of token t through the causal conv and SiLU: inputs before token 0 come from the
-// history (oldest first), summed as gdn_decode sums them (the newest tap first).
+// Channel ch of token t (at position pos + t) through the causal conv and SiLU: inputs before
+// token 0 come from the conv ring, summed as gdn_decode sums them (the newest tap first).
 __device__ __forceinline__ float conv_at(const float* __restrict__ qkv, size_t ld,
-                                         const float* __restrict__ hist,
-                                         const float* __restrict__ w, int kc, int ch, int t) {
+                                         const float* __restrict__ conv_state, int ring,
+                                         int conv_dim, int pos, const float* __restrict__ w, int kc,
+                                         int ch, int t) {
   const int n_hist = kc - 1;
   const float* wc = w + static_cast<size_t>(ch) * kc;
   float acc = __fmul_rn(__ldg(wc + n_hist), qkv[static_cast<size_t>(t) * ld + ch]);
   for (int tt = 0; tt < n_hist; ++tt) {
     const int src = t - n_hist + tt;
-    const float in = src >= 0 ? qkv[static_cast<size_t>(src) * ld + ch]
-                              : hist[static_cast<size_t>(ch) * n_hist + t + tt];
+    const float in =
+        src >= 0 ? qkv[static_cast<size_t>(src) * ld + ch]
+                 : conv_state[static_cast<size_t>(ring_slot(pos + src, ring)) * conv_dim + ch];
     acc = __fmaf_rn(__ldg(wc + tt), in, acc);
   }
   return silu(acc);
@@ -95,7 +98,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
     const float alpha = expf(neg_a * mixer::softplus(a[static_cast<size_t>(t) * ld + j] + dt_bias));
     gates[static_cast<size_t>(t) * d.n_v + j] = make_float2(alpha, beta);
   }
-  const float* hist = conv_state + (*pos_p & 1) * d.copy;
+  const int pos = *pos_p;
   float* row = xs + static_cast<size_t>(t) * d.conv_dim;
   // q and k: slot c = tid + n_thr i as gdn_decode (c < dk: q channel c, then k channel c - dk).
   float y[kConvSlots];
@@ -106,7 +109,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
     y[i] = 0.0f;
     if (c >= 2 * d.dk) continue;
     const int ch = c < d.dk ? kh * d.dk + c : d.key_dim + kh * d.dk + c - d.dk;
-    y[i] = conv_at(qkv, ld, hist, conv_w, d.kc, ch, t);
+    y[i] = conv_at(qkv, ld, conv_state, d.ring, d.conv_dim, pos, conv_w, d.kc, ch, t);
     if (c < d.dk) {
       sq_q = __fma_rn(static_cast<double>(y[i]), y[i], sq_q);
     } else {
@@ -116,7 +119,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
   // v: the channels of this key head's value heads, in any order (no reduction).
   const int v0 = 2 * d.key_dim + kh * d.r * d.dv;
   for (int c = tid; c < d.r * d.dv; c += n_thr) {
-    row[v0 + c] = conv_at(qkv, ld, hist, conv_w, d.kc, v0 + c, t);
+    row[v0 + c] = conv_at(qkv, ld, conv_state, d.ring, d.conv_dim, pos, conv_w, d.kc, v0 + c, t);
   }
   const QkNorm nq = qk_norm(sq_q, sq_k, warp_sq, n_thr, d.dk);
 #pragma unroll
@@ -338,23 +341,16 @@ __global__ void gdn_prefill_norm_kernel(Dims dm, Plan pl, float eps,
   out[static_cast<size_t>(t) * ld_out + head + e] = o * inv * __ldg(norm_w + e) * gate;
 }
 
-// Thread per channel: the history after the n tokens (the last kc - 1 of old history + inputs).
+// Thread per channel: the inputs of the last kc - 1 tokens (those of positions *pos + n - kc + 1
+// .. *pos + n - 1 not before *pos; the ring holds the older ones) into their ring slots.
 __global__ void gdn_prefill_hist_kernel(Dims d, const float* __restrict__ qkv, size_t ld, int n,
                                         const int* __restrict__ pos_p, float* conv_state) {
   const int ch = blockIdx.x * blockDim.x + threadIdx.x, n_hist = d.kc - 1;
   if (ch >= d.conv_dim) return;
   const int pos = *pos_p;
-  const float* in = conv_state + (pos & 1) * d.copy + static_cast<size_t>(ch) * n_hist;
-  float* out = conv_state + ((pos + n) & 1) * d.copy + static_cast<size_t>(ch) * n_hist;
-  float h[kMaxKc - 1];
-#pragma unroll
-  for (int i = 0; i < kMaxKc - 1; ++i) {
-    const int u = n + i;  // in the sequence old history [n_hist] | inputs [n]
-    h[i] = i >= n_hist ? 0.0f : u < n_hist ? in[u] : qkv[static_cast<size_t>(u - n_hist) * ld + ch];
-  }
-#pragma unroll
-  for (int i = 0; i < kMaxKc - 1; ++i) {
-    if (i < n_hist) out[i] = h[i];
+  for (int t = n > n_hist ? n - n_hist : 0; t < n; ++t) {
+    conv_state[static_cast<size_t>(ring_slot(pos + t, d.ring)) * d.conv_dim + ch] =
+        qkv[static_cast<size_t>(t) * ld + ch];
   }
 }
 

@@ -3,15 +3,16 @@
 // 4; kc = 2, 3, 4), at the edges of the launch plan (clusters of 5, 7 and 8 column tiles, a
 // partly idle last tile, 128-column tiles, 1024-thread blocks, kc = 1 and 8) and the real
 // 35B-A3B / 122B-A10B sizes. Tolerances (mixer_check.h):
-//   conv state: exact (it only moves inputs; the kernel's two copies are checked against the
-//     reference's one, the copy each step writes);
+//   conv state: exact (it only moves inputs; the kernel's ring, read at the next position, is
+//     checked against the reference's history);
 //   recurrent state: rel 1e-5 of its rms. Per token each element takes a dk-long dot product
 //     (p), one multiply-add and a decay; the old error is multiplied by alpha (I - beta k k^T),
 //     which does not grow it, so the error stays a few u * sqrt(dk) ~ 1e-6 of the state;
 //   outputs: rel 1e-5 * sqrt(dk) of their rms. o = S^T q^ turns a state error into
 //     |dS|_F |q^| while |o| ~ |S|_F |q^| / sqrt(dk) for a q^ unrelated to S, and the gated
 //     RMSNorm divides by |o|; so the relative error of o is at most sqrt(dk) times the state's.
-// gdn_prefill: bit for bit gdn_decode token by token (PrefillIsDecodeTokenByToken).
+// gdn_prefill: bit for bit gdn_decode token by token (PrefillIsDecodeTokenByToken), and so is
+// gdn_decode_tokens, with the states after the tokens before the last (TokensAreDecodeCalls).
 // Skips (and says why) where no CUDA device is present.
 #include <gtest/gtest.h>
 
@@ -51,6 +52,40 @@ HostGdn make_layer(const GdnShape& s, std::mt19937_64& g) {
   return h;
 }
 
+// The conv ring (GdnState::conv) holding `hist` ([conv_dim, kc - 1], oldest first) as the
+// history at position pos; every other slot NaN, so that a read of the wrong slot shows.
+std::vector<float> ring_at(const GdnShape& s, const std::vector<float>& hist, int pos) {
+  const size_t conv_dim = static_cast<size_t>(s.conv_dim());
+  const int n_hist = s.kc - 1, ring = gdn_conv_ring(s);
+  std::vector<float> v(gdn_conv_state_floats(s) + 1, std::nanf(""));
+  for (size_t ch = 0; ch < conv_dim; ++ch) {
+    for (int t = 0; t < n_hist; ++t) {
+      const int q = pos - n_hist + t, slot = ((q % static_cast<int>(ring)) + ring) % ring;
+      v[slot * conv_dim + ch] = hist[ch * n_hist + t];
+    }
+  }
+  return v;
+}
+
+// The history ([conv_dim, kc - 1], oldest first) that the step at position pos reads from a
+// ring.
+std::vector<float> history_at(const GdnShape& s, const std::vector<float>& ring_floats, int pos) {
+  const size_t conv_dim = static_cast<size_t>(s.conv_dim());
+  const int n_hist = s.kc - 1, ring = gdn_conv_ring(s);
+  std::vector<float> h(conv_dim * n_hist);
+  for (size_t ch = 0; ch < conv_dim; ++ch) {
+    for (int t = 0; t < n_hist; ++t) {
+      const int q = pos - n_hist + t, slot = ((q % static_cast<int>(ring)) + ring) % ring;
+      h[ch * n_hist + t] = ring_floats[slot * conv_dim + ch];
+    }
+  }
+  return h;
+}
+
+bool same_bits(const std::vector<float>& x, const std::vector<float>& y) {
+  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+}
+
 void run_sequence(const GdnShape& s, int steps, uint64_t seed) {
   SCOPED_TRACE("Nk " + std::to_string(s.n_k_heads) + " Nv " + std::to_string(s.n_v_heads) + " dk " +
                std::to_string(s.dk) + " dv " + std::to_string(s.dv) + " kc " +
@@ -63,14 +98,11 @@ void run_sequence(const GdnShape& s, int steps, uint64_t seed) {
   auto d_conv_w = upload(h.conv_w), d_dt = upload(h.dt_bias), d_alog = upload(h.a_log),
        d_norm = upload(h.norm_w), d_ssm = upload(h.ssm);
   DeviceBuffer<float> d_qkv(conv_dim), d_z(vd), d_b(nv), d_a(nv), d_out(vd);
-  // Two history copies: the step at position t reads copy t % 2 and writes the other. Copy 1
-  // starts as NaN, so a step that read the copy it should not would show.
-  const size_t hist = h.conv.size();
-  DeviceBuffer<float> d_conv(gdn_conv_state_floats(s) + 1);
-  ASSERT_EQ(gdn_conv_state_floats(s), 2 * hist);
-  QF_CUDA_CHECK(cudaMemset(d_conv.data(), 0xFF, d_conv.bytes()));
-  QF_CUDA_CHECK(
-      cudaMemcpy(d_conv.data(), h.conv.data(), hist * sizeof(float), cudaMemcpyHostToDevice));
+  // From position 4, so that the ring (6 slots at kc 4) wraps within the steps.
+  const int pos0 = 4;
+  ASSERT_EQ(gdn_conv_ring(s), s.kc - 1 + kGdnMaxTokens);
+  ASSERT_EQ(gdn_conv_state_floats(s), conv_dim * static_cast<size_t>(gdn_conv_ring(s)));
+  auto d_conv = upload(ring_at(s, h.conv, pos0));
   DeviceBuffer<int> d_pos(1);
   const GdnParams dp{d_conv_w.data(), d_dt.data(), d_alog.data(), d_norm.data()};
   const GdnParams hp{h.conv_w.data(), h.dt_bias.data(), h.a_log.data(), h.norm_w.data()};
@@ -86,17 +118,15 @@ void run_sequence(const GdnShape& s, int steps, uint64_t seed) {
     upload_to(z, d_z);
     upload_to(b, d_b);
     upload_to(a, d_a);
-    QF_CUDA_CHECK(cudaMemcpy(d_pos.data(), &t, sizeof(int), cudaMemcpyHostToDevice));
+    const int pos = pos0 + t;
+    QF_CUDA_CHECK(cudaMemcpy(d_pos.data(), &pos, sizeof(int), cudaMemcpyHostToDevice));
     ASSERT_EQ(gdn_decode(s, dp, d_qkv.data(), d_z.data(), d_b.data(), d_a.data(), d_pos.data(),
                          GdnState{d_conv.data(), d_ssm.data()}, d_out.data(), nullptr),
               cudaSuccess);
     gdn_decode_ref(s, hp, qkv.data(), z.data(), b.data(), a.data(),
                    GdnState{h.conv.data(), h.ssm.data()}, out.data());
     QF_CUDA_CHECK(cudaDeviceSynchronize());
-    const std::vector<float> conv = download(d_conv);
-    EXPECT_EQ(std::memcmp(conv.data() + ((t + 1) % 2) * hist, h.conv.data(), hist * sizeof(float)),
-              0)
-        << "conv state";
+    EXPECT_TRUE(same_bits(history_at(s, download(d_conv), pos + 1), h.conv)) << "conv state";
     expect_close(download(d_ssm), h.ssm, rms(h.ssm), rel_state, "state t" + std::to_string(t));
     expect_close(download(d_out), out, rms(out), rel_out, "out t" + std::to_string(t));
     if (::testing::Test::HasFailure()) return;
@@ -152,9 +182,7 @@ TEST(GdnKernel, Deterministic) {
   DeviceBuffer<int> d_pos(1);
   std::vector<float> first_out, first_ssm;
   for (int run = 0; run < 3; ++run) {
-    DeviceBuffer<float> d_conv(gdn_conv_state_floats(s));
-    QF_CUDA_CHECK(cudaMemcpy(d_conv.data(), h.conv.data(), h.conv.size() * sizeof(float),
-                             cudaMemcpyHostToDevice));
+    auto d_conv = upload(ring_at(s, h.conv, 0));
     auto d_ssm = upload(h.ssm);
     for (int t = 0; t < 3; ++t) {
       QF_CUDA_CHECK(cudaMemcpy(d_pos.data(), &t, sizeof(int), cudaMemcpyHostToDevice));
@@ -186,9 +214,7 @@ void expect_prefill_is_decode(const GdnShape& s, int n, int pos0, uint64_t seed)
   const size_t conv_dim = static_cast<size_t>(s.conv_dim()), nv = s.n_v_heads, vd = nv * s.dv;
   const size_t ld = conv_dim + vd + 2 * nv + 3, ld_out = vd + 5;  // qkv | z | b | a, padded
   std::vector<float> rows = randn(n * ld, g, 1.0f, 0.1f);
-  const size_t hist = h.conv.size();
-  std::vector<float> conv(2 * hist + 1, std::nanf(""));  // the other copy NaN
-  std::copy(h.conv.begin(), h.conv.end(), conv.begin() + (pos0 % 2) * hist);
+  const std::vector<float> conv = ring_at(s, h.conv, pos0);
   auto d_conv_w = upload(h.conv_w), d_dt = upload(h.dt_bias), d_alog = upload(h.a_log),
        d_norm = upload(h.norm_w), d_rows = upload(rows);
   const GdnParams dp{d_conv_w.data(), d_dt.data(), d_alog.data(), d_norm.data()};
@@ -215,13 +241,10 @@ void expect_prefill_is_decode(const GdnShape& s, int n, int pos0, uint64_t seed)
     QF_CUDA_CHECK(cudaDeviceSynchronize());  // its early loads read what the call before wrote
   }
   QF_CUDA_CHECK(cudaDeviceSynchronize());
-  const auto same = [](const std::vector<float>& x, const std::vector<float>& y) {
-    return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * 4) == 0;
-  };
-  EXPECT_TRUE(same(download(d_out_a), download(d_out_b))) << "outputs";
-  EXPECT_TRUE(same(download(d_ssm_a), download(d_ssm_b))) << "recurrent state";
-  const size_t next = ((pos0 + n) % 2) * hist;  // the copy the next step reads
-  EXPECT_TRUE(same(download(d_conv_a, hist, next), download(d_conv_b, hist, next)))
+  EXPECT_TRUE(same_bits(download(d_out_a), download(d_out_b))) << "outputs";
+  EXPECT_TRUE(same_bits(download(d_ssm_a), download(d_ssm_b))) << "recurrent state";
+  EXPECT_TRUE(same_bits(history_at(s, download(d_conv_a), pos0 + n),
+                        history_at(s, download(d_conv_b), pos0 + n)))
       << "conv history";
 }
 
@@ -249,6 +272,94 @@ TEST(GdnKernel, PrefillIsDecodeTokenByToken) {
                         nullptr, nullptr, nullptr, 0, 1, nullptr, GdnState{}, nullptr, 0, nullptr,
                         nullptr),
             cudaErrorInvalidValue);
+}
+
+// gdn_decode_tokens over n tokens against n gdn_decode calls from the same state, bit for bit:
+// the outputs, the state after the last token, each kept state after an earlier one (a null
+// rollback point is not written), and the conv history at every position the pass reaches (a
+// rollback to any of them reads it from the ring).
+void expect_tokens_are_decode(const GdnShape& s, int n, int pos0, bool keep_first, uint64_t seed) {
+  SCOPED_TRACE("tokens Nk " + std::to_string(s.n_k_heads) + " Nv " + std::to_string(s.n_v_heads) +
+               " dk " + std::to_string(s.dk) + " dv " + std::to_string(s.dv) + " kc " +
+               std::to_string(s.kc) + " n " + std::to_string(n) + " from " + std::to_string(pos0) +
+               (keep_first ? "" : ", first state not kept"));
+  std::mt19937_64 g(seed);
+  const HostGdn h = make_layer(s, g);
+  const size_t conv_dim = static_cast<size_t>(s.conv_dim()), nv = s.n_v_heads, vd = nv * s.dv;
+  const size_t ld = conv_dim + vd + 2 * nv + 1, ld_out = vd + 3;  // qkv | z | b | a, padded
+  const std::vector<float> rows = randn(n * ld, g, 1.0f, 0.1f);
+  auto d_conv_w = upload(h.conv_w), d_dt = upload(h.dt_bias), d_alog = upload(h.a_log),
+       d_norm = upload(h.norm_w), d_rows = upload(rows);
+  const GdnParams dp{d_conv_w.data(), d_dt.data(), d_alog.data(), d_norm.data()};
+  const std::vector<float> ring = ring_at(s, h.conv, pos0);
+  auto d_conv_a = upload(ring), d_conv_b = upload(ring), d_ssm_a = upload(h.ssm),
+       d_ssm_b = upload(h.ssm);
+  const std::vector<float> sentinel(h.ssm.size(), 7.0f);
+  std::vector<DeviceBuffer<float>> d_saved;
+  for (int t = 0; t + 1 < kGdnMaxTokens; ++t) d_saved.push_back(upload(sentinel));
+  GdnSaved saved;
+  for (int t = 0; t + 1 < n; ++t) {
+    if (t > 0 || keep_first) saved.ssm[t] = d_saved[t].data();
+  }
+  DeviceBuffer<float> d_out_a(n * ld_out), d_out_b(n * ld_out);
+  QF_CUDA_CHECK(cudaMemset(d_out_a.data(), 0, d_out_a.bytes()));
+  QF_CUDA_CHECK(cudaMemset(d_out_b.data(), 0, d_out_b.bytes()));
+  std::vector<int> pos(n);
+  for (int t = 0; t < n; ++t) pos[t] = pos0 + t;
+  auto d_pos = upload(pos);
+  const float* r0 = d_rows.data();
+  ASSERT_EQ(gdn_decode_tokens(s, dp, r0, r0 + conv_dim, r0 + conv_dim + vd, r0 + conv_dim + vd + nv,
+                              ld, n, d_pos.data(), GdnState{d_conv_a.data(), d_ssm_a.data()}, saved,
+                              d_out_a.data(), ld_out, nullptr),
+            cudaSuccess);
+  QF_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float> conv_a = download(d_conv_a);
+  for (int t = 0; t < n; ++t) {
+    SCOPED_TRACE("token " + std::to_string(t));
+    const float* r = r0 + t * ld;
+    ASSERT_EQ(gdn_decode(s, dp, r, r + conv_dim, r + conv_dim + vd, r + conv_dim + vd + nv,
+                         d_pos.data() + t, GdnState{d_conv_b.data(), d_ssm_b.data()},
+                         d_out_b.data() + t * ld_out, nullptr),
+              cudaSuccess);
+    QF_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_TRUE(same_bits(history_at(s, conv_a, pos0 + t + 1),
+                          history_at(s, download(d_conv_b), pos0 + t + 1)))
+        << "conv history";
+    if (t + 1 < n) {
+      EXPECT_TRUE(same_bits(download(d_saved[t]), saved.ssm[t] ? download(d_ssm_b) : sentinel))
+          << "state kept after the token";
+    }
+  }
+  EXPECT_TRUE(same_bits(download(d_out_a), download(d_out_b))) << "outputs";
+  EXPECT_TRUE(same_bits(download(d_ssm_a), download(d_ssm_b))) << "recurrent state";
+}
+
+TEST(GdnKernel, TokensAreDecodeCalls) {
+  QF_REQUIRE_GPU();
+  uint64_t seed = 80;
+  // Qwen3.5's shapes (122B: 256 blocks; 35B: 128, the conv staged before the wait on a GPU of
+  // 128 SMs or more), then the plan's edges: no history, 8 taps in 128-column tiles, 1024-thread
+  // blocks, a partly idle last tile, 12 row groups.
+  for (const GdnShape& s :
+       {GdnShape{.n_k_heads = 16, .n_v_heads = 64, .dk = 128, .dv = 128, .kc = 4},
+        GdnShape{.n_k_heads = 16, .n_v_heads = 32, .dk = 128, .dv = 128, .kc = 4},
+        GdnShape{.n_k_heads = 3, .n_v_heads = 6, .dk = 48, .dv = 48, .kc = 4},
+        GdnShape{.n_k_heads = 1, .n_v_heads = 2, .dk = 64, .dv = 200, .kc = 1},
+        GdnShape{.n_k_heads = 2, .n_v_heads = 2, .dk = 32, .dv = 520, .kc = 8},
+        GdnShape{.n_k_heads = 1, .n_v_heads = 1, .dk = 512, .dv = 256, .kc = 4},
+        GdnShape{.n_k_heads = 2, .n_v_heads = 4, .dk = 12, .dv = 16, .kc = 3}}) {
+    for (int n = 1; n <= kGdnMaxTokens; ++n) {
+      expect_tokens_are_decode(s, n, 0, true, ++seed);
+      expect_tokens_are_decode(s, n, 7, n < 3, ++seed);
+    }
+  }
+  const GdnShape q122{.n_k_heads = 16, .n_v_heads = 64, .dk = 128, .dv = 128, .kc = 4};
+  for (const int n : {0, kGdnMaxTokens + 1}) {
+    EXPECT_EQ(gdn_decode_tokens(q122, {}, nullptr, nullptr, nullptr, nullptr, 0, n, nullptr,
+                                GdnState{}, {}, nullptr, 0, nullptr),
+              cudaErrorInvalidValue)
+        << n;
+  }
 }
 
 TEST(GdnKernel, RejectsUnsupportedShapes) {

@@ -254,12 +254,6 @@ void CudaEngine::reject(int n) {
                                 static_cast<size_t>(s.ssm_floats()) * 4, cudaMemcpyDeviceToDevice,
                                 s.stream),
                 "copy");
-    if (first && s.verified == 3) {  // the third token overwrote the first's conv history
-      cuda::check(
-          cudaMemcpyAsync(s.conv[l], s.conv_saved[l], (kern::gdn_conv_state_floats(s.gdn) + 1) * 4,
-                          cudaMemcpyDeviceToDevice, s.stream),
-          "copy");
-    }
   }
   s.verified = 0;
   s.pinned[9] = static_cast<int>(s.position - n);

@@ -95,12 +95,10 @@ CudaEngine::Impl::Impl(std::unique_ptr<cuda::DeviceModel> model, const CudaOptio
   cuda::check(cudaMemset(top_scratch, 0, scratch_bytes), "cudaMemset");
   cuda::check(cudaMallocHost(&pinned_top, top_bytes), "cudaMallocHost");
   // The verify pass's copies of the DeltaNet states (speculative decoding: with the MTP head).
-  const int64_t conv_floats = static_cast<int64_t>(kern::gdn_conv_state_floats(gdn)) + 1;
   for (float* state : ssm) {
     const bool keep = state && m->mtp;
     ssm_saved.push_back(keep ? f(ssm_floats()) : nullptr);
     ssm_saved2.push_back(keep ? f(ssm_floats()) : nullptr);
-    conv_saved.push_back(keep ? f(conv_floats) : nullptr);
   }
   for (size_t l = 0; l < ssm.size() && o.snapshots; ++l) {
     conv_snap.push_back(ssm[l] ? f(static_cast<int64_t>(kern::gdn_conv_state_floats(gdn)) + 1)

@@ -98,9 +98,9 @@ struct CudaEngine::Impl {
   // The verify (speculative decoding: kMaxVerify tokens at most): its tokens, positions and
   // argmaxes, a word that its memset nodes write (a full dependency between two launches,
   // pdl.cuh), and each DeltaNet layer's state after the first token (ssm_saved) and after the
-  // second (ssm_saved2, with both conv history copies then: conv_saved), for rejected tokens.
+  // second (ssm_saved2), for rejected tokens (the conv rings keep every token's history).
   int *vtoken = nullptr, *vpos = nullptr, *vnext = nullptr, *fence_word = nullptr;
-  std::vector<float*> ssm_saved, ssm_saved2, conv_saved;
+  std::vector<float*> ssm_saved, ssm_saved2;
   // CudaOptions::snapshots: each DeltaNet layer's conv history and state at snap_position (the
   // MTP head's position then: snap_mtp_position).
   std::vector<float*> conv_snap, ssm_snap;

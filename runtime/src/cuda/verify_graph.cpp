@@ -2,15 +2,12 @@
 // vpos[0] + 1, ... in one graph each (engine_impl.h). All tokens' routed experts, residual
 // norms, router top-k and MoE combine run in one launch each; every other product runs as a
 // slot a token of the one matrix (side by side, so the later reads of a weight mostly hit L2:
-// faster than one weight stream for both, branch x-rows); the rows' DeltaNet and attention
-// kernels run in turn, a memset node between them (their early loads read what the row before
-// writes, pdl.cuh). For DeltaNet that node is the copy of the state after the first token,
-// which rejected tokens return to (reject; the DeltaNet kernel writing that state to a second
-// buffer instead measured the same, branch gdn-out), and before a third token the copy of the
-// state after the second and of both conv history copies: the step at position p reads copy
-// p % 2 and writes the other, so the third token overwrites the history after the first, which
-// rejecting two tokens needs (rejecting one needs no copy). Without the MTP head (prefill's
-// pairs) nothing is rejected, and the node between the DeltaNet rows is a plain fence.
+// faster than one weight stream for both, branch x-rows). The DeltaNet kernel takes every row
+// in one launch (kern::gdn_decode_tokens: the state read once, kept in registers, written after
+// each row; the rows before the last into ssm_saved and ssm_saved2, which reject returns to;
+// the conv ring keeps every row's history, so rejecting needs no copy of it). The attention
+// rows run in turn, a fence between them (their early loads read what the row before writes,
+// pdl.cuh).
 #include "engine_impl.h"
 
 namespace qf::rt {
@@ -108,10 +105,6 @@ void CudaEngine::Impl::launch_verify(int rows) {
   }
   cuda::check(kern::rms_norm_1p(x, m->layers[0].input_norm, h, rows, eps, u, stream), "rms_norm");
   const size_t att_row = static_cast<size_t>(c.num_attention_heads * c.head_dim);
-  const size_t conv_bytes = (kern::gdn_conv_state_floats(gdn) + 1) * 4;
-  const auto copy = [&](float* to, const float* from, size_t bytes) {
-    cuda::check(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, stream), "copy");
-  };
   for (size_t l = 0; l < m->layers.size(); ++l) {
     const cuda::DeviceLayer& w = m->layers[l];
     if (w.full_attention) {
@@ -128,21 +121,15 @@ void CudaEngine::Impl::launch_verify(int rows) {
     } else {
       const int64_t gr = gin_row();
       gemv_rows(rows, w.gdn_in, u, h, gin, gr, "DeltaNet projections");
-      for (int r = 0; r < rows; ++r) {
-        const size_t state_bytes = static_cast<size_t>(ssm_floats()) * 4;
-        if (r == 1 && ssm_saved[l]) {
-          copy(ssm_saved[l], ssm[l], state_bytes);
-        } else if (r == 2 && ssm_saved2[l]) {
-          copy(ssm_saved2[l], ssm[l], state_bytes);
-          copy(conv_saved[l], conv[l], conv_bytes);
-        } else if (r > 0) {
-          fence();  // no copy to keep (no MTP head: prefill's pairs, never rejected)
-        }
-        cuda::check(kern::gdn_decode(gdn, {w.conv, w.dt_bias, w.a_log, w.gdn_norm}, qkv + r * gr,
-                                     z + r * gr, b + r * gr, a + r * gr, vpos + r,
-                                     {conv[l], ssm[l]}, core + r * c.value_dim(), stream),
-                    "gdn_decode");
-      }
+      // Every row in one launch: the state read once and written after each row, the rows
+      // before the last into the rollback copies (none without the MTP head: prefill's pairs,
+      // never rejected).
+      kern::GdnSaved saved;
+      if (ssm_saved[l]) saved.ssm[0] = ssm_saved[l], saved.ssm[1] = ssm_saved2[l];
+      cuda::check(kern::gdn_decode_tokens(gdn, {w.conv, w.dt_bias, w.a_log, w.gdn_norm}, qkv, z, b,
+                                          a, static_cast<size_t>(gr), rows, vpos, {conv[l], ssm[l]},
+                                          saved, core, static_cast<size_t>(c.value_dim()), stream),
+                  "gdn_decode_tokens");
       out_proj_add_norm_rows(rows, w.out, core, static_cast<size_t>(c.value_dim()), w.post_norm);
     }
     const bool last = l + 1 == m->layers.size();
