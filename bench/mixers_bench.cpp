@@ -3,6 +3,8 @@
 //   states do not sit in L2 between calls, as in a real decode step): time per layer and the
 //   recurrent-state bytes read + written per token / time, against device-to-device copy
 //   bandwidth (cudaMemcpy, counted as read + write).
+//   GDN verify (gdn_decode_tokens: 2 and 3 tokens in one launch) at the same shapes against a
+//   launch a token with the state copied between: time per layer.
 //   GDN prefill (gdn_prefill: a pass of 1024 tokens through the conv, the recurrence, the norm
 //   and the history's shift) at the same shapes: time per layer and per token.
 //   Attention decode (norms, rotary, cache append and split-K attention in one launch, then the
@@ -169,6 +171,69 @@ void bench_gdn_prefill(const char* name, qf::kern::GdnShape s, int n, int n_laye
               s.n_k_heads, s.n_v_heads, n, us, us / n);
 }
 
+// A verify's n tokens through every layer's GDN (speculative decoding): gdn_decode_tokens, the
+// state kept after each token before the last, against a gdn_decode launch per token with the
+// state copied out before each token after the first (how the engine ran them before).
+void bench_gdn_tokens(const char* name, qf::kern::GdnShape s, int n_layers, int n,
+                      cudaStream_t stream) {
+  const size_t conv_dim = static_cast<size_t>(s.conv_dim());
+  const size_t vd = static_cast<size_t>(s.n_v_heads) * s.dv;
+  const size_t ld = conv_dim + vd + 2 * static_cast<size_t>(s.n_v_heads);  // in_proj's rows
+  const size_t state = static_cast<size_t>(s.n_v_heads) * s.dk * s.dv;
+  auto rows = filled(static_cast<size_t>(n) * ld, 0.3f);
+  DeviceBuffer<float> out(static_cast<size_t>(n) * vd);
+  std::vector<int> host_pos(static_cast<size_t>(n));
+  for (int t = 0; t < n; ++t) host_pos[static_cast<size_t>(t)] = 100 + t;
+  DeviceBuffer<int> pos(static_cast<size_t>(n));
+  QF_CUDA_CHECK(cudaMemcpy(pos.data(), host_pos.data(), pos.bytes(), cudaMemcpyHostToDevice));
+  GdnLayers layers = gdn_layers(s, n_layers);
+  std::vector<DeviceBuffer<float>> saved;
+  for (int i = 0; i < n_layers * (n - 1); ++i) saved.push_back(filled(state, 0.0f));
+  const qf::kern::GdnParams p{layers.conv_w.data(), layers.dt.data(), layers.a_log.data(),
+                              layers.norm_w.data()};
+  const float* z = rows.data() + conv_dim;
+  const auto saved_of = [&](int l, int t) -> float* {
+    return saved[static_cast<size_t>(l * (n - 1) + t)].data();
+  };
+  const double one =
+      time_graph_us(
+          stream, 20,
+          [&] {
+            for (int l = 0; l < n_layers; ++l) {
+              qf::kern::GdnSaved keep;
+              for (int t = 0; t + 1 < n; ++t) keep.ssm[t] = saved_of(l, t);
+              QF_CUDA_CHECK(qf::kern::gdn_decode_tokens(
+                  s, p, rows.data(), z, z + vd, z + vd + s.n_v_heads, ld, n, pos.data(),
+                  {layers.convs[l].data(), layers.ssms[l].data()}, keep, out.data(), vd, stream));
+            }
+          }) /
+      n_layers;
+  const double each =
+      time_graph_us(
+          stream, 20,
+          [&] {
+            for (int l = 0; l < n_layers; ++l) {
+              for (int t = 0; t < n; ++t) {
+                if (t > 0) {
+                  QF_CUDA_CHECK(cudaMemcpyAsync(saved_of(l, t - 1), layers.ssms[l].data(),
+                                                state * sizeof(float), cudaMemcpyDeviceToDevice,
+                                                stream));
+                }
+                const float* r = rows.data() + t * ld;
+                QF_CUDA_CHECK(qf::kern::gdn_decode(s, p, r, r + conv_dim, r + conv_dim + vd,
+                                                   r + conv_dim + vd + s.n_v_heads, pos.data() + t,
+                                                   {layers.convs[l].data(), layers.ssms[l].data()},
+                                                   out.data() + t * vd, stream));
+              }
+            }
+          }) /
+      n_layers;
+  std::printf(
+      "gdn %-5s Nk %2d Nv %2d, %d tokens: %6.2f us/layer in one launch, %6.2f as a launch a "
+      "token with the state copied between\n",
+      name, s.n_k_heads, s.n_v_heads, n, one, each);
+}
+
 void bench_attention(const char* name, qf::kern::AttnShape s, int n_layers, int context,
                      qf::kern::AttnDecodePath path, double copy_gbs, cudaStream_t stream) {
   s.max_len = context;
@@ -272,6 +337,10 @@ int main(int argc, char** argv) {
 
   bench_gdn("35B", gdn_shape(16, 32), 30, copy_gbs, stream);
   bench_gdn("122B", gdn_shape(16, 64), 36, copy_gbs, stream);
+  for (int n = 2; n <= qf::kern::kGdnMaxTokens; ++n) {
+    bench_gdn_tokens("35B", gdn_shape(16, 32), 30, n, stream);
+    bench_gdn_tokens("122B", gdn_shape(16, 64), 36, n, stream);
+  }
   bench_gdn_prefill("35B", gdn_shape(16, 32), 1024, 4, stream);
   bench_gdn_prefill("122B", gdn_shape(16, 64), 1024, 4, stream);
   qf::kern::AttnShape a122;
