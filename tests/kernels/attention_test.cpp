@@ -344,6 +344,92 @@ TEST(AttentionKernel, PrefillIsDecodeWithinRounding) {
             cudaErrorInvalidValue);
 }
 
+// attn_decode_rows over n tokens from position p0 against n attn_decode calls on the split kernel
+// from the same cache: the appended rows and the outputs bit for bit. The first p0 rows come
+// from random cache contents.
+void expect_rows_are_decode(const AttnShape& s, int p0, int n, uint64_t seed) {
+  SCOPED_TRACE("rows Nq " + std::to_string(s.n_q_heads) + " hd " + std::to_string(s.head_dim) +
+               " from " + std::to_string(p0) + " n " + std::to_string(n) + kv_name(s));
+  ASSERT_TRUE(attn_decode_rows_ok(s, AttnDecodePath::kSplit));
+  std::mt19937_64 g(seed);
+  const size_t nq = s.n_q_heads, hd = s.head_dim, kv_row = s.n_kv_heads * hd;
+  const size_t ld = nq * 2 * hd + 2 * kv_row + 1, ld_out = nq * hd + 3;  // q | k | v, padded
+  const size_t cache = static_cast<size_t>(s.max_len) * kv_row;
+  const std::vector<float> q_norm_w = randn(hd, g, 0.1f), k_norm_w = randn(hd, g, 0.1f);
+  std::vector<float> rows = randn(n * ld, g, 1.0f, 0.1f), kc = randn(cache, g, 0.5f),
+                     vc = randn(cache, g);
+  auto d_qn = upload(q_norm_w), d_kn = upload(k_norm_w), d_rows = upload(rows);
+  DeviceCache d_kc_a(s, kc), d_vc_a(s, vc), d_kc_b(s, kc), d_vc_b(s, vc);
+  std::vector<int> pos(n);
+  for (int t = 0; t < n; ++t) pos[t] = p0 + t;
+  auto d_pos = upload(pos);
+  DeviceBuffer<float> d_out_a(n * ld_out), d_out_b(n * ld_out), d_rope(attn_rope_floats(s) + 1),
+      d_scratch_a(attn_decode_rows_scratch_floats(s, n)), d_scratch_b(attn_scratch_floats(s));
+  QF_CUDA_CHECK(cudaMemset(d_out_a.data(), 0, d_out_a.bytes()));
+  QF_CUDA_CHECK(cudaMemset(d_out_b.data(), 0, d_out_b.bytes()));
+  ASSERT_EQ(attn_rope_table(s, d_rope.data(), nullptr), cudaSuccess);
+  const float* r0 = d_rows.data();
+  const size_t k_at = nq * 2 * hd, v_at = k_at + kv_row;
+  ASSERT_EQ(attn_decode_rows(s, r0, r0 + k_at, r0 + v_at, ld, n, d_qn.data(), d_kn.data(),
+                             d_rope.data(), d_pos.data(), d_kc_a.data(), d_vc_a.data(),
+                             d_out_a.data(), ld_out, d_scratch_a.data(), nullptr),
+            cudaSuccess);
+  for (int t = 0; t < n; ++t) {
+    const float* r = r0 + t * ld;
+    ASSERT_EQ(attn_decode(s, r, r + k_at, r + v_at, d_qn.data(), d_kn.data(), d_rope.data(),
+                          d_pos.data() + t, nullptr, d_kc_b.data(), d_vc_b.data(),
+                          d_out_b.data() + t * ld_out, d_scratch_b.data(), nullptr,
+                          AttnDecodePath::kSplit),
+              cudaSuccess);
+    QF_CUDA_CHECK(cudaDeviceSynchronize());  // its early loads read the row the call before wrote
+  }
+  const auto same = [](const std::vector<float>& x, const std::vector<float>& y) {
+    return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * 4) == 0;
+  };
+  EXPECT_TRUE(same(d_kc_a.read(), d_kc_b.read())) << "k cache";
+  EXPECT_TRUE(same(d_vc_a.read(), d_vc_b.read())) << "v cache";
+  EXPECT_TRUE(same(download(d_out_a), download(d_out_b))) << "outputs";
+}
+
+// A verify's 1 to 3 rows: at the start of the cache, across tile edges, at the end of a long cache
+// (several tiles a split) and where the splits' chunk grows between one row and the next, on the
+// Qwen3.5 instance and the general one, f32 and bf16 caches.
+TEST(AttentionKernel, DecodeRowsAreDecodeCalls) {
+  QF_REQUIRE_GPU();
+  AttnShape q122{.n_q_heads = 32, .n_kv_heads = 2, .head_dim = 256, .rot_dim = 64};
+  q122.max_len = 4200;  // past every split count's edge below
+  AttnShape odd{.n_q_heads = 6, .n_kv_heads = 2, .head_dim = 64, .rot_dim = 64, .theta = 1e4f};
+  odd.max_len = 700;
+  AttnShape big_group{.n_q_heads = 40, .n_kv_heads = 2, .head_dim = 128, .rot_dim = 32};
+  big_group.max_len = 300;  // 20 heads a KV head: head blocks of 16 and 4
+  uint64_t seed = 100;
+  for (AttnShape s : {q122, odd, big_group}) {
+    for (const KvType kv : {KvType::kF32, KvType::kBf16}) {
+      s.kv = kv;
+      for (int n = 1; n <= 3; ++n) {
+        expect_rows_are_decode(s, 0, n, ++seed);
+        expect_rows_are_decode(s, 31, n, ++seed);
+        expect_rows_are_decode(s, s.max_len - 3, n, ++seed);
+      }
+    }
+  }
+  // The chunk is 32 rows up to 32 x splits rows of context, then 64 (attn_decode takes two
+  // blocks an SM: at this shape, 2 KV heads of 2 head blocks each, SMs / 2 splits): a verify
+  // whose rows straddle that edge, so the rows' splits differ.
+  int device = 0, n_sm = 0;
+  QF_CUDA_CHECK(cudaGetDevice(&device));
+  QF_CUDA_CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, device));
+  const int edge = 32 * std::clamp(n_sm / 2, 1, 128);
+  for (const KvType kv : {KvType::kF32, KvType::kBf16}) {
+    q122.kv = kv;
+    for (int p0 = edge - 4; p0 <= edge + 1; ++p0) expect_rows_are_decode(q122, p0, 3, ++seed);
+  }
+  EXPECT_FALSE(attn_decode_rows_ok(q122, AttnDecodePath::kMma));
+  EXPECT_EQ(attn_decode_rows(q122, nullptr, nullptr, nullptr, 0, 0, nullptr, nullptr, nullptr,
+                             nullptr, nullptr, nullptr, nullptr, 0, nullptr, nullptr),
+            cudaErrorInvalidValue);
+}
+
 // The tensor-core path (head_dim 256), both launch shapes, against attn_decode: across 16-key
 // tiles and query blocks (128 and 32 rows), a partial last block, groups of 16, 8, 3 and 1 query
 // heads a KV head (the wide shape's blocks hold 8, 16, 42 2/3 and 128 tokens, so rows whose keys

@@ -1,5 +1,6 @@
 // CudaEngine::Impl's buffers and state: allocation at load, the bytes a step reads, reset, and
 // the MTP head's step (engine_impl.h).
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -77,7 +78,10 @@ CudaEngine::Impl::Impl(std::unique_ptr<cuda::DeviceModel> model, const CudaOptio
   egu = f(rows * k * 2 * im), eh = f(rows * k * im + is), ey = f((rows * k + 1) * h);
   sgu = f(rows * 2 * is), sh = f(rows * is), sy = f(rows * h), hidden = f(rows * h);
   logits = f(rows * c.vocab_size);
-  attn_scratch = f(static_cast<int64_t>(kern::attn_scratch_floats(attn)) + 1);
+  attn_scratch =
+      f(static_cast<int64_t>(std::max(kern::attn_scratch_floats(attn),
+                                      kern::attn_decode_rows_scratch_floats(attn, rows))) +
+        1);
   rope = f(static_cast<int64_t>(kern::attn_rope_floats(attn)) + 1);
   cuda::check(kern::attn_rope_table(attn, rope, stream), "attn_rope_table");
   ids = i(rows * k), token = i(1), next = i(1), pos = i(1);
