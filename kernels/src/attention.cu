@@ -27,9 +27,10 @@
 // instance (the scalar path) runs
 // grid.z = token x head block in one split each, every row read from the cache, and the combine
 // runs grid.y = token: no launch per token and no memset between them. attn_decode_rows (a
-// verify's tokens) runs the same launches over attn_decode's splits: bit for bit the decode split
-// kernel's results, as the new row it takes from shared memory holds the values the append
-// stores (the same normed, rotated, rounded k; v rounded).
+// verify's tokens) runs the same launches over attn_decode's splits and kernel (the split kernel
+// or the tensor-core one): bit for bit attn_decode's results, as the new row a decode takes from
+// shared memory holds the values the append stores (the same normed, rotated, rounded k; v
+// rounded).
 // bf16 caches (AttnShape::kv): entries rounded as rows are appended (the new row used rounded
 // too); the split kernel's Bf16 instances stage each tile's rows through
 // shared memory by cp.async one tile ahead (docs/cuda-engine-speed.md, "bf16 KV caches"). At
@@ -589,25 +590,31 @@ void append(const AttnShape& s, const AttnArgs& a, size_t ld, cudaStream_t strea
   attn_append_kernel<kHd, Kv><<<grid, 32, 0, stream>>>(s, a, ld);
 }
 
-// Many tokens: the append, then the split kernel over n_splits splits for every token at once
-// (grid.z: token x head block; every row read from the cache) and the combine (grid.y: token),
-// plain launches. Prefill takes one split a token; a verify (attn_decode_rows) attn_decode's.
+// Many tokens: the append, then the split kernel (or with `mma` the tensor-core kernel) over
+// n_splits splits for every token at once (grid.z: token x head block; every row read from the
+// cache) and the combine (grid.y: token), plain launches. Prefill takes one split a token on the
+// split kernel; a verify (attn_decode_rows) attn_decode's splits and kernel.
 template <int kHd, class Kv>
-cudaError_t launch_tokens(const AttnShape& s, AttnArgs a, size_t ld, int n_splits, float* scratch,
-                          cudaStream_t stream) {
+cudaError_t launch_tokens(const AttnShape& s, AttnArgs a, size_t ld, int n_splits, bool mma,
+                          float* scratch, cudaStream_t stream) {
   const int n = a.n_tokens, hpb = heads_per_block(s), n_sub = head_blocks(s);
   append<kHd, Kv>(s, a, ld, stream);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
   a.part_o = scratch;
   a.part_ml = scratch + static_cast<size_t>(n) * s.n_q_heads * n_splits * kHd;
-  const dim3 grid(static_cast<unsigned>(n_splits), static_cast<unsigned>(s.n_kv_heads),
-                  static_cast<unsigned>(n * n_sub));
-  const size_t smem = split_smem_bytes<kHd, Kv>(hpb);
-  const auto kernel = split_kernel_for<kHd, true, Kv>(s, hpb);
-  if ((err = allow_smem(kernel, smem)) != cudaSuccess) return err;
-  kernel<<<grid, kThreads, smem, stream>>>(s, n_splits, hpb, a);
-  if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  if (mma) {
+    err = attn_detail::launch_decode_mma(s, n_splits, a, stream);
+  } else {
+    const dim3 grid(static_cast<unsigned>(n_splits), static_cast<unsigned>(s.n_kv_heads),
+                    static_cast<unsigned>(n * n_sub));
+    const size_t smem = split_smem_bytes<kHd, Kv>(hpb);
+    const auto kernel = split_kernel_for<kHd, true, Kv>(s, hpb);
+    if ((err = allow_smem(kernel, smem)) != cudaSuccess) return err;
+    kernel<<<grid, kThreads, smem, stream>>>(s, n_splits, hpb, a);
+    err = cudaGetLastError();
+  }
+  if (err != cudaSuccess) return err;
   attn_combine_kernel<true>
       <<<dim3(static_cast<unsigned>(s.n_q_heads), static_cast<unsigned>(n)), kCombineThreads, 0,
          stream>>>(s, n_splits, a.q_proj, a.pos, a.part_o, a.part_ml, a.out, a.q_row, a.out_row);
@@ -719,19 +726,13 @@ cudaError_t attn_prefill(const AttnShape& shape, const float* q_proj, const floa
     constexpr int kHd = decltype(hd)::value;
     using Kv = decltype(kv);
     if (path == AttnPrefillPath::kScalar)
-      return launch_tokens<kHd, Kv>(shape, a, ld, 1, scratch, stream);
+      return launch_tokens<kHd, Kv>(shape, a, ld, 1, false, scratch, stream);
     append<kHd, Kv>(shape, a, ld, stream);  // kHd is 256 here (mma_prefill_shape_ok)
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
     return attn_detail::launch_prefill_mma(shape_of(path), shape, q_proj, ld, n, q_norm_w, rope,
                                            pos, k_cache, v_cache, out, ld_out, scratch, stream);
   });
-}
-
-bool attn_decode_rows_ok(const AttnShape& shape, AttnDecodePath path) {
-  if (!shape_ok(shape) || path == AttnDecodePath::kMma) return false;
-  return path == AttnDecodePath::kSplit ||
-         !(attn_detail::mma_decode_shape_ok(shape) && attn_detail::mma_decode_fits());
 }
 
 size_t attn_decode_rows_scratch_floats(const AttnShape& shape, int n) {
@@ -742,16 +743,20 @@ cudaError_t attn_decode_rows(const AttnShape& shape, const float* q_proj, const 
                              const float* v_proj, size_t ld, int n, const float* q_norm_w,
                              const float* k_norm_w, const float* rope, const int* pos,
                              void* k_cache, void* v_cache, float* out, size_t ld_out,
-                             float* scratch, cudaStream_t stream) {
+                             float* scratch, cudaStream_t stream, AttnDecodePath path) {
   if (!shape_ok(shape) || n < 1 || static_cast<long>(n) * head_blocks(shape) >= 65536) {
     return cudaErrorInvalidValue;
   }
+  const bool mma_ok = attn_detail::mma_decode_shape_ok(shape) && attn_detail::mma_decode_fits();
+  if (path == AttnDecodePath::kMma && !mma_ok) return cudaErrorInvalidValue;
+  const bool mma = path != AttnDecodePath::kSplit && mma_ok;  // as attn_decode chooses
   AttnArgs a{q_proj, k_proj, v_proj, q_norm_w, k_norm_w, rope, pos, nullptr};
   a.k_cache = static_cast<float*>(k_cache), a.v_cache = static_cast<float*>(v_cache), a.out = out;
   a.n_tokens = n, a.q_row = ld, a.out_row = ld_out;
-  const int n_splits = n_splits_for(shape, head_blocks(shape));  // attn_decode's split path
+  const int n_splits =
+      n_splits_for(shape, mma ? attn_detail::mma_decode_head_blocks(shape) : head_blocks(shape));
   return dispatch(shape, [&](auto hd, auto kv) {
-    return launch_tokens<decltype(hd)::value, decltype(kv)>(shape, a, ld, n_splits, scratch,
+    return launch_tokens<decltype(hd)::value, decltype(kv)>(shape, a, ld, n_splits, mma, scratch,
                                                             stream);
   });
 }

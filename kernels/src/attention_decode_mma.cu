@@ -23,9 +23,11 @@
 // into two slots each, a tile's K slot refilled once it is scored and its V slot once summed, so
 // up to two tiles are in flight (the first tile and the second's K before its PDL wait); each
 // row's 16-byte chunks XOR-swizzled by row so that ldmatrix reads them without bank conflicts.
-// The new row (*pos) comes from shared memory, as the split kernel's. Per tile: warp w scores rows
-// 8 (w % 4) .. + 7 over dims 128 (w / 4) .. + 127 for the 16 heads; a warp per head then runs the
-// online softmax over the tile's 32 rows and writes p's limbs; warp w accumulates o for dims 32 w
+// The new row (*pos) comes from shared memory, as the split kernel's (a verify's tokens,
+// attn_decode_rows: every row from the cache, which the append filled). Per tile: warp w scores
+// rows 8 (w % 4) .. + 7 over dims 128 (w / 4) .. + 127 for the 16 heads; a warp per head then runs
+// the online softmax over the tile's 32 rows and writes p's limbs; warp w accumulates o for dims 32
+// w
 // .. 32 w + 31 of every head in registers (16 floats a lane).
 #include <cuda_bf16.h>
 
@@ -77,6 +79,9 @@ __device__ __forceinline__ int swz(int r, int c) {
   return r * kChunks + (c ^ (r & 7));
 }
 
+// kTokens: a verify's tokens (AttnArgs::n_tokens, attn_decode_rows), blockIdx.z = token x head
+// blocks + head block, every row read from the cache (the append ran before; a plain launch).
+template <bool kTokens>
 __global__ void __launch_bounds__(kThreads, 2)
     attn_decode_mma_kernel(AttnShape s, int n_splits, AttnArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -93,7 +98,9 @@ __global__ void __launch_bounds__(kThreads, 2)
 
   // Before the wait: *pos (written by the previous step), the rotary row and this split's first
   // tile of cached rows (written by earlier steps), through L2 (pdl.cuh, rule (b)).
-  const int pos = __ldcg(a.pos), t_len = context_len(pos, s.max_len);
+  const int n_sub = kTokens ? static_cast<int>(gridDim.z) / a.n_tokens : 1;
+  const int tok = kTokens ? static_cast<int>(blockIdx.z) / n_sub : 0;
+  const int pos = kTokens ? a.pos[tok] : __ldcg(a.pos), t_len = context_len(pos, s.max_len);
   const int chunk = split_chunk(t_len, n_splits), t0 = blockIdx.x * chunk;
   const int t1 = min(t_len, t0 + chunk);
   const int kvh = blockIdx.y, half = s.rot_dim / 2;
@@ -117,12 +124,12 @@ __global__ void __launch_bounds__(kThreads, 2)
   // put_new_row, here once its entries are made (`put`).
   const auto issue = [&](int tb, int buf, int which, bool put) {
     if (tb < t1) {
-      const int end = min(t1, pos) - tb;  // rows tb .. tb + end - 1 are cached
+      const int end = min(t1, kTokens ? pos + 1 : pos) - tb;  // rows tb .. tb + end - 1 cached
       uint4* dst = stage + (2 * buf + which) * kTile * kChunks;
       const Bf16* base = which ? vbase : kbase;
       for (int i = tid; i < kTile * kChunks; i += kThreads) {
         const int r = i / kChunks, c = i % kChunks;
-        if (tb + r == pos) continue;
+        if (!kTokens && tb + r == pos) continue;
         cp_async16(dst + swz(r, c), base + (tb + (r < end ? r : 0)) * row_stride + c * 8,
                    r < end ? 16 : 0);
       }
@@ -142,9 +149,14 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   __syncthreads();  // the rotary row
 
-  const int group = s.n_q_heads / s.n_kv_heads, zb = blockIdx.z;
+  const int group = s.n_q_heads / s.n_kv_heads;
+  const int zb = kTokens ? static_cast<int>(blockIdx.z) % n_sub : static_cast<int>(blockIdx.z);
   const int h_lo = kvh * group + zb * kM, nh = min(kM, group - zb * kM);
-  const bool has_new = pos < t1;  // this split ends with the new row
+  const bool has_new = !kTokens && pos < t1;  // this split ends with the new row
+  const float* q_proj = a.q_proj + static_cast<size_t>(tok) * a.q_row;
+  const size_t parts = static_cast<size_t>(s.n_q_heads) * n_splits;
+  float* part_o = a.part_o + tok * parts * kHd;
+  float* part_ml = a.part_ml + tok * parts * 2;
   // A warp per item: query heads 0 .. 15 (their f32 rows in slot 1's V; heads past nh as zero
   // limbs), then the new k row (its f32 entries in the scores' space). Every row a warp takes is
   // loaded before the first is normed.
@@ -155,7 +167,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   for (int i = 0; i < kItems; ++i) {
     const int it = warp + kWarps * i;
     if (it < nh) {
-      load_row_warp<kHd>(a.q_proj + static_cast<size_t>(h_lo + it) * 2 * kHd, x[i]);
+      load_row_warp<kHd>(q_proj + static_cast<size_t>(h_lo + it) * 2 * kHd, x[i]);
     } else if (it == kM && has_new) {
       load_row_warp<kHd>(a.k_proj + static_cast<size_t>(kvh) * kHd, x[i]);
     }
@@ -317,18 +329,17 @@ __global__ void __launch_bounds__(kThreads, 2)
   for (int n = 0; n < 4; ++n) {
     const int dim = 32 * warp + 8 * n + 2 * tq;
     if (g < nh) {
-      *reinterpret_cast<float2*>(a.part_o +
-                                 (static_cast<size_t>(h_lo + g) * n_splits + split) * kHd + dim) =
-          make_float2(o[n][0], o[n][1]);
+      *reinterpret_cast<float2*>(part_o + (static_cast<size_t>(h_lo + g) * n_splits + split) * kHd +
+                                 dim) = make_float2(o[n][0], o[n][1]);
     }
     if (g + 8 < nh) {
       *reinterpret_cast<float2*>(
-          a.part_o + (static_cast<size_t>(h_lo + g + 8) * n_splits + split) * kHd + dim) =
+          part_o + (static_cast<size_t>(h_lo + g + 8) * n_splits + split) * kHd + dim) =
           make_float2(o[n][2], o[n][3]);
     }
   }
   for (int i = tid; i < nh; i += kThreads) {
-    float* ml = a.part_ml + (static_cast<size_t>(h_lo + i) * n_splits + split) * 2;
+    float* ml = part_ml + (static_cast<size_t>(h_lo + i) * n_splits + split) * 2;
     ml[0] = m_s[i];
     ml[1] = l_s[i];
   }
@@ -350,13 +361,18 @@ int mma_decode_head_blocks(const AttnShape& shape) {
 
 cudaError_t launch_decode_mma(const AttnShape& shape, int n_splits, const AttnArgs& a,
                               cudaStream_t stream) {
-  const cudaError_t err = cudaFuncSetAttribute(
-      attn_decode_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  const int n = a.n_tokens > 0 ? a.n_tokens : 1;
+  const auto kernel = a.n_tokens > 0 ? attn_decode_mma_kernel<true> : attn_decode_mma_kernel<false>;
+  const cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
   if (err != cudaSuccess) return err;
   const dim3 grid(static_cast<unsigned>(n_splits), static_cast<unsigned>(shape.n_kv_heads),
-                  static_cast<unsigned>(mma_decode_head_blocks(shape)));
-  return pdl::launch(attn_decode_mma_kernel, grid, kThreads, kSmemBytes, stream, shape, n_splits,
-                     a);
+                  static_cast<unsigned>(n * mma_decode_head_blocks(shape)));
+  if (a.n_tokens > 0) {
+    kernel<<<grid, kThreads, kSmemBytes, stream>>>(shape, n_splits, a);
+    return cudaGetLastError();
+  }
+  return pdl::launch(kernel, grid, kThreads, kSmemBytes, stream, shape, n_splits, a);
 }
 
 }  // namespace qf::kern::attn_detail

@@ -595,8 +595,9 @@ std::vector<int32_t> spread_tokens(size_t n, int64_t vocab, int64_t offset) {
 // bf16 KV caches (CudaOptions::kv_cache) on `model`, against the CPU reference with bf16 caches:
 // every position of a 300-token prompt by steps (the decode kernel, its new row rounded as the
 // cache holds it) and by batched prefill (the prefill kernels' bf16 reads), the MTP head's (its
-// own cache) where the model has one, and 128 greedy tokens, with the bounds of the f32 caches.
-// The caches' rounding must show: the CPU's logits with bf16 caches differ from its f32 ones.
+// own cache) where the model has one, and 128 greedy tokens, with the bounds of the f32 caches;
+// a verify's two and three rows, the steps' bits. The caches' rounding must show: the CPU's logits
+// with bf16 caches differ from its f32 ones.
 void check_bf16_caches(const Model& model, const std::string& name) {
   const int64_t vocab = model.config().vocab_size;
   const std::vector<int32_t> prompt = spread_tokens(300, vocab, 31);
@@ -620,6 +621,23 @@ void check_bf16_caches(const Model& model, const std::string& name) {
   expect_same(c, g, vocab, 5e-4, name + ": steps cuda vs cpu");
   if (mtp) expect_same(c_mtp, g_mtp, vocab, 5e-4, name + ": mtp cuda vs cpu");
   expect_same(c, prefill_logits(gpu, prompt, vocab), vocab, 5e-4, name + ": prefill cuda vs cpu");
+  // A verify's rows through the bf16 caches (attn_decode_rows on the decode's kernel): two and
+  // three steps' bits, deep into the prompt.
+  for (const size_t n : {size_t{2}, size_t{3}}) {
+    const size_t at = t_len - n;
+    std::vector<float> rows(n * vocab), steps(n * vocab);
+    std::vector<int32_t> top(n);
+    gpu.reset();
+    for (size_t t = 0; t < at; ++t) gpu.step(prompt[t], nullptr);
+    gpu.verify(std::span(prompt.data() + at, n), top.data(), rows.data());
+    gpu.reset();
+    for (size_t t = 0; t < at; ++t) gpu.step(prompt[t], nullptr);
+    for (size_t r = 0; r < n; ++r) {
+      EXPECT_EQ(gpu.step(prompt[at + r], steps.data() + r * vocab), top[r]) << name << " row " << r;
+    }
+    EXPECT_EQ(std::memcmp(rows.data(), steps.data(), rows.size() * sizeof(float)), 0)
+        << name << ": a " << n << "-token verify's logits differ from the steps'";
+  }
 
   const std::vector<float> c32 = prompt_logits(cpu32, prompt, vocab);
   double moved = 0;

@@ -29,6 +29,8 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "mixer_check.h"
@@ -344,13 +346,14 @@ TEST(AttentionKernel, PrefillIsDecodeWithinRounding) {
             cudaErrorInvalidValue);
 }
 
-// attn_decode_rows over n tokens from position p0 against n attn_decode calls on the split kernel
+// attn_decode_rows over n tokens from position p0 against n attn_decode calls on the same path
 // from the same cache: the appended rows and the outputs bit for bit. The first p0 rows come
 // from random cache contents.
-void expect_rows_are_decode(const AttnShape& s, int p0, int n, uint64_t seed) {
+void expect_rows_are_decode(const AttnShape& s, int p0, int n, uint64_t seed,
+                            AttnDecodePath path = AttnDecodePath::kSplit) {
   SCOPED_TRACE("rows Nq " + std::to_string(s.n_q_heads) + " hd " + std::to_string(s.head_dim) +
-               " from " + std::to_string(p0) + " n " + std::to_string(n) + kv_name(s));
-  ASSERT_TRUE(attn_decode_rows_ok(s, AttnDecodePath::kSplit));
+               " from " + std::to_string(p0) + " n " + std::to_string(n) + kv_name(s) +
+               path_name(path));
   std::mt19937_64 g(seed);
   const size_t nq = s.n_q_heads, hd = s.head_dim, kv_row = s.n_kv_heads * hd;
   const size_t ld = nq * 2 * hd + 2 * kv_row + 1, ld_out = nq * hd + 3;  // q | k | v, padded
@@ -372,14 +375,13 @@ void expect_rows_are_decode(const AttnShape& s, int p0, int n, uint64_t seed) {
   const size_t k_at = nq * 2 * hd, v_at = k_at + kv_row;
   ASSERT_EQ(attn_decode_rows(s, r0, r0 + k_at, r0 + v_at, ld, n, d_qn.data(), d_kn.data(),
                              d_rope.data(), d_pos.data(), d_kc_a.data(), d_vc_a.data(),
-                             d_out_a.data(), ld_out, d_scratch_a.data(), nullptr),
+                             d_out_a.data(), ld_out, d_scratch_a.data(), nullptr, path),
             cudaSuccess);
   for (int t = 0; t < n; ++t) {
     const float* r = r0 + t * ld;
     ASSERT_EQ(attn_decode(s, r, r + k_at, r + v_at, d_qn.data(), d_kn.data(), d_rope.data(),
                           d_pos.data() + t, nullptr, d_kc_b.data(), d_vc_b.data(),
-                          d_out_b.data() + t * ld_out, d_scratch_b.data(), nullptr,
-                          AttnDecodePath::kSplit),
+                          d_out_b.data() + t * ld_out, d_scratch_b.data(), nullptr, path),
               cudaSuccess);
     QF_CUDA_CHECK(cudaDeviceSynchronize());  // its early loads read the row the call before wrote
   }
@@ -393,7 +395,8 @@ void expect_rows_are_decode(const AttnShape& s, int p0, int n, uint64_t seed) {
 
 // A verify's 1 to 3 rows: at the start of the cache, across tile edges, at the end of a long cache
 // (several tiles a split) and where the splits' chunk grows between one row and the next, on the
-// Qwen3.5 instance and the general one, f32 and bf16 caches.
+// split kernel's Qwen3.5 instance and general one, f32 and bf16 caches, and on the tensor-core
+// kernel (bf16 at head_dim 256).
 TEST(AttentionKernel, DecodeRowsAreDecodeCalls) {
   QF_REQUIRE_GPU();
   AttnShape q122{.n_q_heads = 32, .n_kv_heads = 2, .head_dim = 256, .rot_dim = 64};
@@ -402,31 +405,42 @@ TEST(AttentionKernel, DecodeRowsAreDecodeCalls) {
   odd.max_len = 700;
   AttnShape big_group{.n_q_heads = 40, .n_kv_heads = 2, .head_dim = 128, .rot_dim = 32};
   big_group.max_len = 300;  // 20 heads a KV head: head blocks of 16 and 4
+  AttnShape q35 = q122;     // 35B-A3B: 8 query heads a KV head (half a tensor-core block)
+  q35.n_q_heads = 16;
   uint64_t seed = 100;
-  for (AttnShape s : {q122, odd, big_group}) {
-    for (const KvType kv : {KvType::kF32, KvType::kBf16}) {
+  using Path = AttnDecodePath;
+  for (AttnShape s : {q122, odd, big_group, q35}) {
+    for (const auto& [kv, path] : {std::pair{KvType::kF32, Path::kSplit},
+                                   {KvType::kBf16, Path::kSplit},
+                                   {KvType::kBf16, Path::kMma}}) {
+      if (path == Path::kMma && s.head_dim != 256) continue;
       s.kv = kv;
       for (int n = 1; n <= 3; ++n) {
-        expect_rows_are_decode(s, 0, n, ++seed);
-        expect_rows_are_decode(s, 31, n, ++seed);
-        expect_rows_are_decode(s, s.max_len - 3, n, ++seed);
+        expect_rows_are_decode(s, 0, n, ++seed, path);
+        expect_rows_are_decode(s, 31, n, ++seed, path);
+        expect_rows_are_decode(s, s.max_len - 3, n, ++seed, path);
       }
     }
   }
-  // The chunk is 32 rows up to 32 x splits rows of context, then 64 (attn_decode takes two
-  // blocks an SM: at this shape, 2 KV heads of 2 head blocks each, SMs / 2 splits): a verify
-  // whose rows straddle that edge, so the rows' splits differ.
+  // The chunk is 32 rows up to 32 x splits rows of context, then 64 (two blocks an SM: at this
+  // shape 2 KV heads of 2 split-kernel head blocks or 1 tensor-core block, so SMs / 2 or SMs
+  // splits): a verify whose rows straddle that edge, so the rows' splits differ.
   int device = 0, n_sm = 0;
   QF_CUDA_CHECK(cudaGetDevice(&device));
   QF_CUDA_CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, device));
-  const int edge = 32 * std::clamp(n_sm / 2, 1, 128);
-  for (const KvType kv : {KvType::kF32, KvType::kBf16}) {
+  for (const auto& [kv, path, splits] : {std::tuple{KvType::kF32, Path::kSplit, n_sm / 2},
+                                         {KvType::kBf16, Path::kSplit, n_sm / 2},
+                                         {KvType::kBf16, Path::kMma, n_sm}}) {
     q122.kv = kv;
-    for (int p0 = edge - 4; p0 <= edge + 1; ++p0) expect_rows_are_decode(q122, p0, 3, ++seed);
+    const int edge = 32 * std::clamp(splits, 1, 128);
+    for (int p0 = edge - 4; p0 <= edge + 1; ++p0) expect_rows_are_decode(q122, p0, 3, ++seed, path);
   }
-  EXPECT_FALSE(attn_decode_rows_ok(q122, AttnDecodePath::kMma));
   EXPECT_EQ(attn_decode_rows(q122, nullptr, nullptr, nullptr, 0, 0, nullptr, nullptr, nullptr,
                              nullptr, nullptr, nullptr, nullptr, 0, nullptr, nullptr),
+            cudaErrorInvalidValue);
+  q122.kv = KvType::kF32;
+  EXPECT_EQ(attn_decode_rows(q122, nullptr, nullptr, nullptr, 0, 1, nullptr, nullptr, nullptr,
+                             nullptr, nullptr, nullptr, nullptr, 0, nullptr, nullptr, Path::kMma),
             cudaErrorInvalidValue);
 }
 

@@ -85,7 +85,7 @@ CudaEngine::Impl::Impl(std::unique_ptr<cuda::DeviceModel> model, const CudaOptio
   rope = f(static_cast<int64_t>(kern::attn_rope_floats(attn)) + 1);
   cuda::check(kern::attn_rope_table(attn, rope, stream), "attn_rope_table");
   ids = i(rows * k), token = i(1), next = i(1), pos = i(1);
-  vtoken = i(rows), vpos = i(rows), vnext = i(rows), fence_word = i(1);
+  vtoken = i(rows), vpos = i(rows), vnext = i(rows);
   std::vector<int> distinct(static_cast<size_t>(k));  // what --skip router-topk leaves there
   std::iota(distinct.begin(), distinct.end(), 0);
   cuda::check(

@@ -96,10 +96,9 @@ struct CudaEngine::Impl {
   int* pinned_top = nullptr;
   void* top_scratch = nullptr;
   // The verify (speculative decoding: kMaxVerify tokens at most): its tokens, positions and
-  // argmaxes, a word that its memset nodes write (a full dependency between two launches,
-  // pdl.cuh), and each DeltaNet layer's state after the first token (ssm_saved) and after the
+  // argmaxes, and each DeltaNet layer's state after the first token (ssm_saved) and after the
   // second (ssm_saved2), for rejected tokens (the conv rings keep every token's history).
-  int *vtoken = nullptr, *vpos = nullptr, *vnext = nullptr, *fence_word = nullptr;
+  int *vtoken = nullptr, *vpos = nullptr, *vnext = nullptr;
   std::vector<float*> ssm_saved, ssm_saved2;
   // CudaOptions::snapshots: each DeltaNet layer's conv history and state at snap_position (the
   // MTP head's position then: snap_mtp_position).
@@ -258,8 +257,6 @@ struct CudaEngine::Impl {
                  int k_splits = 1);
   void gemv_rows(int rows, const cuda::RowGroup& g, const float* in, size_t in_stride, float* out,
                  size_t out_stride, const char* family, cudaStream_t on = nullptr);
-
-  void fence() { cuda::check(cudaMemsetAsync(fence_word, 0, sizeof(int), stream), "memset"); }
 
   // out_proj_add_norm on every row.
   void out_proj_add_norm_rows(int rows, const kern::DeviceLinear& w, const float* in,

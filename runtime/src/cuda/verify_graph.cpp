@@ -5,10 +5,9 @@
 // faster than one weight stream for both, branch x-rows). The DeltaNet kernel takes every row
 // in one launch (kern::gdn_decode_tokens: the state read once, kept in registers, written after
 // each row; the rows before the last into ssm_saved and ssm_saved2, which reject returns to;
-// the conv ring keeps every row's history, so rejecting needs no copy of it). The attention
-// rows go in one pass where attn_decode runs its split kernel (kern::attn_decode_rows: f32
-// caches, or no tensor-core attention); the tensor-core kernel's rows run in turn, a fence
-// between them (their early loads read what the row before writes, pdl.cuh).
+// the conv ring keeps every row's history, so rejecting needs no copy of it), and so does
+// attention (kern::attn_decode_rows: the rows appended, then the decode's kernel over its
+// splits for every row, then the combine).
 #include "engine_impl.h"
 
 namespace qf::rt {
@@ -111,21 +110,10 @@ void CudaEngine::Impl::launch_verify(int rows) {
     if (w.full_attention) {
       const int64_t qr = qkvp_row();
       gemv_rows(rows, w.qkv, u, h, qkvp, qr, "attention projections");
-      if (kern::attn_decode_rows_ok(attn, attn_decode_path())) {  // every row in one pass
-        cuda::check(kern::attn_decode_rows(attn, qproj, kp, vp, static_cast<size_t>(qr), rows,
-                                           w.q_norm, w.k_norm, rope, vpos, k_cache[l], v_cache[l],
-                                           att, att_row, attn_scratch, stream),
-                    "attn_decode_rows");
-      } else {  // the tensor-core kernel: a row at a time
-        for (int r = 0; r < rows; ++r) {
-          if (r > 0) fence();
-          cuda::check(
-              kern::attn_decode(attn, qproj + r * qr, kp + r * qr, vp + r * qr, w.q_norm, w.k_norm,
-                                rope, vpos + r, nullptr, k_cache[l], v_cache[l], att + r * att_row,
-                                attn_scratch, stream, attn_decode_path()),
-              "attn_decode");
-        }
-      }
+      cuda::check(kern::attn_decode_rows(attn, qproj, kp, vp, static_cast<size_t>(qr), rows,
+                                         w.q_norm, w.k_norm, rope, vpos, k_cache[l], v_cache[l],
+                                         att, att_row, attn_scratch, stream, attn_decode_path()),
+                  "attn_decode_rows");
       out_proj_add_norm_rows(rows, w.o, att, att_row, w.post_norm);
     } else {
       const int64_t gr = gin_row();

@@ -71,20 +71,19 @@ cudaError_t attn_prefill(const AttnShape& shape, const float* q_proj, const floa
                          cudaStream_t stream, AttnPrefillPath path = AttnPrefillPath::kAuto);
 // A verify's n consecutive tokens (speculative decoding) at positions pos[0] .. pos[n - 1]
 // (device, consecutive) in three plain launches: their k and v rows appended (as attn_prefill
-// appends them), then the split kernel over attn_decode's splits for every token at once (grid.z:
-// token x head block; every row read from the cache) and the combine (grid.y: token). Bit for bit
-// n attn_decode calls where those run the split kernel, which attn_decode_rows_ok(shape, path)
-// says (the tensor-core kernel sums in another order: false there). Token t's q_proj, k_proj,
-// v_proj at t * ld of their pointers, its output at t * ld_out. scratch:
-// attn_decode_rows_scratch_floats(shape, n) floats. Shapes as attn_decode, n * head blocks <
-// 65536; else cudaErrorInvalidValue.
-bool attn_decode_rows_ok(const AttnShape& shape, AttnDecodePath path);
+// appends them), then attn_decode's kernel for `path` over its splits for every token at once
+// (grid.z: token x head block; every row read from the cache) and the combine (grid.y: token).
+// Bit for bit n attn_decode calls with that path (the new row a decode takes from shared memory
+// holds what the append stores). Token t's q_proj, k_proj, v_proj at t * ld of their pointers,
+// its output at t * ld_out. scratch: attn_decode_rows_scratch_floats(shape, n) floats. Shapes
+// and paths as attn_decode, n * head blocks < 65536; else cudaErrorInvalidValue.
 size_t attn_decode_rows_scratch_floats(const AttnShape& shape, int n);
 cudaError_t attn_decode_rows(const AttnShape& shape, const float* q_proj, const float* k_proj,
                              const float* v_proj, size_t ld, int n, const float* q_norm_w,
                              const float* k_norm_w, const float* rope, const int* pos,
                              void* k_cache, void* v_cache, float* out, size_t ld_out,
-                             float* scratch, cudaStream_t stream);
+                             float* scratch, cudaStream_t stream,
+                             AttnDecodePath path = AttnDecodePath::kAuto);
 size_t attn_scratch_floats(const AttnShape& shape);  // 0 for a shape attn_decode refuses
 
 // Contracts: device pointers; stream-ordered, allocates nothing, never syncs with the host, so
