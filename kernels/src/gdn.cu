@@ -1,22 +1,26 @@
-// Gated DeltaNet decode for one token (qf/kern/gdn.h, shared/docs/qwen35-architecture.md §3.3).
-// Twin: gdn_ref.cpp. Test: tests/kernels/gdn_test.cpp.
+// Gated DeltaNet decode for one token, or a verify's few (qf/kern/gdn.h,
+// shared/docs/qwen35-architecture.md §3.3). Twin: gdn_ref.cpp. Test: tests/kernels/gdn_test.cpp.
 //
 // One launch, gdn_decode_kernel: grid (n_tiles, Nv), the n_tiles column tiles of one head forming
 // one thread-block cluster.
 //   * Conv: a block computes the causal depthwise conv + SiLU of the channels it needs itself,
 //     the q and k channels of its key head (then their l2 norms, q also x 1/sqrt(dk)) and the v
-//     channels of its columns, a thread per channel (two at most). The blocks of a key head all
-//     compute its q and k, so the history is double-buffered: every block reads copy *pos % 2,
-//     and the next history of each channel goes into the other copy, written by one block only.
+//     channels of its columns, a thread per channel (two at most), for each of the launch's
+//     tokens. The blocks of a key head all compute its q and k, so the history is a ring indexed
+//     by position (GdnState::conv) with room for the launch's tokens: every block reads the
+//     slots before *pos, and each channel's inputs go into the slots from *pos on, written by
+//     one block only.
 //   * Recurrence: the delta rule is independent per value column e (p[e], delta[e], S[:, e],
 //     o[e] only touch column e), so a block owns `tile` columns of one head and all dk rows:
 //     thread (g, c) keeps rows d = g, g + groups, ... of column tile * blockIdx.x + c in
-//     registers. Consecutive threads read consecutive columns of one state row, so the state is
-//     read and written once per token, coalesced. Column reductions over d go through shared
-//     memory in a fixed order.
-//   * The gated RMSNorm needs the whole head: each block pushes its tile's sum of squares into
-//     every block of its cluster (distributed shared memory), and after one cluster barrier each
-//     block sums the tiles in index order (deterministic) and normalizes its columns.
+//     registers, across the launch's tokens. Consecutive threads read consecutive columns of one
+//     state row, so the state is read once a launch and written once a token (the last token's
+//     into the state, earlier ones' into the caller's rollback copies), coalesced. Column
+//     reductions over d go through shared memory in a fixed order.
+//   * The gated RMSNorm needs the whole head: each block pushes its tile's sums of squares (one
+//     a token) into every block of its cluster (distributed shared memory), and after one
+//     cluster barrier each block sums the tiles in index order (deterministic) and normalizes
+//     its columns.
 //
 // Products and sums go through __fmul_rn / __fmaf_rn: gdn_prefill.cu repeats this arithmetic
 // token by token and must give its bits, whatever the compiler would contract.
@@ -41,6 +45,13 @@
 // that was most of its time. qforge-bench-mixers, per layer: H100 122B 8.16 -> 6.87 us, 35B
 // 6.48 -> 4.41; H200 7.93 -> 6.12 and 6.21 -> 4.13. The 122B step: H100 59.6% -> 60.3% of copy,
 // H200 47.6% -> 48.7% (35B: 38.9 -> 40.5%, 29.8 -> 31.1%).
+//
+// Several tokens (gdn_decode_tokens, a verify's) have instances of their own (kMaxTok), so the
+// step's single-token instance keeps its registers; the 1024-thread one for several tokens spills
+// a few (deep heads only, no Qwen3.5 shape). The conv ring is slot-major (a warp's channels side
+// by side in a slot) and its slots come from one modulo a launch and steps: channel-major slots,
+// or a modulo a slot, each cost the single-token kernel ~0.4 us a layer at 122B on an H100
+// (docs/cuda-engine-speed.md, the DeltaNet rows in one launch).
 #include <cooperative_groups.h>
 
 #include <algorithm>

@@ -76,6 +76,7 @@ struct CudaEngine::Impl {
   int *mtp_token = nullptr, *mtp_next = nullptr, *mtp_pos = nullptr;
   // Tokens a verify pass takes at most (speculative decoding: two drafts a round).
   static constexpr int kMaxVerify = 3;
+  static_assert(kMaxVerify <= kern::kGdnMaxTokens, "a verify's DeltaNet rows take one launch");
   // Host: the token in, the argmax out; the MTP head's the same; a position to set (9) and the
   // MTP head's (10); then a verify's tokens, positions and argmaxes (kMaxVerify each), the
   // single-token step's position after them, and mtp_entries' tokens.
