@@ -3,8 +3,8 @@
 //   states do not sit in L2 between calls, as in a real decode step): time per layer and the
 //   recurrent-state bytes read + written per token / time, against device-to-device copy
 //   bandwidth (cudaMemcpy, counted as read + write).
-//   GDN verify (gdn_decode_tokens: 2 and 3 tokens in one launch) at the same shapes against a
-//   launch a token with the state copied between: time per layer.
+//   GDN verify (gdn_decode_tokens: 2 and 3 tokens in one launch, deferred) at the same shapes
+//   against a launch a token with the state copied between: time per layer.
 //   GDN prefill (gdn_prefill: a pass of 1024 tokens through the conv, the recurrence, the norm
 //   and the history's shift) at the same shapes: time per layer and per token.
 //   Attention decode (norms, rotary, cache append and split-K attention in one launch, then the
@@ -171,9 +171,10 @@ void bench_gdn_prefill(const char* name, qf::kern::GdnShape s, int n, int n_laye
               s.n_k_heads, s.n_v_heads, n, us, us / n);
 }
 
-// A verify's n tokens through every layer's GDN (speculative decoding): gdn_decode_tokens, the
-// state kept after each token before the last, against a gdn_decode launch per token with the
-// state copied out before each token after the first (how the engine ran them before).
+// A verify's n tokens through every layer's GDN (speculative decoding): gdn_decode_tokens as the
+// engine runs it (the last verify's n tokens folded in, the state written back before this
+// one's tokens, their updates deferred), against a gdn_decode launch per token with the state
+// copied out before each token after the first (how the engine ran them before 16aa901).
 void bench_gdn_tokens(const char* name, qf::kern::GdnShape s, int n_layers, int n,
                       cudaStream_t stream) {
   const size_t conv_dim = static_cast<size_t>(s.conv_dim());
@@ -187,8 +188,13 @@ void bench_gdn_tokens(const char* name, qf::kern::GdnShape s, int n_layers, int 
   DeviceBuffer<int> pos(static_cast<size_t>(n));
   QF_CUDA_CHECK(cudaMemcpy(pos.data(), host_pos.data(), pos.bytes(), cudaMemcpyHostToDevice));
   GdnLayers layers = gdn_layers(s, n_layers);
-  std::vector<DeviceBuffer<float>> saved;
+  std::vector<DeviceBuffer<float>> saved, replays;
   for (int i = 0; i < n_layers * (n - 1); ++i) saved.push_back(filled(state, 0.0f));
+  const size_t entries = 2 * qf::kern::kGdnMaxTokens * qf::kern::gdn_replay_entry_floats(s);
+  for (int l = 0; l < n_layers; ++l) replays.push_back(filled(entries, 0.5f));
+  const int word_host[2] = {n, 0};  // fold the last verify's n tokens, all kept (the most work)
+  DeviceBuffer<int> word(2);
+  QF_CUDA_CHECK(cudaMemcpy(word.data(), word_host, sizeof(word_host), cudaMemcpyHostToDevice));
   const qf::kern::GdnParams p{layers.conv_w.data(), layers.dt.data(), layers.a_log.data(),
                               layers.norm_w.data()};
   const float* z = rows.data() + conv_dim;
@@ -196,17 +202,16 @@ void bench_gdn_tokens(const char* name, qf::kern::GdnShape s, int n_layers, int 
     return saved[static_cast<size_t>(l * (n - 1) + t)].data();
   };
   const double one =
-      time_graph_us(
-          stream, 20,
-          [&] {
-            for (int l = 0; l < n_layers; ++l) {
-              qf::kern::GdnSaved keep;
-              for (int t = 0; t + 1 < n; ++t) keep.ssm[t] = saved_of(l, t);
-              QF_CUDA_CHECK(qf::kern::gdn_decode_tokens(
-                  s, p, rows.data(), z, z + vd, z + vd + s.n_v_heads, ld, n, pos.data(),
-                  {layers.convs[l].data(), layers.ssms[l].data()}, keep, out.data(), vd, stream));
-            }
-          }) /
+      time_graph_us(stream, 20,
+                    [&] {
+                      for (int l = 0; l < n_layers; ++l) {
+                        const qf::kern::GdnReplay deferred{replays[l].data(), word.data(), true};
+                        QF_CUDA_CHECK(qf::kern::gdn_decode_tokens(
+                            s, p, rows.data(), z, z + vd, z + vd + s.n_v_heads, ld, n, pos.data(),
+                            {layers.convs[l].data(), layers.ssms[l].data()}, deferred, out.data(),
+                            vd, stream));
+                      }
+                    }) /
       n_layers;
   const double each =
       time_graph_us(
@@ -229,9 +234,9 @@ void bench_gdn_tokens(const char* name, qf::kern::GdnShape s, int n_layers, int 
           }) /
       n_layers;
   std::printf(
-      "gdn %-5s Nk %2d Nv %2d, %d tokens: %6.2f us/layer in one launch, %6.2f as a launch a "
-      "token with the state copied between\n",
-      name, s.n_k_heads, s.n_v_heads, n, one, each);
+      "gdn %-5s Nk %2d Nv %2d, %d tokens: %6.2f us/layer in one launch (deferred, folding the "
+      "last verify's %d), %6.2f as a launch a token with the state copied between\n",
+      name, s.n_k_heads, s.n_v_heads, n, one, n, each);
 }
 
 void bench_attention(const char* name, qf::kern::AttnShape s, int n_layers, int context,

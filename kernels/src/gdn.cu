@@ -101,7 +101,7 @@ __global__ void __launch_bounds__(kMaxThreads)
                       const float* __restrict__ z, const float* __restrict__ b,
                       const float* __restrict__ a, size_t ld, int n_tok,
                       const int* __restrict__ pos_p, float* __restrict__ conv_state,
-                      float* __restrict__ ssm, GdnSaved saved, float* __restrict__ out,
+                      float* __restrict__ ssm, GdnReplay replay, float* __restrict__ out,
                       size_t ld_out) {
   namespace cg = cooperative_groups;
   cluster_arrive_relaxed();  // "this block has started", waited for before the first DSMEM store
@@ -208,7 +208,33 @@ __global__ void __launch_bounds__(kMaxThreads)
       }
     }
   }
-  if constexpr (kEarlyState) load_state();
+  // The replay's kept tokens (GdnReplay; written by a verify launches back, its word by the
+  // host before the graph: early loads, pdl.cuh (b)): S <- alpha S, then S += k^ delta^T, as
+  // delta_rule made them.
+  const int entry =
+      kDk ? s.n_k_heads * kDk + s.n_v_heads * (kDk + 1) : static_cast<int>(replay_entry(s));
+  // (Several-token instances only: the step's keeps its registers; a replay needs them.)
+  constexpr bool kReplay = kMaxTok > 1;
+  const int n_fold = kReplay && replay.buf ? __ldcg(replay.word) : 0;
+  const int parity = kReplay && replay.buf ? __ldcg(replay.word + 1) : 0;
+  const bool defer = kReplay && replay.defer;
+  const auto fold = [&] {
+    for (int f = 0; f < n_fold; ++f) {
+      const float* en = replay.buf + static_cast<size_t>(parity * kGdnMaxTokens + f) * entry;
+      const float* k_hat = en + kh * dk;
+      const float alpha_f = __ldcg(en + s.n_k_heads * dk + s.n_v_heads * dv + j);
+      const float delta_f = live ? __ldcg(en + s.n_k_heads * dk + head + e) : 0.0f;
+#pragma unroll
+      for (int i = 0; i < kMaxRows; ++i) {
+        const int d = g + groups * i;
+        if (d < dk) st[i] = __fmaf_rn(__ldcg(k_hat + d), delta_f, __fmul_rn(st[i], alpha_f));
+      }
+    }
+  };
+  if constexpr (kEarlyState) {
+    load_state();
+    fold();
+  }
   pdl::wait();
 
   // z, b, a: the in_proj launched just before wrote them.
@@ -301,19 +327,43 @@ __global__ void __launch_bounds__(kMaxThreads)
       }
     }
   }
-  if constexpr (!kEarlyState) load_state();
+  if constexpr (!kEarlyState) {
+    load_state();
+    fold();
+  }
+  // Deferring: the state with the fold applied is the checkpoint (unchanged without a fold).
+  if (defer && n_fold > 0 && live) {
+#pragma unroll
+    for (int i = 0; i < kMaxRows; ++i) {
+      const int d = g + groups * i;
+      if (d < dk) S[static_cast<size_t>(d) * dv] = st[i];
+    }
+  }
   __syncthreads();  // ks, qs, vs ready
 
   // Per token: decay, predict with the decayed state, the rank-1 write (stored after the last
-  // token, and where the caller keeps it), the output.
+  // token unless deferring), the output. Deferring, each token's entry: k^ by the key head's
+  // writer block, delta by each column's g == 0 thread, alpha by tile 0's first thread.
   float o[kMaxTok];
+  float* put =
+      defer ? replay.buf + static_cast<size_t>((1 - parity) * kGdnMaxTokens) * entry : nullptr;
+  const bool k_writer = j % r == 0 && blockIdx.x == 0;
 #pragma unroll
   for (int t = 0; t < kMaxTok; ++t) {
     if (t >= n) break;
-    float* to = t == n - 1 ? S : saved.ssm[t] ? saved.ssm[t] + state_at : nullptr;
+    const bool store = t == n - 1 && !defer;
+    float delta = 0.0f;
     o[t] =
         delta_rule<true>(st, g, groups, col, tile, dk, ks(t), qs(t), alpha[t], beta[t], vs(t)[col],
-                         red_p, red_o, t == n - 1 ? live : live && to, to, static_cast<size_t>(dv));
+                         red_p, red_o, live && store, S, static_cast<size_t>(dv), &delta);
+    if (put) {
+      float* en = put + static_cast<size_t>(t) * entry;
+      if (k_writer) {
+        for (int c = tid; c < dk; c += n_thr) en[kh * dk + c] = ks(t)[c];
+      }
+      if (g == 0 && live) en[s.n_k_heads * dk + head + e] = delta;
+      if (blockIdx.x == 0 && tid == 0) en[s.n_k_heads * dk + s.n_v_heads * dv + j] = alpha[t];
+    }
     if (g == 0) col_sq[t][col] = live ? static_cast<double>(o[t]) * o[t] : 0.0;
   }
   if (tile <= 32) {
@@ -360,7 +410,38 @@ auto decode_kernel(bool big, bool fixed, bool stage) {
                  : gdn_decode_kernel<256, false, 0, kMaxTok>;
 }
 
+// gdn_fold: the replay's kept tokens folded into the state, a thread per (column, row group) as
+// in gdn_decode's blocks, each element through the same operations in the same order.
+__global__ void gdn_fold_kernel(GdnShape s, Plan pl, GdnReplay replay, float* __restrict__ ssm) {
+  const int j = blockIdx.y, col = threadIdx.x % pl.tile, g = threadIdx.x / pl.tile;
+  const int e = blockIdx.x * pl.tile + col, dk = s.dk, dv = s.dv;
+  if (e >= dv) return;
+  const int n_fold = replay.word[0], parity = replay.word[1];
+  const int kh = j / (s.n_v_heads / s.n_k_heads);
+  const size_t entry = gdn_detail::replay_entry(s);
+  float* S = ssm + static_cast<size_t>(j) * dk * dv + e;
+  for (int d = g; d < dk; d += pl.groups) {
+    float st = S[static_cast<size_t>(d) * dv];
+    for (int f = 0; f < n_fold; ++f) {
+      const float* en = replay.buf + (parity * kGdnMaxTokens + f) * entry;
+      const float alpha = en[static_cast<size_t>(s.n_k_heads) * dk + s.n_v_heads * dv + j];
+      const float delta = en[static_cast<size_t>(s.n_k_heads) * dk + j * dv + e];
+      st = __fmaf_rn(en[kh * dk + d], delta, __fmul_rn(st, alpha));
+    }
+    S[static_cast<size_t>(d) * dv] = st;
+  }
+}
+
 }  // namespace
+
+cudaError_t gdn_fold(const GdnShape& shape, GdnReplay replay, float* ssm, cudaStream_t stream) {
+  if (!supported(shape)) return cudaErrorInvalidValue;
+  if (!replay.buf) return cudaSuccess;
+  const Plan pl = make_plan(shape);
+  gdn_fold_kernel<<<dim3(static_cast<unsigned>(pl.n_tiles), static_cast<unsigned>(shape.n_v_heads)),
+                    pl.tile * pl.groups, 0, stream>>>(shape, pl, replay, ssm);
+  return cudaGetLastError();
+}
 
 int gdn_conv_ring(const GdnShape& shape) {
   return ring_len(shape.kc);
@@ -368,6 +449,10 @@ int gdn_conv_ring(const GdnShape& shape) {
 
 size_t gdn_conv_state_floats(const GdnShape& shape) {
   return static_cast<size_t>(shape.conv_dim()) * ring_len(shape.kc);
+}
+
+size_t gdn_replay_entry_floats(const GdnShape& shape) {
+  return replay_entry(shape);
 }
 
 cudaError_t gdn_decode(const GdnShape& shape, const GdnParams& p, const float* qkv, const float* z,
@@ -378,7 +463,7 @@ cudaError_t gdn_decode(const GdnShape& shape, const GdnParams& p, const float* q
 
 cudaError_t gdn_decode_tokens(const GdnShape& shape, const GdnParams& p, const float* qkv,
                               const float* z, const float* b, const float* a, size_t ld, int n,
-                              const int* pos, GdnState state, GdnSaved saved, float* out,
+                              const int* pos, GdnState state, GdnReplay replay, float* out,
                               size_t ld_out, cudaStream_t stream) {
   if (!supported(shape) || n < 1 || n > kGdnMaxTokens) return cudaErrorInvalidValue;
   const Plan pl = make_plan(shape);
@@ -403,10 +488,11 @@ cudaError_t gdn_decode_tokens(const GdnShape& shape, const GdnParams& p, const f
   // (the decode step) has instances of its own, without the other tokens' registers and loops.
   const bool fixed = shape.dk == kFixedDk && shape.dv == kFixedDk && shape.kc == kFixedKc &&
                      pl.tile == kFixedTile && pl.groups == kFixedGroups;
-  const auto kernel = n == 1 ? decode_kernel<1>(threads > 256, fixed, stage)
-                             : decode_kernel<kGdnMaxTokens>(threads > 256, fixed, stage);
+  const auto kernel = n == 1 && !replay.buf
+                          ? decode_kernel<1>(threads > 256, fixed, stage)
+                          : decode_kernel<kGdnMaxTokens>(threads > 256, fixed, stage);
   return pdl::launch_cluster(kernel, grid, dim3(pl.n_tiles), threads, smem, stream, shape, pl, p,
-                             qkv, z, b, a, ld, n, pos, state.conv, state.ssm, saved, out, ld_out);
+                             qkv, z, b, a, ld, n, pos, state.conv, state.ssm, replay, out, ld_out);
 }
 
 }  // namespace qf::kern

@@ -31,6 +31,11 @@ __host__ __device__ inline int ring_slot(int q, int len) {
   return r < 0 ? r + len : r;
 }
 
+// Floats of a GdnReplay entry: k^ [Nk * dk] | delta [Nv * dv] | alpha [Nv].
+__host__ __device__ inline size_t replay_entry(const GdnShape& s) {
+  return static_cast<size_t>(s.n_k_heads) * s.dk + static_cast<size_t>(s.n_v_heads) * (s.dv + 1);
+}
+
 struct Plan {
   int tile = 0;     // columns per block: min(32, dv rounded up to a power of two), doubled
                     // until n_tiles <= kMaxTiles; the last tile may be partly idle
@@ -89,13 +94,15 @@ __device__ __forceinline__ QkNorm qk_norm(double sq_q, double sq_k, double (&war
 // over the block's row groups (red_p [groups, tile], a barrier); S[d] += k[d] beta (v - p),
 // with kStore each updated row also stored at S[d * dv] where live; the output partials
 // sum_d S[d] q[d] summed over the row groups (red_o, a barrier). Returns the column's output
-// to the g == 0 threads (0 to the others). Spelled with __fmul_rn / __fmaf_rn, so that
+// to the g == 0 threads (0 to the others), and the column's delta to *delta_out where given.
+// Spelled with __fmul_rn / __fmaf_rn, so that
 // gdn_decode and gdn_prefill round alike whatever the compiler would contract.
 template <bool kStore>
 __device__ __forceinline__ float delta_rule(float (&st)[kMaxRows], int g, int groups, int col,
                                             int tile, int dk, const float* ks, const float* qs,
                                             float alpha, float beta, float v, float* red_p,
-                                            float* red_o, bool live, float* S, size_t dv) {
+                                            float* red_o, bool live, float* S, size_t dv,
+                                            float* delta_out = nullptr) {
   float acc = 0.0f;
 #pragma unroll
   for (int i = 0; i < kMaxRows; ++i) {
@@ -111,6 +118,7 @@ __device__ __forceinline__ float delta_rule(float (&st)[kMaxRows], int g, int gr
 #pragma unroll 8
   for (int gi = 0; gi < groups; ++gi) pred += red_p[gi * tile + col];
   const float delta = beta * (v - pred);
+  if (delta_out) *delta_out = delta;
   acc = 0.0f;
 #pragma unroll
   for (int i = 0; i < kMaxRows; ++i) {

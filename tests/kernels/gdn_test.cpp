@@ -12,7 +12,7 @@
 //     |dS|_F |q^| while |o| ~ |S|_F |q^| / sqrt(dk) for a q^ unrelated to S, and the gated
 //     RMSNorm divides by |o|; so the relative error of o is at most sqrt(dk) times the state's.
 // gdn_prefill: bit for bit gdn_decode token by token (PrefillIsDecodeTokenByToken), and so is
-// gdn_decode_tokens, with the states after the tokens before the last (TokensAreDecodeCalls).
+// gdn_decode_tokens, plain and deferring, its kept tokens folded in (TokensAreDecodeCalls).
 // Skips (and says why) where no CUDA device is present.
 #include <gtest/gtest.h>
 
@@ -274,64 +274,154 @@ TEST(GdnKernel, PrefillIsDecodeTokenByToken) {
             cudaErrorInvalidValue);
 }
 
-// gdn_decode_tokens over n tokens against n gdn_decode calls from the same state, bit for bit:
-// the outputs, the state after the last token, each kept state after an earlier one (a null
-// rollback point is not written), and the conv history at every position the pass reaches (a
-// rollback to any of them reads it from the ring).
-void expect_tokens_are_decode(const GdnShape& s, int n, int pos0, bool keep_first, uint64_t seed) {
+// gdn_decode_tokens against gdn_decode calls from the same state, bit for bit, as speculative
+// decoding runs it. A plain launch of n tokens: the outputs, the state after the last, the conv
+// history at every position the pass reaches (a rollback to any of them reads it from the ring).
+// A deferring launch of n tokens (GdnReplay): the same outputs and the state left as it was; then
+// `kept` of its tokens folded in three ways, each the state `kept` calls leave: by gdn_fold; by
+// a second deferring launch of m tokens after them (its outputs the calls', the state it writes
+// back the calls' after `kept`, its own tokens folded by gdn_fold after it, reading the other
+// buffer); and by a plain launch of one token with the replay.
+struct Layer {
+  GdnShape s;
+  std::vector<float> rows;  // token t's qkv | z | b | a at t * ld
+  size_t conv_dim, vd, ld, ld_out;
+  DeviceBuffer<float> conv_w, dt, alog, norm, d_rows;
+  GdnParams p() const { return {conv_w.data(), dt.data(), alog.data(), norm.data()}; }
+  const float* row(int t) const { return d_rows.data() + t * ld; }
+};
+
+// gdn_decode calls for tokens [t0, t1) (rows t0.. of the layer) at positions pos0 + t on (conv,
+// ssm), outputs at t * ld_out of out.
+void decode_calls(const Layer& L, int t0, int t1, int pos0, float* conv, float* ssm, float* out) {
+  for (int t = t0; t < t1; ++t) {
+    const int pos = pos0 + t;
+    auto d_pos = upload(std::vector<int>{pos});
+    const float* r = L.row(t);
+    ASSERT_EQ(gdn_decode(L.s, L.p(), r, r + L.conv_dim, r + L.conv_dim + L.vd,
+                         r + L.conv_dim + L.vd + L.s.n_v_heads, d_pos.data(), GdnState{conv, ssm},
+                         out + t * L.ld_out, nullptr),
+              cudaSuccess);
+    QF_CUDA_CHECK(cudaDeviceSynchronize());  // its early loads read what the call before wrote
+  }
+}
+
+void expect_tokens_are_decode(const GdnShape& s, int n, int pos0, int kept, uint64_t seed) {
   SCOPED_TRACE("tokens Nk " + std::to_string(s.n_k_heads) + " Nv " + std::to_string(s.n_v_heads) +
                " dk " + std::to_string(s.dk) + " dv " + std::to_string(s.dv) + " kc " +
                std::to_string(s.kc) + " n " + std::to_string(n) + " from " + std::to_string(pos0) +
-               (keep_first ? "" : ", first state not kept"));
+               " kept " + std::to_string(kept));
   std::mt19937_64 g(seed);
   const HostGdn h = make_layer(s, g);
-  const size_t conv_dim = static_cast<size_t>(s.conv_dim()), nv = s.n_v_heads, vd = nv * s.dv;
-  const size_t ld = conv_dim + vd + 2 * nv + 1, ld_out = vd + 3;  // qkv | z | b | a, padded
-  const std::vector<float> rows = randn(n * ld, g, 1.0f, 0.1f);
-  auto d_conv_w = upload(h.conv_w), d_dt = upload(h.dt_bias), d_alog = upload(h.a_log),
-       d_norm = upload(h.norm_w), d_rows = upload(rows);
-  const GdnParams dp{d_conv_w.data(), d_dt.data(), d_alog.data(), d_norm.data()};
+  const int m = 2;  // the second verify's tokens: rows n .. n + m - 1
+  Layer L{s, {}, static_cast<size_t>(s.conv_dim()), static_cast<size_t>(s.n_v_heads) * s.dv};
+  L.ld = L.conv_dim + L.vd + 2 * s.n_v_heads + 1, L.ld_out = L.vd + 3;  // padded rows
+  L.rows = randn((n + m) * L.ld, g, 1.0f, 0.1f);
+  L.conv_w = upload(h.conv_w), L.dt = upload(h.dt_bias), L.alog = upload(h.a_log);
+  L.norm = upload(h.norm_w), L.d_rows = upload(L.rows);
   const std::vector<float> ring = ring_at(s, h.conv, pos0);
-  auto d_conv_a = upload(ring), d_conv_b = upload(ring), d_ssm_a = upload(h.ssm),
-       d_ssm_b = upload(h.ssm);
-  const std::vector<float> sentinel(h.ssm.size(), 7.0f);
-  std::vector<DeviceBuffer<float>> d_saved;
-  for (int t = 0; t + 1 < kGdnMaxTokens; ++t) d_saved.push_back(upload(sentinel));
-  GdnSaved saved;
-  for (int t = 0; t + 1 < n; ++t) {
-    if (t > 0 || keep_first) saved.ssm[t] = d_saved[t].data();
-  }
-  DeviceBuffer<float> d_out_a(n * ld_out), d_out_b(n * ld_out);
-  QF_CUDA_CHECK(cudaMemset(d_out_a.data(), 0, d_out_a.bytes()));
-  QF_CUDA_CHECK(cudaMemset(d_out_b.data(), 0, d_out_b.bytes()));
-  std::vector<int> pos(n);
-  for (int t = 0; t < n; ++t) pos[t] = pos0 + t;
+  const size_t n_out = (n + m) * L.ld_out;
+  std::vector<int> pos(n + m);
+  for (int t = 0; t < n + m; ++t) pos[t] = pos0 + t;
   auto d_pos = upload(pos);
-  const float* r0 = d_rows.data();
-  ASSERT_EQ(gdn_decode_tokens(s, dp, r0, r0 + conv_dim, r0 + conv_dim + vd, r0 + conv_dim + vd + nv,
-                              ld, n, d_pos.data(), GdnState{d_conv_a.data(), d_ssm_a.data()}, saved,
-                              d_out_a.data(), ld_out, nullptr),
-            cudaSuccess);
-  QF_CUDA_CHECK(cudaDeviceSynchronize());
-  const std::vector<float> conv_a = download(d_conv_a);
-  for (int t = 0; t < n; ++t) {
-    SCOPED_TRACE("token " + std::to_string(t));
-    const float* r = r0 + t * ld;
-    ASSERT_EQ(gdn_decode(s, dp, r, r + conv_dim, r + conv_dim + vd, r + conv_dim + vd + nv,
-                         d_pos.data() + t, GdnState{d_conv_b.data(), d_ssm_b.data()},
-                         d_out_b.data() + t * ld_out, nullptr),
-              cudaSuccess);
+  const auto launch = [&](int t0, int count, float* conv, float* ssm, GdnReplay replay,
+                          float* out) {
+    const float* r = L.row(t0);
+    return gdn_decode_tokens(s, L.p(), r, r + L.conv_dim, r + L.conv_dim + L.vd,
+                             r + L.conv_dim + L.vd + s.n_v_heads, L.ld, count, d_pos.data() + t0,
+                             GdnState{conv, ssm}, replay, out + t0 * L.ld_out, L.ld_out, nullptr);
+  };
+  const auto set_word = [](DeviceBuffer<int>& w, int count, int parity) {
+    upload_to(std::vector<int>{count, parity}, w);
+  };
+  // The calls' reference: every row's output, the state after `kept` and after kept + 1, and
+  // after the second verify's tokens (rows kept .. kept + m - 1 then, at their positions).
+  auto b_conv = upload(ring), b_ssm = upload(h.ssm);
+  DeviceBuffer<float> b_out(n_out), b_out2(n_out);
+  ASSERT_NO_FATAL_FAILURE(decode_calls(L, 0, n, pos0, b_conv.data(), b_ssm.data(), b_out.data()));
+  const std::vector<float> b_conv_n = download(b_conv), b_ssm_n = download(b_ssm);
+  auto c_conv = upload(ring), c_ssm = upload(h.ssm);
+  ASSERT_NO_FATAL_FAILURE(
+      decode_calls(L, 0, kept, pos0, c_conv.data(), c_ssm.data(), b_out2.data()));
+  const std::vector<float> ssm_kept = download(c_ssm);
+
+  {  // A plain launch: the calls' bits.
+    auto a_conv = upload(ring), a_ssm = upload(h.ssm);
+    DeviceBuffer<float> a_out(n_out);
+    QF_CUDA_CHECK(cudaMemset(a_out.data(), 0, a_out.bytes()));
+    ASSERT_EQ(launch(0, n, a_conv.data(), a_ssm.data(), {}, a_out.data()), cudaSuccess);
     QF_CUDA_CHECK(cudaDeviceSynchronize());
-    EXPECT_TRUE(same_bits(history_at(s, conv_a, pos0 + t + 1),
-                          history_at(s, download(d_conv_b), pos0 + t + 1)))
-        << "conv history";
-    if (t + 1 < n) {
-      EXPECT_TRUE(same_bits(download(d_saved[t]), saved.ssm[t] ? download(d_ssm_b) : sentinel))
-          << "state kept after the token";
+    EXPECT_TRUE(same_bits(download(a_out, n * L.ld_out), download(b_out, n * L.ld_out)))
+        << "plain: outputs";
+    EXPECT_TRUE(same_bits(download(a_ssm), b_ssm_n)) << "plain: state";
+    const std::vector<float> a_ring = download(a_conv);
+    for (int t = 1; t <= n; ++t) {
+      EXPECT_TRUE(same_bits(history_at(s, a_ring, pos0 + t), history_at(s, b_conv_n, pos0 + t)))
+          << "plain: conv history at " << pos0 + t;
     }
   }
-  EXPECT_TRUE(same_bits(download(d_out_a), download(d_out_b))) << "outputs";
-  EXPECT_TRUE(same_bits(download(d_ssm_a), download(d_ssm_b))) << "recurrent state";
+  // A deferring launch, its entries into buffer 1 (parity 0).
+  DeviceBuffer<float> buf(2 * kGdnMaxTokens * gdn_replay_entry_floats(s));
+  DeviceBuffer<int> word(2);
+  set_word(word, 0, 0);
+  auto a_conv = upload(ring), a_ssm = upload(h.ssm);
+  DeviceBuffer<float> a_out(n_out);
+  QF_CUDA_CHECK(cudaMemset(a_out.data(), 0, a_out.bytes()));
+  ASSERT_EQ(
+      launch(0, n, a_conv.data(), a_ssm.data(), {buf.data(), word.data(), true}, a_out.data()),
+      cudaSuccess);
+  QF_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_TRUE(same_bits(download(a_out, n * L.ld_out), download(b_out, n * L.ld_out)))
+      << "deferred: outputs";
+  EXPECT_TRUE(same_bits(download(a_ssm), h.ssm)) << "deferred: the state was written";
+  const std::vector<float> a_ring = download(a_conv), a_state = download(a_ssm);
+
+  {  // gdn_fold of the kept tokens.
+    set_word(word, kept, 1);
+    ASSERT_EQ(gdn_fold(s, {buf.data(), word.data(), false}, a_ssm.data(), nullptr), cudaSuccess);
+    QF_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_TRUE(same_bits(download(a_ssm), ssm_kept)) << "gdn_fold: state after the kept tokens";
+  }
+  {  // A second deferring verify of rows kept .. kept + m - 1 folds them first.
+    auto conv2 = upload(a_ring), ssm2 = upload(a_state);
+    DeviceBuffer<float> out2(n_out);
+    QF_CUDA_CHECK(cudaMemset(out2.data(), 0, out2.bytes()));
+    set_word(word, kept, 1);  // reads buffer 1, writes buffer 0
+    ASSERT_EQ(
+        launch(kept, m, conv2.data(), ssm2.data(), {buf.data(), word.data(), true}, out2.data()),
+        cudaSuccess);
+    QF_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_TRUE(same_bits(download(ssm2), ssm_kept)) << "second verify: the folded state";
+    auto ref_conv = upload(download(c_conv)), ref_ssm = upload(ssm_kept);
+    DeviceBuffer<float> ref_out(n_out);
+    ASSERT_NO_FATAL_FAILURE(
+        decode_calls(L, kept, kept + m, pos0, ref_conv.data(), ref_ssm.data(), ref_out.data()));
+    EXPECT_TRUE(same_bits(download(out2, m * L.ld_out, kept * L.ld_out),
+                          download(ref_out, m * L.ld_out, kept * L.ld_out)))
+        << "second verify: outputs";
+    set_word(word, m, 0);
+    ASSERT_EQ(gdn_fold(s, {buf.data(), word.data(), false}, ssm2.data(), nullptr), cudaSuccess);
+    QF_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_TRUE(same_bits(download(ssm2), download(ref_ssm))) << "second verify: all folded";
+  }
+  {  // A plain launch of one token with the replay folds the kept ones first.
+    auto conv3 = upload(a_ring), ssm3 = upload(a_state);
+    DeviceBuffer<float> out3(n_out);
+    QF_CUDA_CHECK(cudaMemset(out3.data(), 0, out3.bytes()));
+    set_word(word, kept, 1);
+    ASSERT_EQ(
+        launch(kept, 1, conv3.data(), ssm3.data(), {buf.data(), word.data(), false}, out3.data()),
+        cudaSuccess);
+    QF_CUDA_CHECK(cudaDeviceSynchronize());
+    auto ref_conv = upload(download(c_conv)), ref_ssm = upload(ssm_kept);
+    DeviceBuffer<float> ref_out(n_out);
+    ASSERT_NO_FATAL_FAILURE(
+        decode_calls(L, kept, kept + 1, pos0, ref_conv.data(), ref_ssm.data(), ref_out.data()));
+    EXPECT_TRUE(same_bits(download(out3, L.ld_out, kept * L.ld_out),
+                          download(ref_out, L.ld_out, kept * L.ld_out)))
+        << "one token after the fold: output";
+    EXPECT_TRUE(same_bits(download(ssm3), download(ref_ssm))) << "one token after the fold: state";
+  }
 }
 
 TEST(GdnKernel, TokensAreDecodeCalls) {
@@ -349,8 +439,8 @@ TEST(GdnKernel, TokensAreDecodeCalls) {
         GdnShape{.n_k_heads = 1, .n_v_heads = 1, .dk = 512, .dv = 256, .kc = 4},
         GdnShape{.n_k_heads = 2, .n_v_heads = 4, .dk = 12, .dv = 16, .kc = 3}}) {
     for (int n = 1; n <= kGdnMaxTokens; ++n) {
-      expect_tokens_are_decode(s, n, 0, true, ++seed);
-      expect_tokens_are_decode(s, n, 7, n < 3, ++seed);
+      expect_tokens_are_decode(s, n, 0, n, ++seed);            // every token kept
+      expect_tokens_are_decode(s, n, 7, (n + 1) / 2, ++seed);  // some rejected
     }
   }
   const GdnShape q122{.n_k_heads = 16, .n_v_heads = 64, .dk = 128, .dv = 128, .kc = 4};

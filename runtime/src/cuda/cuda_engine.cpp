@@ -69,6 +69,7 @@ int64_t CudaEngine::position() const {
 void CudaEngine::snapshot() {
   Impl& s = *impl_;
   if (!s.o.snapshots) throw Error(Errc::kUsage, "snapshot: CudaOptions::snapshots is off");
+  s.settle();
   s.copy_gdn_states(s.conv, s.ssm, s.conv_snap, s.ssm_snap);
   cuda::check(cudaStreamSynchronize(s.stream), "snapshot");
   s.snap_position = s.position;
@@ -79,6 +80,7 @@ void CudaEngine::restore_snapshot() {
   Impl& s = *impl_;
   if (s.snap_position < 0) throw Error(Errc::kUsage, "restore_snapshot: no snapshot was taken");
   s.verified = 0;
+  s.pending = 0;  // the snapshot's states were settled
   s.copy_gdn_states(s.conv_snap, s.ssm_snap, s.conv, s.ssm);
   s.pinned[9] = static_cast<int>(s.snap_position);
   cuda::check(cudaMemcpyAsync(s.pos, s.pinned + 9, sizeof(int), cudaMemcpyHostToDevice, s.stream),
@@ -202,6 +204,7 @@ void CudaEngine::Impl::verify(std::span<const int32_t> tokens, int32_t* top, con
   cuda::check(
       cudaMemcpyAsync(s.vpos, p + kPinPositions, n * sizeof(int), cudaMemcpyHostToDevice, s.stream),
       "copy");
+  s.put_fold_word(s.pending);  // the last verify's kept tokens, folded by this one
   s.run(n == 2 ? s.verify_graph : s.verify3_graph, [&] { s.launch_verify(n); });
   cuda::check(
       cudaMemcpyAsync(s.pos, p + kPinStepPos, sizeof(int), cudaMemcpyHostToDevice, s.stream),
@@ -213,7 +216,11 @@ void CudaEngine::Impl::verify(std::span<const int32_t> tokens, int32_t* top, con
   cuda::check(cudaStreamSynchronize(s.stream), "verify");
   s.take_out(n, out);
   s.position += n;
-  s.verified = s.m->mtp.has_value() ? n : 0;  // the DeltaNet states' copies are kept with it only
+  s.verified = s.m->mtp.has_value() ? n : 0;  // it defers the DeltaNet states with the head only
+  if (s.verified > 0) {                       // every token kept, until reject says otherwise
+    s.pending = n;
+    s.parity ^= 1;
+  }
   std::copy_n(p + kPinArgmax, n, top);
 }
 
@@ -246,15 +253,9 @@ void CudaEngine::reject(int n) {
                                   ": the last call was not a verify of more tokens with the MTP "
                                   "head loaded");
   }
-  // The state after token verified - n - 1 of the pass: the first's (ssm_saved) or the second's.
-  const bool first = s.verified - n == 1;
-  for (size_t l = 0; l < s.ssm.size(); ++l) {
-    if (!s.ssm[l]) continue;
-    cuda::check(cudaMemcpyAsync(s.ssm[l], first ? s.ssm_saved[l] : s.ssm_saved2[l],
-                                static_cast<size_t>(s.ssm_floats()) * 4, cudaMemcpyDeviceToDevice,
-                                s.stream),
-                "copy");
-  }
+  // The states wait for the next verify or settle() to fold the kept tokens: the rejected ones
+  // are simply not folded (the conv rings keep every position's history).
+  s.pending -= n;
   s.verified = 0;
   s.pinned[9] = static_cast<int>(s.position - n);
   cuda::check(cudaMemcpyAsync(s.pos, s.pinned + 9, sizeof(int), cudaMemcpyHostToDevice, s.stream),

@@ -98,12 +98,12 @@ CudaEngine::Impl::Impl(std::unique_ptr<cuda::DeviceModel> model, const CudaOptio
   top_scratch = m->alloc(scratch_bytes);
   cuda::check(cudaMemset(top_scratch, 0, scratch_bytes), "cudaMemset");
   cuda::check(cudaMallocHost(&pinned_top, top_bytes), "cudaMallocHost");
-  // The verify pass's copies of the DeltaNet states (speculative decoding: with the MTP head).
-  for (float* state : ssm) {
-    const bool keep = state && m->mtp;
-    ssm_saved.push_back(keep ? f(ssm_floats()) : nullptr);
-    ssm_saved2.push_back(keep ? f(ssm_floats()) : nullptr);
-  }
+  // The verify's deferred DeltaNet updates (speculative decoding: with the MTP head).
+  const int64_t replay_floats =
+      2 * kern::kGdnMaxTokens * static_cast<int64_t>(kern::gdn_replay_entry_floats(gdn));
+  for (float* state : ssm) replay.push_back(state && m->mtp ? f(replay_floats) : nullptr);
+  fold_word = i(2);
+  cuda::check(cudaMemset(fold_word, 0, 2 * sizeof(int)), "cudaMemset");
   for (size_t l = 0; l < ssm.size() && o.snapshots; ++l) {
     conv_snap.push_back(ssm[l] ? f(static_cast<int64_t>(kern::gdn_conv_state_floats(gdn)) + 1)
                                : nullptr);
@@ -296,8 +296,29 @@ void CudaEngine::Impl::copy_gdn_states(const std::vector<float*>& conv_from,
   }
 }
 
+void CudaEngine::Impl::put_fold_word(int count) {
+  if (fold_on_device[0] == count && fold_on_device[1] == parity) return;
+  pinned[kPinFold] = count;
+  pinned[kPinFold + 1] = parity;
+  cuda::check(cudaMemcpyAsync(fold_word, pinned + kPinFold, 2 * sizeof(int), cudaMemcpyHostToDevice,
+                              stream),
+              "copy");
+  fold_on_device[0] = count, fold_on_device[1] = parity;
+}
+
+void CudaEngine::Impl::settle() {
+  if (pending == 0) return;
+  put_fold_word(pending);
+  for (size_t l = 0; l < ssm.size(); ++l) {
+    if (!replay[l]) continue;
+    cuda::check(kern::gdn_fold(gdn, {replay[l], fold_word, false}, ssm[l], stream), "gdn_fold");
+  }
+  pending = 0;
+}
+
 void CudaEngine::Impl::reset() {
   verified = 0;
+  pending = 0;
   for (size_t l = 0; l < conv.size(); ++l) {
     if (!conv[l]) continue;
     cuda::check(cudaMemsetAsync(conv[l], 0, kern::gdn_conv_state_floats(gdn) * 4, stream),

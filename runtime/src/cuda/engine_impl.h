@@ -84,7 +84,7 @@ struct CudaEngine::Impl {
   static constexpr int kPinTokens = 12, kPinPositions = kPinTokens + kMaxVerify,
                        kPinArgmax = kPinPositions + kMaxVerify,
                        kPinStepPos = kPinArgmax + kMaxVerify, kPinEntryTokens = kPinStepPos + 1,
-                       kPinWords = kPinEntryTokens + kMaxVerify;
+                       kPinFold = kPinEntryTokens + kMaxVerify, kPinWords = kPinFold + 2;
   // Host, pinned: logits on their way out (up to kMaxVerify rows), as a copy to pageable memory
   // runs at a fraction of the link's speed (H100: ~340 against ~100 us for 248320 floats, with the
   // memcpy after it).
@@ -97,10 +97,15 @@ struct CudaEngine::Impl {
   int* pinned_top = nullptr;
   void* top_scratch = nullptr;
   // The verify (speculative decoding: kMaxVerify tokens at most): its tokens, positions and
-  // argmaxes, and each DeltaNet layer's state after the first token (ssm_saved) and after the
-  // second (ssm_saved2), for rejected tokens (the conv rings keep every token's history).
-  int *vtoken = nullptr, *vpos = nullptr, *vnext = nullptr;
-  std::vector<float*> ssm_saved, ssm_saved2;
+  // argmaxes. With the MTP head a verify defers its DeltaNet states (kern::GdnReplay): each
+  // layer's state stays the one before the verify's tokens, their updates go into replay[l]
+  // (two buffers, `parity` the one last written), and `pending` of them (the kept tokens:
+  // reject takes the others off) are folded in by the next verify, or by settle() before
+  // anything else reads the state. fold_word: {count, parity} on the device, as the host last
+  // copied it (fold_on_device).
+  int *vtoken = nullptr, *vpos = nullptr, *vnext = nullptr, *fold_word = nullptr;
+  std::vector<float*> replay;
+  int pending = 0, parity = 0, fold_on_device[2] = {0, 0};
   // CudaOptions::snapshots: each DeltaNet layer's conv history and state at snap_position (the
   // MTP head's position then: snap_mtp_position).
   std::vector<float*> conv_snap, ssm_snap;
@@ -359,8 +364,14 @@ struct CudaEngine::Impl {
     cuda::check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
   }
   void run_step() {
+    settle();
     run(graph, [&] { launch_step(); });
   }
+  // {count, parity} into fold_word where it differs from what the device holds (stream-ordered).
+  void put_fold_word(int count);
+  // The kept tokens of the last verify folded into the DeltaNet states (kern::gdn_fold), where
+  // any are pending.
+  void settle();
 
   // Logits out through pinned_logits: queue the copy of `rows` rows at `dev` on the stream, then,
   // after the stream's synchronization, hand them to `out`.

@@ -264,6 +264,7 @@ void CudaEngine::Impl::head_row(int r) {
 
 void CudaEngine::Impl::pass_layers(const int32_t* tokens, int n, const int32_t* mtp_after,
                                    int mtp_rows, bool mtp_full) {
+  settle();  // the last verify's kept tokens into the states the pass reads
   const int64_t vocab = m->config.vocab_size;
   for (int r = 0; r < n; ++r) {
     if (tokens[r] < 0 || tokens[r] >= vocab) {

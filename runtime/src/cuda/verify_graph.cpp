@@ -3,9 +3,9 @@
 // norms, router top-k and MoE combine run in one launch each; every other product runs as a
 // slot a token of the one matrix (side by side, so the later reads of a weight mostly hit L2:
 // faster than one weight stream for both, branch x-rows). The DeltaNet kernel takes every row
-// in one launch (kern::gdn_decode_tokens: the state read once, kept in registers, written after
-// each row; the rows before the last into ssm_saved and ssm_saved2, which reject returns to;
-// the conv ring keeps every row's history, so rejecting needs no copy of it), and so does
+// in one launch (kern::gdn_decode_tokens: the state read once and kept in registers; with the
+// MTP head it stays as before the rows, their updates deferred until the kept ones are known,
+// so rejecting copies nothing; the conv ring keeps every row's history), and so does
 // attention (kern::attn_decode_rows: the rows appended, then the decode's kernel over its
 // splits for every row, then the combine).
 #include "engine_impl.h"
@@ -118,15 +118,15 @@ void CudaEngine::Impl::launch_verify(int rows) {
     } else {
       const int64_t gr = gin_row();
       gemv_rows(rows, w.gdn_in, u, h, gin, gr, "DeltaNet projections");
-      // Every row in one launch: the state read once and written after each row, the rows
-      // before the last into the rollback copies (none without the MTP head: prefill's pairs,
-      // never rejected).
-      kern::GdnSaved saved;
-      if (ssm_saved[l]) saved.ssm[0] = ssm_saved[l], saved.ssm[1] = ssm_saved2[l];
-      cuda::check(kern::gdn_decode_tokens(gdn, {w.conv, w.dt_bias, w.a_log, w.gdn_norm}, qkv, z, b,
-                                          a, static_cast<size_t>(gr), rows, vpos, {conv[l], ssm[l]},
-                                          saved, core, static_cast<size_t>(c.value_dim()), stream),
-                  "gdn_decode_tokens");
+      // Every row in one launch, the state read once; with the MTP head the kept tokens of the
+      // last verify folded in first and this one's updates deferred (engine_impl.h: replay),
+      // without it (prefill's pairs, never rejected) the state written after the last row.
+      const kern::GdnReplay deferred{replay[l], fold_word, replay[l] != nullptr};
+      cuda::check(
+          kern::gdn_decode_tokens(gdn, {w.conv, w.dt_bias, w.a_log, w.gdn_norm}, qkv, z, b, a,
+                                  static_cast<size_t>(gr), rows, vpos, {conv[l], ssm[l]}, deferred,
+                                  core, static_cast<size_t>(c.value_dim()), stream),
+          "gdn_decode_tokens");
       out_proj_add_norm_rows(rows, w.out, core, static_cast<size_t>(c.value_dim()), w.post_norm);
     }
     const bool last = l + 1 == m->layers.size();

@@ -39,11 +39,27 @@ struct GdnState {
   float* ssm = nullptr;  // [Nv, dk, dv]  (S[j][d][e])
 };
 
-// The verify's rollback points: ssm[t] (may be null: not kept) receives the state after token t
-// of a gdn_decode_tokens launch, for t < n - 1.
-struct GdnSaved {
-  float* ssm[kGdnMaxTokens - 1] = {};
+// A verify's deferred state (speculative decoding, kernel-anchors §3.4): instead of the state
+// after each token, a deferring launch leaves the state as it was before its tokens and writes
+// each token's update: k^ [Nk * dk] (the l2-normed k), delta [Nv * dv] (beta (v - S^T k) per
+// column, S decayed) and alpha [Nv] (gdn_replay_entry_floats). The tokens that were kept are
+// folded into the state by the next gdn_decode_tokens launch with the replay, or by gdn_fold
+// (before a gdn_decode step, a batched prefill or a copy of the state): per token S <- alpha S,
+// then S += k^ delta^T, the operations the token's own update made, so the state is bit for bit the
+// one steps would have left; a rejected token is one not folded, and rolling back copies nothing.
+//   buf: [2][kGdnMaxTokens][gdn_replay_entry_floats] (null: no replay; the launch writes the
+//   state after its last token, and nothing is folded). word (device): {count, parity}: fold
+//   the first `count` (0 .. kGdnMaxTokens) entries of buffer `parity`, and a deferring launch
+//   writes its tokens' entries into buffer 1 - parity (so a verify after a verify reads the one
+//   while it writes the other). The caller flips the parity after a deferring launch.
+//   defer: write the entries and the state with the fold applied (where count > 0), not the
+//   tokens' states.
+struct GdnReplay {
+  float* buf = nullptr;
+  const int* word = nullptr;
+  bool defer = false;
 };
+size_t gdn_replay_entry_floats(const GdnShape& shape);
 
 // qkv: [conv_dim]; z: [Nv * dv]; b, a: [Nv]; pos: the token's position (device); out:
 // [Nv * dv]. Device pointers; stream-ordered, allocates nothing, no host sync, so a captured
@@ -63,13 +79,19 @@ cudaError_t gdn_decode(const GdnShape& shape, const GdnParams& p, const float* q
                        cudaStream_t stream);
 // n consecutive tokens (1 <= n <= kGdnMaxTokens) at positions *pos .. *pos + n - 1 in one
 // launch, bit for bit n gdn_decode calls: token t's qkv, z, b and a at t * ld of their pointers
-// (the in_proj's rows), its output at t * ld_out; the state read once, kept in registers across
-// the tokens, written after the last (and after token t to saved.ssm[t] where not null). As
-// gdn_decode otherwise (shapes, early loads). n outside 1..kGdnMaxTokens: cudaErrorInvalidValue.
+// (the in_proj's rows), its output at t * ld_out; the state read once (and the replay's kept
+// tokens folded into it), kept in registers across the tokens, written after the last, or with
+// replay.defer as GdnReplay says. As gdn_decode otherwise (shapes, early loads: the replay's
+// entries and word too). One token without a replay runs gdn_decode's instance; the
+// several-token one holds the replay's registers. n outside 1..kGdnMaxTokens:
+// cudaErrorInvalidValue.
 cudaError_t gdn_decode_tokens(const GdnShape& shape, const GdnParams& p, const float* qkv,
                               const float* z, const float* b, const float* a, size_t ld, int n,
-                              const int* pos, GdnState state, GdnSaved saved, float* out,
+                              const int* pos, GdnState state, GdnReplay replay, float* out,
                               size_t ld_out, cudaStream_t stream);
+// The replay's kept tokens folded into state.ssm alone (before anything else reads the state:
+// batched prefill, a copy). replay.defer is ignored. Plain launch.
+cudaError_t gdn_fold(const GdnShape& shape, GdnReplay replay, float* ssm, cudaStream_t stream);
 // The ring's slots (kc - 1 + kGdnMaxTokens), and GdnState::conv's floats.
 int gdn_conv_ring(const GdnShape& shape);
 size_t gdn_conv_state_floats(const GdnShape& shape);
