@@ -329,6 +329,7 @@ std::vector<KernelShare> CudaEngine::profile_step() {
   Impl& s = *impl_;
   s.verified = 0;
   s.before_step(s.position);
+  s.settle();  // before the marks: not the step's work
   cuda::Marks marks;
   marks.stream = s.stream;
   marks.mark("start", 0);
