@@ -14,9 +14,10 @@
 //     o[e] only touch column e), so a block owns `tile` columns of one head and all dk rows:
 //     thread (g, c) keeps rows d = g, g + groups, ... of column tile * blockIdx.x + c in
 //     registers, across the launch's tokens. Consecutive threads read consecutive columns of one
-//     state row, so the state is read once a launch and written once a token (the last token's
-//     into the state, earlier ones' into the caller's rollback copies), coalesced. Column
-//     reductions over d go through shared memory in a fixed order.
+//     state row, so the state is read once a launch and written once (after the last token, or
+//     deferring, GdnReplay: before the first, with the last verify's kept tokens folded in, and
+//     each token's update written instead), coalesced. Column reductions over d go through
+//     shared memory in a fixed order.
 //   * The gated RMSNorm needs the whole head: each block pushes its tile's sums of squares (one
 //     a token) into every block of its cluster (distributed shared memory), and after one
 //     cluster barrier each block sums the tiles in index order (deterministic) and normalizes

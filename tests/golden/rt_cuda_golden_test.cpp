@@ -430,7 +430,7 @@ void check(const fs::path& model_dir, const fs::path& reference, const std::stri
     EXPECT_LE(worst, 1e-3 * top_logit(c)) << name;
     std::printf("%-44s prompt logprobs max |diff| %.3g\n", name.c_str(), worst);
   }
-  {  // without the MTP head, verify2 keeps no state copies and nothing can be rejected
+  {  // without the MTP head, verify2 defers nothing and nothing can be rejected
     CudaOptions plain_o = o;
     plain_o.mtp = false;
     CudaEngine plain(*model, plain_o);

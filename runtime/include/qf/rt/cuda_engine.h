@@ -46,8 +46,9 @@ struct CudaOptions {
   // following norm adds (kern::GemvBatch::k_splits); 1: one part.
   int out_parts = 4;
   // Upload the MTP head too (Model::mtp(), where the checkpoint has one; ~5 GB of BF16 on
-  // 122B-A10B), for mtp_step; with it the verify keeps two copies of the DeltaNet states for
-  // rejected drafts (~151 MB each at 122B-A10B).
+  // 122B-A10B), for mtp_step; with it a verify defers its DeltaNet states (kern::GdnReplay:
+  // each token's update kept, ~41 KB at 122B-A10B, the kept ones folded in later), so that a
+  // rejected draft costs no copy.
   bool mtp = false;
   // The MTP head's draft vocabulary (qf/rt/mtp_vocab.h): its logits over token ids [0, mtp_vocab)
   // only, -inf beyond, its LM head reading those rows (at 122B-A10B 32768 of 248320 rows: 101
@@ -153,11 +154,12 @@ class CudaEngine {
 
   // Two tokens a pass: speculative decoding (speculative.h) and prefill.
   // verify2 consumes two tokens at the next two positions in one pass (its own graph,
-  // verify_graph.cpp; ~1.43 steps of time) and writes each one's argmax to top, and their
+  // verify_graph.cpp; ~1.33 steps of time at 122B-A10B on an H100) and writes each one's argmax
+  // to top, and their
   // logits [2][V] to `logits` when not null (the same bits as two steps'); both hidden states
   // stay on the device for draft(). reject_last(), right after verify2 and with the MTP head
-  // loaded only (else Error(kUsage)), forgets the second token (its DeltaNet states restored
-  // from a copy the pass kept, its KV rows left to be overwritten). draft(row, token, logits) is
+  // loaded only (else Error(kUsage)), forgets the second token (its deferred DeltaNet update
+  // never folded in, its KV rows left to be overwritten). draft(row, token, logits) is
   // mtp_step from the hidden state of token `row` of the last verify2 (row 0 is also the last
   // step's); it returns the argmax; Error(kUnsupported) without the MTP head.
   void verify2(const int32_t tokens[2], int32_t top[2], float* logits = nullptr);
@@ -172,9 +174,9 @@ class CudaEngine {
   int32_t draft(int row, int32_t next_token, float* logits = nullptr);
   // Chained drafts (SpecEngine::drafts > 1): verify consumes two or three tokens in one pass (a
   // graph each; else Error(kUsage)), as verify2 does two: the same bits as as many steps'.
-  // reject(n) forgets its last n tokens (n < its tokens; with the MTP head loaded only): the
-  // DeltaNet states return to copies the pass kept after its first and second tokens (and the
-  // conv histories after its first, which a third overwrites). draft(row) takes rows 0 to 2.
+  // reject(n) forgets its last n tokens (n < its tokens; with the MTP head loaded only): their
+  // deferred DeltaNet updates are never folded in (the conv rings keep every position's
+  // history), and nothing is copied. draft(row) takes rows 0 to 2.
   // draft_chain is mtp_step from the MTP head's own last normed output (its hidden state) with
   // `next_token`, the draft before; mtp_rewind(n) takes the head's position back by n, its
   // cache rows there to be made again.
