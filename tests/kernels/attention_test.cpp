@@ -27,6 +27,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <tuple>
@@ -274,14 +275,17 @@ TEST(AttentionKernel, RotaryTableIsTheRoundedDoubleValue) {
   EXPECT_EQ(wrong, 0u) << "of " << got.size();
 }
 
-// attn_prefill over n tokens from position p0 against n attn_decode calls from the same cache:
-// the appended k and v rows bit for bit, the outputs within the bound above (one split of the
-// context against attn_decode's several). The first p0 rows come from random cache contents.
-void expect_prefill_is_decode(const AttnShape& s, int p0, int n, uint64_t seed,
-                              AttnPrefillPath path = AttnPrefillPath::kScalar) {
-  SCOPED_TRACE("prefill Nq " + std::to_string(s.n_q_heads) + " hd " + std::to_string(s.head_dim) +
-               " from " + std::to_string(p0) + " n " + std::to_string(n) + " path " +
-               std::to_string(static_cast<int>(path)) + kv_name(s));
+// One call over n tokens from position p0 (`many`: attn_prefill or attn_decode_rows, given the
+// rows, the norms, the rotary table, the positions, the caches and the outputs) against n
+// attn_decode calls on `path` from the same cache: the appended k and v rows bit for bit, the
+// outputs bit for bit (`exact`) or within the bound above. The first p0 rows come from random
+// cache contents.
+using ManyTokens = std::function<cudaError_t(
+    const float* q_proj, const float* k_proj, const float* v_proj, size_t ld, const float* q_norm,
+    const float* k_norm, const float* rope, const int* pos, void* k_cache, void* v_cache,
+    float* out, size_t ld_out)>;
+void expect_many_is_decode(const AttnShape& s, int p0, int n, uint64_t seed, const ManyTokens& many,
+                           AttnDecodePath path, bool exact) {
   std::mt19937_64 g(seed);
   const size_t nq = s.n_q_heads, hd = s.head_dim, kv_row = s.n_kv_heads * hd;
   const size_t ld = nq * 2 * hd + 2 * kv_row + 3, ld_out = nq * hd + 1;  // q | k | v, padded
@@ -295,32 +299,53 @@ void expect_prefill_is_decode(const AttnShape& s, int p0, int n, uint64_t seed,
   for (int t = 0; t < n; ++t) pos[t] = p0 + t;
   auto d_pos = upload(pos);
   DeviceBuffer<float> d_out_a(n * ld_out), d_out_b(n * ld_out), d_rope(attn_rope_floats(s) + 1),
-      d_scratch_a(attn_prefill_scratch_floats(s, n)), d_scratch_b(attn_scratch_floats(s));
+      d_scratch_b(attn_scratch_floats(s));
   QF_CUDA_CHECK(cudaMemset(d_out_a.data(), 0, d_out_a.bytes()));
   QF_CUDA_CHECK(cudaMemset(d_out_b.data(), 0, d_out_b.bytes()));
   ASSERT_EQ(attn_rope_table(s, d_rope.data(), nullptr), cudaSuccess);
   const float* r0 = d_rows.data();
   const size_t k_at = nq * 2 * hd, v_at = k_at + kv_row;
-  ASSERT_EQ(attn_prefill(s, r0, r0 + k_at, r0 + v_at, ld, n, d_qn.data(), d_kn.data(),
-                         d_rope.data(), d_pos.data(), d_kc_a.data(), d_vc_a.data(), d_out_a.data(),
-                         ld_out, d_scratch_a.data(), nullptr, path),
+  ASSERT_EQ(many(r0, r0 + k_at, r0 + v_at, ld, d_qn.data(), d_kn.data(), d_rope.data(),
+                 d_pos.data(), d_kc_a.data(), d_vc_a.data(), d_out_a.data(), ld_out),
             cudaSuccess);
   for (int t = 0; t < n; ++t) {
     const float* r = r0 + t * ld;
     ASSERT_EQ(attn_decode(s, r, r + k_at, r + v_at, d_qn.data(), d_kn.data(), d_rope.data(),
                           d_pos.data() + t, nullptr, d_kc_b.data(), d_vc_b.data(),
-                          d_out_b.data() + t * ld_out, d_scratch_b.data(), nullptr),
+                          d_out_b.data() + t * ld_out, d_scratch_b.data(), nullptr, path),
               cudaSuccess);
     QF_CUDA_CHECK(cudaDeviceSynchronize());  // its early loads read the row the call before wrote
   }
-  QF_CUDA_CHECK(cudaDeviceSynchronize());
   const auto same = [](const std::vector<float>& x, const std::vector<float>& y) {
     return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * 4) == 0;
   };
   EXPECT_TRUE(same(d_kc_a.read(), d_kc_b.read())) << "k cache";
   EXPECT_TRUE(same(d_vc_a.read(), d_vc_b.read())) << "v cache";
-  const std::vector<float> used_v(vc.begin(), vc.begin() + (p0 + n) * kv_row);
-  expect_close(download(d_out_a), download(d_out_b), rms(used_v), 1e-5, "outputs");
+  if (exact) {
+    EXPECT_TRUE(same(download(d_out_a), download(d_out_b))) << "outputs";
+  } else {
+    const std::vector<float> used_v(vc.begin(), vc.begin() + (p0 + n) * kv_row);
+    expect_close(download(d_out_a), download(d_out_b), rms(used_v), 1e-5, "outputs");
+  }
+}
+
+// attn_prefill: its rows bit for bit attn_decode's, its outputs within the bound (one split of
+// the context against attn_decode's several).
+void expect_prefill_is_decode(const AttnShape& s, int p0, int n, uint64_t seed,
+                              AttnPrefillPath path = AttnPrefillPath::kScalar) {
+  SCOPED_TRACE("prefill Nq " + std::to_string(s.n_q_heads) + " hd " + std::to_string(s.head_dim) +
+               " from " + std::to_string(p0) + " n " + std::to_string(n) + " path " +
+               std::to_string(static_cast<int>(path)) + kv_name(s));
+  DeviceBuffer<float> scratch(attn_prefill_scratch_floats(s, n));
+  expect_many_is_decode(
+      s, p0, n, seed,
+      [&](const float* q, const float* k, const float* v, size_t ld, const float* qn,
+          const float* kn, const float* rope, const int* pos, void* kc, void* vc, float* out,
+          size_t ld_out) {
+        return attn_prefill(s, q, k, v, ld, n, qn, kn, rope, pos, kc, vc, out, ld_out,
+                            scratch.data(), nullptr, path);
+      },
+      AttnDecodePath::kAuto, false);
 }
 
 TEST(AttentionKernel, PrefillIsDecodeWithinRounding) {
@@ -346,51 +371,22 @@ TEST(AttentionKernel, PrefillIsDecodeWithinRounding) {
             cudaErrorInvalidValue);
 }
 
-// attn_decode_rows over n tokens from position p0 against n attn_decode calls on the same path
-// from the same cache: the appended rows and the outputs bit for bit. The first p0 rows come
-// from random cache contents.
+// attn_decode_rows: bit for bit attn_decode calls on the same path.
 void expect_rows_are_decode(const AttnShape& s, int p0, int n, uint64_t seed,
                             AttnDecodePath path = AttnDecodePath::kSplit) {
   SCOPED_TRACE("rows Nq " + std::to_string(s.n_q_heads) + " hd " + std::to_string(s.head_dim) +
                " from " + std::to_string(p0) + " n " + std::to_string(n) + kv_name(s) +
                path_name(path));
-  std::mt19937_64 g(seed);
-  const size_t nq = s.n_q_heads, hd = s.head_dim, kv_row = s.n_kv_heads * hd;
-  const size_t ld = nq * 2 * hd + 2 * kv_row + 1, ld_out = nq * hd + 3;  // q | k | v, padded
-  const size_t cache = static_cast<size_t>(s.max_len) * kv_row;
-  const std::vector<float> q_norm_w = randn(hd, g, 0.1f), k_norm_w = randn(hd, g, 0.1f);
-  std::vector<float> rows = randn(n * ld, g, 1.0f, 0.1f), kc = randn(cache, g, 0.5f),
-                     vc = randn(cache, g);
-  auto d_qn = upload(q_norm_w), d_kn = upload(k_norm_w), d_rows = upload(rows);
-  DeviceCache d_kc_a(s, kc), d_vc_a(s, vc), d_kc_b(s, kc), d_vc_b(s, vc);
-  std::vector<int> pos(n);
-  for (int t = 0; t < n; ++t) pos[t] = p0 + t;
-  auto d_pos = upload(pos);
-  DeviceBuffer<float> d_out_a(n * ld_out), d_out_b(n * ld_out), d_rope(attn_rope_floats(s) + 1),
-      d_scratch_a(attn_decode_rows_scratch_floats(s, n)), d_scratch_b(attn_scratch_floats(s));
-  QF_CUDA_CHECK(cudaMemset(d_out_a.data(), 0, d_out_a.bytes()));
-  QF_CUDA_CHECK(cudaMemset(d_out_b.data(), 0, d_out_b.bytes()));
-  ASSERT_EQ(attn_rope_table(s, d_rope.data(), nullptr), cudaSuccess);
-  const float* r0 = d_rows.data();
-  const size_t k_at = nq * 2 * hd, v_at = k_at + kv_row;
-  ASSERT_EQ(attn_decode_rows(s, r0, r0 + k_at, r0 + v_at, ld, n, d_qn.data(), d_kn.data(),
-                             d_rope.data(), d_pos.data(), d_kc_a.data(), d_vc_a.data(),
-                             d_out_a.data(), ld_out, d_scratch_a.data(), nullptr, path),
-            cudaSuccess);
-  for (int t = 0; t < n; ++t) {
-    const float* r = r0 + t * ld;
-    ASSERT_EQ(attn_decode(s, r, r + k_at, r + v_at, d_qn.data(), d_kn.data(), d_rope.data(),
-                          d_pos.data() + t, nullptr, d_kc_b.data(), d_vc_b.data(),
-                          d_out_b.data() + t * ld_out, d_scratch_b.data(), nullptr, path),
-              cudaSuccess);
-    QF_CUDA_CHECK(cudaDeviceSynchronize());  // its early loads read the row the call before wrote
-  }
-  const auto same = [](const std::vector<float>& x, const std::vector<float>& y) {
-    return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * 4) == 0;
-  };
-  EXPECT_TRUE(same(d_kc_a.read(), d_kc_b.read())) << "k cache";
-  EXPECT_TRUE(same(d_vc_a.read(), d_vc_b.read())) << "v cache";
-  EXPECT_TRUE(same(download(d_out_a), download(d_out_b))) << "outputs";
+  DeviceBuffer<float> scratch(attn_decode_rows_scratch_floats(s, n));
+  expect_many_is_decode(
+      s, p0, n, seed,
+      [&](const float* q, const float* k, const float* v, size_t ld, const float* qn,
+          const float* kn, const float* rope, const int* pos, void* kc, void* vc, float* out,
+          size_t ld_out) {
+        return attn_decode_rows(s, q, k, v, ld, n, qn, kn, rope, pos, kc, vc, out, ld_out,
+                                scratch.data(), nullptr, path);
+      },
+      path, true);
 }
 
 // A verify's 1 to 3 rows: at the start of the cache, across tile edges, at the end of a long cache
