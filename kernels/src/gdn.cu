@@ -210,27 +210,15 @@ __global__ void __launch_bounds__(kMaxThreads)
     }
   }
   // The replay's kept tokens (GdnReplay; written by a verify launches back, its word by the
-  // host before the graph: early loads, pdl.cuh (b)): S <- alpha S, then S += k^ delta^T, as
-  // delta_rule made them.
-  const int entry =
-      kDk ? s.n_k_heads * kDk + s.n_v_heads * (kDk + 1) : static_cast<int>(replay_entry(s));
-  // (Several-token instances only: the step's keeps its registers; a replay needs them.)
+  // host before the graph: early loads, pdl.cuh (b)), folded into st after it loads. Several-
+  // token instances only: the step's keeps its registers (a replay takes it from 48 to 64).
+  const ReplayEntry at = replay_entry(s, dk, dv);
   constexpr bool kReplay = kMaxTok > 1;
   const int n_fold = kReplay && replay.buf ? __ldcg(replay.word) : 0;
   const int parity = kReplay && replay.buf ? __ldcg(replay.word + 1) : 0;
   const bool defer = kReplay && replay.defer;
   const auto fold = [&] {
-    for (int f = 0; f < n_fold; ++f) {
-      const float* en = replay.buf + static_cast<size_t>(parity * kGdnMaxTokens + f) * entry;
-      const float* k_hat = en + kh * dk;
-      const float alpha_f = __ldcg(en + s.n_k_heads * dk + s.n_v_heads * dv + j);
-      const float delta_f = live ? __ldcg(en + s.n_k_heads * dk + head + e) : 0.0f;
-#pragma unroll
-      for (int i = 0; i < kMaxRows; ++i) {
-        const int d = g + groups * i;
-        if (d < dk) st[i] = __fmaf_rn(__ldcg(k_hat + d), delta_f, __fmul_rn(st[i], alpha_f));
-      }
-    }
+    fold_replay(st, replay, n_fold, parity, at, kh, j, e, live, g, groups, dk, dv);
   };
   if constexpr (kEarlyState) {
     load_state();
@@ -347,7 +335,7 @@ __global__ void __launch_bounds__(kMaxThreads)
   // writer block, delta by each column's g == 0 thread, alpha by tile 0's first thread.
   float o[kMaxTok];
   float* put =
-      defer ? replay.buf + static_cast<size_t>((1 - parity) * kGdnMaxTokens) * entry : nullptr;
+      defer ? replay.buf + static_cast<size_t>((1 - parity) * kGdnMaxTokens) * at.floats : nullptr;
   const bool k_writer = j % r == 0 && blockIdx.x == 0;
 #pragma unroll
   for (int t = 0; t < kMaxTok; ++t) {
@@ -358,12 +346,12 @@ __global__ void __launch_bounds__(kMaxThreads)
         delta_rule<true>(st, g, groups, col, tile, dk, ks(t), qs(t), alpha[t], beta[t], vs(t)[col],
                          red_p, red_o, live && store, S, static_cast<size_t>(dv), &delta);
     if (put) {
-      float* en = put + static_cast<size_t>(t) * entry;
+      float* en = put + static_cast<size_t>(t) * at.floats;
       if (k_writer) {
         for (int c = tid; c < dk; c += n_thr) en[kh * dk + c] = ks(t)[c];
       }
-      if (g == 0 && live) en[s.n_k_heads * dk + head + e] = delta;
-      if (blockIdx.x == 0 && tid == 0) en[s.n_k_heads * dk + s.n_v_heads * dv + j] = alpha[t];
+      if (g == 0 && live) en[at.delta + head + e] = delta;
+      if (blockIdx.x == 0 && tid == 0) en[at.alpha + j] = alpha[t];
     }
     if (g == 0) col_sq[t][col] = live ? static_cast<double>(o[t]) * o[t] : 0.0;
   }
@@ -412,24 +400,18 @@ auto decode_kernel(bool big, bool fixed, bool stage) {
 }
 
 // gdn_fold: the replay's kept tokens folded into the state, a thread per (column, row group) as
-// in gdn_decode's blocks, each element through the same operations in the same order.
+// in gdn_decode's blocks, a row at a time through fold_replay as gdn_decode folds them.
 __global__ void gdn_fold_kernel(GdnShape s, Plan pl, GdnReplay replay, float* __restrict__ ssm) {
   const int j = blockIdx.y, col = threadIdx.x % pl.tile, g = threadIdx.x / pl.tile;
   const int e = blockIdx.x * pl.tile + col, dk = s.dk, dv = s.dv;
   if (e >= dv) return;
   const int n_fold = replay.word[0], parity = replay.word[1];
   const int kh = j / (s.n_v_heads / s.n_k_heads);
-  const size_t entry = gdn_detail::replay_entry(s);
   float* S = ssm + static_cast<size_t>(j) * dk * dv + e;
   for (int d = g; d < dk; d += pl.groups) {
-    float st = S[static_cast<size_t>(d) * dv];
-    for (int f = 0; f < n_fold; ++f) {
-      const float* en = replay.buf + (parity * kGdnMaxTokens + f) * entry;
-      const float alpha = en[static_cast<size_t>(s.n_k_heads) * dk + s.n_v_heads * dv + j];
-      const float delta = en[static_cast<size_t>(s.n_k_heads) * dk + j * dv + e];
-      st = __fmaf_rn(en[kh * dk + d], delta, __fmul_rn(st, alpha));
-    }
-    S[static_cast<size_t>(d) * dv] = st;
+    float st[1] = {S[static_cast<size_t>(d) * dv]};
+    fold_replay(st, replay, n_fold, parity, replay_entry(s, dk, dv), kh, j, e, true, d, 1, dk, dv);
+    S[static_cast<size_t>(d) * dv] = st[0];
   }
 }
 
@@ -453,7 +435,7 @@ size_t gdn_conv_state_floats(const GdnShape& shape) {
 }
 
 size_t gdn_replay_entry_floats(const GdnShape& shape) {
-  return replay_entry(shape);
+  return static_cast<size_t>(replay_entry(shape, shape.dk, shape.dv).floats);
 }
 
 cudaError_t gdn_decode(const GdnShape& shape, const GdnParams& p, const float* qkv, const float* z,

@@ -31,9 +31,14 @@ __host__ __device__ inline int ring_slot(int q, int len) {
   return r < 0 ? r + len : r;
 }
 
-// Floats of a GdnReplay entry: k^ [Nk * dk] | delta [Nv * dv] | alpha [Nv].
-__host__ __device__ inline size_t replay_entry(const GdnShape& s) {
-  return static_cast<size_t>(s.n_k_heads) * s.dk + static_cast<size_t>(s.n_v_heads) * (s.dv + 1);
+// A GdnReplay entry: k^ [Nk * dk] | delta [Nv * dv] | alpha [Nv]; where each part starts and
+// the entry's floats (dk and dv given, so that the fixed-shape instance folds them).
+struct ReplayEntry {
+  int delta, alpha, floats;
+};
+__host__ __device__ inline ReplayEntry replay_entry(const GdnShape& s, int dk, int dv) {
+  const int delta = s.n_k_heads * dk, alpha = delta + s.n_v_heads * dv;
+  return {delta, alpha, alpha + s.n_v_heads};
 }
 
 struct Plan {
@@ -139,6 +144,26 @@ __device__ __forceinline__ float delta_rule(float (&st)[kMaxRows], int g, int gr
     for (int gi = 0; gi < groups; ++gi) o += red_o[gi * tile + col];
   }
   return o;
+}
+
+// Folds the first n_fold entries of replay buffer `parity` (GdnReplay) into rows d = g + groups i
+// (i < kRows) of state column e of value head j (key head kh), held in st: per entry S <- alpha S,
+// then S += k^ delta^T, the operations delta_rule made (so the bits are the steps'). Loads through
+// L2 (the entries are a verify's, launches back: early loads, pdl.cuh (b)).
+template <int kRows>
+__device__ __forceinline__ void fold_replay(float (&st)[kRows], const GdnReplay& replay, int n_fold,
+                                            int parity, ReplayEntry at, int kh, int j, int e,
+                                            bool live, int g, int groups, int dk, int dv) {
+  for (int f = 0; f < n_fold; ++f) {
+    const float* en = replay.buf + static_cast<size_t>(parity * kGdnMaxTokens + f) * at.floats;
+    const float alpha = __ldcg(en + at.alpha + j);
+    const float delta = live ? __ldcg(en + at.delta + static_cast<size_t>(j) * dv + e) : 0.0f;
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const int d = g + groups * i;
+      if (d < dk) st[i] = __fmaf_rn(__ldcg(en + kh * dk + d), delta, __fmul_rn(st[i], alpha));
+    }
+  }
 }
 #endif
 
