@@ -24,13 +24,14 @@
 // attn_prefill (many tokens, batched prefill): attn_append_kernel writes every token's k and v
 // rows first (the same normed, rotated rows); then, at head_dim 256 where the device takes it,
 // flash attention on the tensor cores (attention_prefill.cu); else the split kernel's kPrefill
-// instance (the scalar path) runs
-// grid.z = token x head block in one split each, every row read from the cache, and the combine
-// runs grid.y = token: no launch per token and no memset between them. attn_decode_rows (a
-// verify's tokens) runs the same launches over attn_decode's splits and kernel (the split kernel
-// or the tensor-core one): bit for bit attn_decode's results, as the new row a decode takes from
-// shared memory holds the values the append stores (the same normed, rotated, rounded k; v
-// rounded).
+// instance (the scalar path) runs a block per token and head block in one split each, every row
+// read from the cache, and the combine runs grid.y = token: no launch per token and no memset
+// between them. A block's token, split and head block come from blockIdx.x (split_block), so the
+// blocks that read the same rows run side by side and the rows come from DRAM once.
+// attn_decode_rows (a verify's tokens) runs the same launches over attn_decode's splits and
+// kernel (the split kernel or the tensor-core one): bit for bit attn_decode's results, as the new
+// row a decode takes from shared memory holds the values the append stores (the same normed,
+// rotated, rounded k; v rounded).
 // bf16 caches (AttnShape::kv): entries rounded as rows are appended (the new row used rounded
 // too); the split kernel's Bf16 instances stage each tile's rows through
 // shared memory by cp.async one tile ahead (docs/cuda-engine-speed.md, "bf16 KV caches"). At
@@ -64,6 +65,7 @@ using attn_detail::AttnArgs;
 using attn_detail::context_len;
 using attn_detail::kMaxSplits;
 using attn_detail::kTile;
+using attn_detail::split_block;
 using attn_detail::split_chunk;
 
 constexpr int kThreads = 256;
@@ -204,14 +206,15 @@ __global__ void __launch_bounds__(kThreads, sizeof(Kv) == sizeof(float) ? 0 : 2)
 
   // Before the wait: *pos (written by the previous step) and this split's first tile of cached
   // rows (written by earlier steps), both through L2 (pdl.cuh, rule (b)); the rotary row.
-  // Prefill: blockIdx.z = token * head blocks + head block; the token's rows are all cached.
+  // The block's token, split and head block (split_block); prefill: the token's rows are all
+  // cached.
   constexpr bool cached = kPrefill;
-  const int n_sub = cached ? static_cast<int>(gridDim.z) / a.n_tokens : 1;
-  const int tok = cached ? static_cast<int>(blockIdx.z) / n_sub : 0;
-  const int zb = cached ? static_cast<int>(blockIdx.z) % n_sub : static_cast<int>(blockIdx.z);
+  const int n_sub = (s.n_q_heads / s.n_kv_heads + hpb - 1) / hpb;
+  const attn_detail::SplitBlock sb = split_block(cached ? a.n_tokens : 1, n_sub);
+  const int tok = sb.tok, split = sb.split, zb = sb.sub;
   const int pos = cached ? a.pos[tok] : __ldcg(a.pos);
   const int t_len = context_len(pos, s.max_len);
-  const int chunk = split_chunk(t_len, n_splits), t0 = blockIdx.x * chunk;
+  const int chunk = split_chunk(t_len, n_splits), t0 = split * chunk;
   const int t1 = min(t_len, t0 + chunk);
   const int rot_dim = kFixed ? kFixedRot : s.rot_dim, n_kv = kFixed ? kFixedKv : s.n_kv_heads;
   const int kvh = blockIdx.y, half = rot_dim / 2;
@@ -325,7 +328,7 @@ __global__ void __launch_bounds__(kThreads, sizeof(Kv) == sizeof(float) ? 0 : 2)
       reinterpret_cast<Kv*>(a.v_cache)[row + i] = attn_detail::kv_entry<Kv>(vn_s[i]);
     }
   }
-  if (a.q && blockIdx.x == 0) {
+  if (a.q && split == 0) {
     for (int i = tid; i < nh * kHd; i += kThreads) a.q[static_cast<size_t>(h_lo) * kHd + i] = qs[i];
   }
 
@@ -427,7 +430,7 @@ __global__ void __launch_bounds__(kThreads, sizeof(Kv) == sizeof(float) ? 0 : 2)
     }
     __syncthreads();  // ps and corr_s are rewritten by the next tile
   }
-  const size_t split = blockIdx.x, parts = static_cast<size_t>(s.n_q_heads) * n_splits;
+  const size_t parts = static_cast<size_t>(s.n_q_heads) * n_splits;
   float* part_o = a.part_o + tok * parts * kHd;
 #pragma unroll
   for (int u = 0; u < kMaxAcc; ++u) {
@@ -548,8 +551,7 @@ cudaError_t launch_decode(const AttnShape& s, AttnArgs a, float* scratch, bool m
   if (mma) {
     err = attn_detail::launch_decode_mma(s, n_splits, a, stream);
   } else {
-    const dim3 grid(static_cast<unsigned>(n_splits), static_cast<unsigned>(s.n_kv_heads),
-                    static_cast<unsigned>(n_sub));
+    const dim3 grid(static_cast<unsigned>(n_splits * n_sub), static_cast<unsigned>(s.n_kv_heads));
     const size_t smem = split_smem_bytes<kHd, Kv>(hpb);
     const auto kernel = split_kernel_for<kHd, false, Kv>(s, hpb);
     err = allow_smem(kernel, smem);
@@ -591,8 +593,8 @@ void append(const AttnShape& s, const AttnArgs& a, size_t ld, cudaStream_t strea
 }
 
 // Many tokens: the append, then the split kernel (or with `mma` the tensor-core kernel) over
-// n_splits splits for every token at once (grid.z: token x head block; every row read from the
-// cache) and the combine (grid.y: token), plain launches. Prefill takes one split a token on the
+// n_splits splits for every token at once (split_block; every row read from the cache) and the
+// combine (grid.y: token), plain launches. Prefill takes one split a token on the
 // split kernel; a verify (attn_decode_rows) attn_decode's splits and kernel.
 template <int kHd, class Kv>
 cudaError_t launch_tokens(const AttnShape& s, AttnArgs a, size_t ld, int n_splits, bool mma,
@@ -606,8 +608,8 @@ cudaError_t launch_tokens(const AttnShape& s, AttnArgs a, size_t ld, int n_split
   if (mma) {
     err = attn_detail::launch_decode_mma(s, n_splits, a, stream);
   } else {
-    const dim3 grid(static_cast<unsigned>(n_splits), static_cast<unsigned>(s.n_kv_heads),
-                    static_cast<unsigned>(n * n_sub));
+    const dim3 grid(static_cast<unsigned>(n * n_splits * n_sub),
+                    static_cast<unsigned>(s.n_kv_heads));
     const size_t smem = split_smem_bytes<kHd, Kv>(hpb);
     const auto kernel = split_kernel_for<kHd, true, Kv>(s, hpb);
     if ((err = allow_smem(kernel, smem)) != cudaSuccess) return err;

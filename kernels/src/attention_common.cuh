@@ -22,6 +22,19 @@ __device__ __forceinline__ int split_chunk(int t, int n_splits) {
   return (c + kTile - 1) / kTile * kTile;
 }
 
+// The work of a split kernel's block (either kernel): token `tok` (a many-token launch's; 0 in
+// decode), split `split` of the context, head block `sub` of KV head blockIdx.y, from blockIdx.x
+// = (split * n_tokens + tok) * n_sub + sub. So the blocks that read the same cache rows (a
+// split's head blocks and tokens) are neighbours in the launch order and run side by side: the
+// rows come from DRAM once and from L2 for the others (dram__bytes_read, H100, 32768 rows).
+struct SplitBlock {
+  int tok, split, sub;
+};
+__device__ __forceinline__ SplitBlock split_block(int n_tokens, int n_sub) {
+  const int x = static_cast<int>(blockIdx.x), ts = x / n_sub;
+  return {ts % n_tokens, ts / n_tokens, x - ts * n_sub};
+}
+
 // Context length for *pos, clamped to the cache so a bad position cannot fault.
 __device__ __forceinline__ int context_len(int pos, int max_len) {
   return min(max(pos + 1, 1), max_len);

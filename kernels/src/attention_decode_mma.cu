@@ -79,8 +79,9 @@ __device__ __forceinline__ int swz(int r, int c) {
   return r * kChunks + (c ^ (r & 7));
 }
 
-// kTokens: a verify's tokens (AttnArgs::n_tokens, attn_decode_rows), blockIdx.z = token x head
-// blocks + head block, every row read from the cache (the append ran before; a plain launch).
+// kTokens: a verify's tokens (AttnArgs::n_tokens, attn_decode_rows), every row read from the
+// cache (the append ran before; a plain launch). The block's token, split and head block:
+// split_block.
 template <bool kTokens>
 __global__ void __launch_bounds__(kThreads, 2)
     attn_decode_mma_kernel(AttnShape s, int n_splits, AttnArgs a) {
@@ -98,10 +99,11 @@ __global__ void __launch_bounds__(kThreads, 2)
 
   // Before the wait: *pos (written by the previous step), the rotary row and this split's first
   // tile of cached rows (written by earlier steps), through L2 (pdl.cuh, rule (b)).
-  const int n_sub = kTokens ? static_cast<int>(gridDim.z) / a.n_tokens : 1;
-  const int tok = kTokens ? static_cast<int>(blockIdx.z) / n_sub : 0;
+  const int n_sub = (s.n_q_heads / s.n_kv_heads + kM - 1) / kM;
+  const SplitBlock sb = split_block(kTokens ? a.n_tokens : 1, n_sub);
+  const int tok = sb.tok, split = sb.split;
   const int pos = kTokens ? a.pos[tok] : __ldcg(a.pos), t_len = context_len(pos, s.max_len);
-  const int chunk = split_chunk(t_len, n_splits), t0 = blockIdx.x * chunk;
+  const int chunk = split_chunk(t_len, n_splits), t0 = split * chunk;
   const int t1 = min(t_len, t0 + chunk);
   const int kvh = blockIdx.y, half = s.rot_dim / 2;
   const size_t row_stride = static_cast<size_t>(s.n_kv_heads) * kHd;
@@ -150,7 +152,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   __syncthreads();  // the rotary row
 
   const int group = s.n_q_heads / s.n_kv_heads;
-  const int zb = kTokens ? static_cast<int>(blockIdx.z) % n_sub : static_cast<int>(blockIdx.z);
+  const int zb = sb.sub;
   const int h_lo = kvh * group + zb * kM, nh = min(kM, group - zb * kM);
   const bool has_new = !kTokens && pos < t1;  // this split ends with the new row
   const float* q_proj = a.q_proj + static_cast<size_t>(tok) * a.q_row;
@@ -186,7 +188,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     if (it < nh) {
       float* row = q_f + it * kHd;
       scale_rope_row<kHd>(x[i], ss[i], a.q_norm_w, s.eps, half, cos_s, sin_s, row);
-      if (a.q && blockIdx.x == 0) {
+      if (a.q && split == 0) {
         for (int e = lane; e < kHd; e += 32) a.q[static_cast<size_t>(h_lo + it) * kHd + e] = row[e];
       }
       const float4 x0 = reinterpret_cast<const float4*>(row)[2 * lane];
@@ -324,7 +326,6 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
     }
   }
-  const size_t split = blockIdx.x;
 #pragma unroll
   for (int n = 0; n < 4; ++n) {
     const int dim = 32 * warp + 8 * n + 2 * tq;
@@ -366,8 +367,8 @@ cudaError_t launch_decode_mma(const AttnShape& shape, int n_splits, const AttnAr
   const cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
   if (err != cudaSuccess) return err;
-  const dim3 grid(static_cast<unsigned>(n_splits), static_cast<unsigned>(shape.n_kv_heads),
-                  static_cast<unsigned>(n * mma_decode_head_blocks(shape)));
+  const dim3 grid(static_cast<unsigned>(n * n_splits * mma_decode_head_blocks(shape)),
+                  static_cast<unsigned>(shape.n_kv_heads));
   if (a.n_tokens > 0) {
     kernel<<<grid, kThreads, kSmemBytes, stream>>>(shape, n_splits, a);
     return cudaGetLastError();

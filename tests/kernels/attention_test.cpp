@@ -403,9 +403,12 @@ TEST(AttentionKernel, DecodeRowsAreDecodeCalls) {
   big_group.max_len = 300;  // 20 heads a KV head: head blocks of 16 and 4
   AttnShape q35 = q122;     // 35B-A3B: 8 query heads a KV head (half a tensor-core block)
   q35.n_q_heads = 16;
+  AttnShape wide = q122;  // 20 query heads a KV head: tensor-core head blocks of 16 and 4 too
+  wide.n_q_heads = 40;
+  wide.max_len = 300;
   uint64_t seed = 100;
   using Path = AttnDecodePath;
-  for (AttnShape s : {q122, odd, big_group, q35}) {
+  for (AttnShape s : {q122, odd, big_group, q35, wide}) {
     for (const auto& [kv, path] : {std::pair{KvType::kF32, Path::kSplit},
                                    {KvType::kBf16, Path::kSplit},
                                    {KvType::kBf16, Path::kMma}}) {

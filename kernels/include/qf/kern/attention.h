@@ -72,7 +72,9 @@ cudaError_t attn_prefill(const AttnShape& shape, const float* q_proj, const floa
 // A verify's n consecutive tokens (speculative decoding) at positions pos[0] .. pos[n - 1]
 // (device, consecutive) in three plain launches: their k and v rows appended (as attn_prefill
 // appends them), then attn_decode's kernel for `path` over its splits for every token at once
-// (grid.z: token x head block; every row read from the cache) and the combine (grid.y: token).
+// (a block per token, split and head block, every row read from the cache; the blocks that read
+// the same rows run side by side, so the rows come from DRAM once) and the combine (grid.y:
+// token).
 // Bit for bit n attn_decode calls with that path (the new row a decode takes from shared memory
 // holds what the append stores). Token t's q_proj, k_proj, v_proj at t * ld of their pointers,
 // its output at t * ld_out. scratch: attn_decode_rows_scratch_floats(shape, n) floats. Shapes
