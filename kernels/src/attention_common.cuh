@@ -26,7 +26,8 @@ __device__ __forceinline__ int split_chunk(int t, int n_splits) {
 // decode), split `split` of the context, head block `sub` of KV head blockIdx.y, from blockIdx.x
 // = (split * n_tokens + tok) * n_sub + sub. So the blocks that read the same cache rows (a
 // split's head blocks and tokens) are neighbours in the launch order and run side by side: the
-// rows come from DRAM once and from L2 for the others (dram__bytes_read, H100, 32768 rows).
+// rows come from DRAM once and from L2 for the others (Nsight Compute, a 122B layer's two-token
+// verify at 32768 f32 rows, H100: 274 MB read from DRAM when split was fastest, now 134).
 struct SplitBlock {
   int tok, split, sub;
 };
