@@ -155,13 +155,12 @@ class CudaEngine {
   // Two tokens a pass: speculative decoding (speculative.h) and prefill.
   // verify2 consumes two tokens at the next two positions in one pass (its own graph,
   // verify_graph.cpp; ~1.33 steps of time at 122B-A10B on an H100) and writes each one's argmax
-  // to top, and their
-  // logits [2][V] to `logits` when not null (the same bits as two steps'); both hidden states
-  // stay on the device for draft(). reject_last(), right after verify2 and with the MTP head
-  // loaded only (else Error(kUsage)), forgets the second token (its deferred DeltaNet update
-  // never folded in, its KV rows left to be overwritten). draft(row, token, logits) is
-  // mtp_step from the hidden state of token `row` of the last verify2 (row 0 is also the last
-  // step's); it returns the argmax; Error(kUnsupported) without the MTP head.
+  // to top, and their logits [2][V] to `logits` when not null (the same bits as two steps');
+  // both hidden states stay on the device for draft(). reject_last(), right after verify2 and
+  // with the MTP head loaded only (else Error(kUsage)), forgets the second token (its deferred
+  // DeltaNet update never folded in, its KV rows left to be overwritten). draft(row, token,
+  // logits) is mtp_step from the hidden state of token `row` of the last verify2 (row 0 is also
+  // the last step's); it returns the argmax; Error(kUnsupported) without the MTP head.
   void verify2(const int32_t tokens[2], int32_t top[2], float* logits = nullptr);
   // verify2 and draft with each row's top `k` (1 .. 128) instead of the logits, as step_top.
   void verify2_top(const int32_t tokens[2], int32_t top[2], int k, TopLogits out[2]);
