@@ -9,8 +9,8 @@
 //   and the history's shift) at the same shapes: time per layer and per token.
 //   Attention decode (norms, rotary, cache append and split-K attention in one launch, then the
 //   combine) at the 122B and 35B shapes, 12 and 10 layers with their own caches, at several
-//   contexts: time per layer and KV bytes read / time; f32 caches on the split kernel, bf16 ones
-//   on it and on the tensor cores (AttnDecodePath).
+//   contexts: time per layer and KV bytes read / time; f32 caches on the split kernel, bf16 and
+//   fp8 ones on it and on the tensor cores (AttnDecodePath).
 //   Attention prefill (attn_prefill, one layer at the 122B shape) by each path: the scalar
 //   kernel and the tensor-core one in both launch shapes, prompts of 1024 and 4096 tokens and
 //   1024 tokens deep into a cache of up to 32768 rows: time per layer and the useful FLOP rate.
@@ -254,7 +254,8 @@ void bench_attention(const char* name, qf::kern::AttnShape s, int n_layers, int 
   const int last = context - 1;
   QF_CUDA_CHECK(cudaMemcpy(pos.data(), &last, sizeof(int), cudaMemcpyHostToDevice));
   std::vector<DeviceBuffer<float>> kc, vc;
-  const size_t entry = qf::kern::attn_kv_bytes(s);  // 0x3C bytes: ~0.0115 as f32 and as bf16
+  // 0x3C bytes: ~0.0115 as f32 and as bf16, 1.5 as e4m3
+  const size_t entry = qf::kern::attn_kv_bytes(s);
   const size_t cache_floats = (static_cast<size_t>(context) * kv_row * entry + 3) / 4;
   for (int l = 0; l < n_layers; ++l) {
     kc.push_back(patterned(cache_floats));
@@ -274,7 +275,10 @@ void bench_attention(const char* name, qf::kern::AttnShape s, int n_layers, int 
   std::printf(
       "attention %-5s Nq %2d Nkv %d hd %d ctx %6d %s %-5s: %7.2f us/layer, KV %6.1f MiB, %6.0f "
       "GB/s (%3.0f%% of copy)\n",
-      name, s.n_q_heads, s.n_kv_heads, s.head_dim, context, entry == 2 ? "bf16" : "f32 ",
+      name, s.n_q_heads, s.n_kv_heads, s.head_dim, context,
+      entry == 1   ? "fp8 "
+      : entry == 2 ? "bf16"
+                   : "f32 ",
       path == qf::kern::AttnDecodePath::kMma ? "mma" : "split", us, bytes / (1 << 20),
       bytes / (us * 1e3), 100.0 * bytes / (us * 1e3) / copy_gbs);
 }
@@ -357,11 +361,13 @@ int main(int argc, char** argv) {
   a35.n_q_heads = 16;
   for (int ctx : {1, 1024, 4096, 32768, 131072}) {
     if (quick && ctx > 4096) break;
-    // f32 on the split kernel; bf16 on it and on the tensor cores.
+    // f32 on the split kernel; bf16 and fp8 on it and on the tensor cores.
     using Path = qf::kern::AttnDecodePath;
-    for (const auto& [kv, path] : {std::pair{qf::kern::KvType::kF32, Path::kSplit},
-                                   {qf::kern::KvType::kBf16, Path::kSplit},
-                                   {qf::kern::KvType::kBf16, Path::kMma}}) {
+    using qf::kern::KvType;
+    for (const auto& [kv, path] :
+         {std::pair{KvType::kF32, Path::kSplit}, std::pair{KvType::kBf16, Path::kSplit},
+          std::pair{KvType::kBf16, Path::kMma}, std::pair{KvType::kFp8, Path::kSplit},
+          std::pair{KvType::kFp8, Path::kMma}}) {
       a122.kv = a35.kv = kv;
       bench_attention("122B", a122, 12, ctx, path, copy_gbs, stream);
       bench_attention("35B", a35, 10, ctx, path, copy_gbs, stream);

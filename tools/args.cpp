@@ -12,15 +12,19 @@ namespace qf::tools {
 void add_kv_cache_option(CLI::App* sub, rt::KvCacheType* out) {
   using rt::KvCacheType;
   const std::string f32 = rt::kv_cache_type_name(KvCacheType::kF32),
-                    bf16 = rt::kv_cache_type_name(KvCacheType::kBf16);
+                    bf16 = rt::kv_cache_type_name(KvCacheType::kBf16),
+                    fp8 = rt::kv_cache_type_name(KvCacheType::kFp8);
   sub->add_option_function<std::string>(
          "--kv-cache-dtype",
          [out, bf16](const std::string& v) {
-           *out = v == bf16 ? KvCacheType::kBf16 : KvCacheType::kF32;
+           *out = v == bf16                       ? KvCacheType::kBf16
+                  : v == "fp8" || v == "fp8_e4m3" ? KvCacheType::kFp8
+                                                  : KvCacheType::kF32;
          },
-         "the attention layers' KV cache entries: float32 (exact), or bfloat16 (half the bytes; "
-         "each entry rounded to nearest even)")
-      ->check(CLI::IsMember({f32, bf16}))
+         "the attention layers' KV cache entries: float32 (exact), bfloat16 (half the bytes; "
+         "each entry rounded to nearest even), or fp8 (also fp8_e4m3: a quarter of the bytes; "
+         "FP8 E4M3 at unit scale, rounded to nearest even, clamped to +-448)")
+      ->check(CLI::IsMember({f32, bf16, fp8, std::string("fp8_e4m3")}))
       ->default_str(f32);
 }
 

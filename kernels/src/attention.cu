@@ -32,11 +32,11 @@
 // kernel (the split kernel or the tensor-core one): bit for bit attn_decode's results, as the new
 // row a decode takes from shared memory holds the values the append stores (the same normed,
 // rotated, rounded k; v rounded).
-// bf16 caches (AttnShape::kv): entries rounded as rows are appended (the new row used rounded
-// too); the split kernel's Bf16 instances stage each tile's rows through
+// bf16 and fp8 caches (AttnShape::kv): entries rounded as rows are appended (the new row used
+// rounded too); the split kernel's Bf16 and Fp8 instances stage each tile's rows through
 // shared memory by cp.async one tile ahead (docs/cuda-engine-speed.md, "bf16 KV caches"). At
-// head_dim 256, decode runs attention_decode_mma.cu's tensor-core kernel in the split kernel's
-// place (AttnDecodePath), over the same splits, into the same combine.
+// head_dim 256, bf16 decode runs attention_decode_mma.cu's tensor-core kernel in the split
+// kernel's place (AttnDecodePath), over the same splits, into the same combine.
 // The chunk length is derived on the device from *pos with a fixed split count, so graphs replay
 // at any position, every result is the same for the same position (deterministic), and splits
 // past the context exit at once.
@@ -103,7 +103,7 @@ int n_splits_for(const AttnShape& s, int n_head_blocks) {
   return std::clamp(2 * n_sm / (s.n_kv_heads * n_head_blocks), 1, max_splits(s));
 }
 
-// The split kernel's shared memory (its layout there): floats before the Bf16 stages, rounded
+// The split kernel's shared memory (its layout there): floats before the staged tiles, rounded
 // to 16 bytes, and bytes in all.
 __host__ __device__ constexpr int staged_offset(int hpb, int hd) {
   return (hpb * (hd + kTile + 3) + 3 * hd + 3) / 4 * 4;
@@ -124,8 +124,8 @@ cudaError_t allow_smem(K* kernel, size_t bytes) {
 }
 
 // kVec consecutive cache entries at p (floats: 16-byte aligned for 4, 8 for 2; Bf16: half
-// that) as floats. kCg: through L2 only (ld.global.cg): the cache rows may be loaded before the PDL
-// wait (pdl.cuh, rule (b)).
+// that; Fp8: a quarter) as floats. kCg: through L2 only (ld.global.cg): the cache rows may be
+// loaded before the PDL wait (pdl.cuh, rule (b)).
 template <int kVec, bool kCg>
 __device__ __forceinline__ void load_vec(const float* p, float* out) {
   if constexpr (kVec == 4) {
@@ -152,6 +152,18 @@ __device__ __forceinline__ void load_vec(const attn_detail::Bf16* p, float* out)
     out[0] = v.x, out[1] = v.y;
   }
 }
+template <int kVec, bool kCg>
+__device__ __forceinline__ void load_vec(const attn_detail::Fp8* p, float* out) {
+  static_assert(kVec == 2 || kVec == 4, "hd / 32 entries a lane, hd 64 to 256");
+  if constexpr (kVec == 4) {
+    const float4 v = attn_detail::kv_load4<kCg>(p);
+    out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
+  } else {
+    const unsigned short* p2 = reinterpret_cast<const unsigned short*>(p);
+    const float2 v = attn_detail::fp8_pair(kCg ? __ldcg(p2) : *p2);
+    out[0] = v.x, out[1] = v.y;
+  }
+}
 
 // One level of a warp's reduce-scatter: lanes with bit kO clear keep v[0..kO) and add their
 // partner's, lanes with it set keep v[kO..2 kO) and add their partner's, stored at v[0..kO).
@@ -173,8 +185,8 @@ __device__ __forceinline__ void reduce_scatter(float (&v)[32], int lane) {
 // kFixed: the Qwen3.5 attention shape (kFixed* below) with its head count per block, KV heads
 // and rotary width as compile-time constants, so that the head loops and row strides fold.
 // kPrefill: attn_prefill's tokens (AttnArgs), an instance of its own so that decode's keeps its
-// registers (one instance for both spilled). Kv: the caches' entries (float or Bf16).
-// Bf16 caches: two blocks an SM, so at most 128 registers (unbounded, ptxas took 182: one
+// registers (one instance for both spilled). Kv: the caches' entries (float, Bf16 or Fp8).
+// Bf16 and Fp8 caches: two blocks an SM, so at most 128 registers (unbounded, ptxas took 182: one
 // block). f32: no minimum (0), which compiles as the bound's absence (1 does not).
 template <int kHd, bool kFixed, bool kPrefill, class Kv>
 __global__ void __launch_bounds__(kThreads, sizeof(Kv) == sizeof(float) ? 0 : 2)
@@ -190,7 +202,7 @@ __global__ void __launch_bounds__(kThreads, sizeof(Kv) == sizeof(float) ? 0 : 2)
                 kRowsPerWarp * kPass == 32);
 
   // q [hpb, hd] | p [hpb, kTile] | m, l, corr [hpb] | new k, new v [hd] | cos, sin [hd / 2]
-  // | Bf16 caches: two stages of a tile's K and V rows ([2][2][kTile][hd], 16-byte aligned)
+  // | Bf16 and Fp8 caches: two stages of a tile's K and V rows ([2][2][kTile][hd], 16-byte aligned)
   extern __shared__ __align__(16) float smem[];
   float* qs = smem;
   float* ps = qs + hpb * kHd;
@@ -250,18 +262,19 @@ __global__ void __launch_bounds__(kThreads, sizeof(Kv) == sizeof(float) ? 0 : 2)
     for (int t = 0; t < kTile; ++t)
       vr[t] = t < end ? attn_detail::kv_f32(__ldcg(vbase + (tb + t) * row_stride + dim)) : 0.0f;
   };
-  // Bf16 caches (kStaged): half the bytes a load, so the tiles go through shared memory instead,
-  // by cp.async one tile ahead (the registers could not hold two), and are read from there in the
-  // registers' layout above; rows from the end are zero-filled.
+  // Bf16 and Fp8 caches (kStaged): half or a quarter of the bytes a load, so the tiles go through
+  // shared memory instead, by cp.async one tile ahead (the registers could not hold two), and are
+  // read from there in the registers' layout above; rows from the end are zero-filled.
   constexpr bool kStaged = sizeof(Kv) != sizeof(float);
   const auto issue_tile = [&](int tb, int buf) {
     const int end = min(t1, cached ? pos + 1 : pos) - tb;
-    constexpr int kChunks = kHd / 8, kPer = kTile * kChunks;  // 16-byte chunks a row, a cache
+    constexpr int kIn = 16 / sizeof(Kv);                        // entries a 16-byte chunk
+    constexpr int kChunks = kHd / kIn, kPer = kTile * kChunks;  // chunks a row, a cache's tile
     Kv* dst = stage_s + buf * 2 * kTile * kHd;
     for (int i = tid; i < 2 * kPer; i += kThreads) {
       const int which = i / kPer, r = i % kPer / kChunks, c = i % kChunks;
-      const Kv* src = (which ? vbase : kbase) + (tb + (r < end ? r : 0)) * row_stride + c * 8;
-      gemv_detail::cp_async16(dst + (which * kTile + r) * kHd + c * 8, src, r < end ? 16 : 0);
+      const Kv* src = (which ? vbase : kbase) + (tb + (r < end ? r : 0)) * row_stride + c * kIn;
+      gemv_detail::cp_async16(dst + (which * kTile + r) * kHd + c * kIn, src, r < end ? 16 : 0);
     }
     gemv_detail::cp_async_commit();
   };
@@ -627,7 +640,7 @@ bool shape_ok(const AttnShape& s) {
   return s.n_q_heads > 0 && s.n_kv_heads > 0 && s.n_q_heads % s.n_kv_heads == 0 && s.max_len > 0 &&
          (s.head_dim == 64 || s.head_dim == 128 || s.head_dim == 256) && s.rot_dim >= 0 &&
          s.rot_dim % 2 == 0 && s.rot_dim <= s.head_dim &&
-         (s.kv == KvType::kF32 || s.kv == KvType::kBf16);
+         (s.kv == KvType::kF32 || s.kv == KvType::kBf16 || s.kv == KvType::kFp8);
 }
 
 // f(std::integral_constant<int, hd>, Kv()) for the shape's head_dim and cache entries (shapes
@@ -635,6 +648,7 @@ bool shape_ok(const AttnShape& s) {
 template <int kHd, class F>
 cudaError_t dispatch_kv(const AttnShape& s, F&& f) {
   const std::integral_constant<int, kHd> hd;
+  if (s.kv == KvType::kFp8) return f(hd, attn_detail::Fp8());
   return s.kv == KvType::kBf16 ? f(hd, attn_detail::Bf16()) : f(hd, 0.0f);
 }
 template <class F>
@@ -652,7 +666,9 @@ cudaError_t dispatch(const AttnShape& s, F&& f) {
 }  // namespace
 
 size_t attn_kv_bytes(const AttnShape& shape) {
-  return shape.kv == KvType::kBf16 ? sizeof(attn_detail::Bf16) : sizeof(float);
+  return shape.kv == KvType::kFp8    ? sizeof(attn_detail::Fp8)
+         : shape.kv == KvType::kBf16 ? sizeof(attn_detail::Bf16)
+                                     : sizeof(float);
 }
 
 size_t attn_rope_floats(const AttnShape& shape) {

@@ -4,6 +4,8 @@
 // arguments, and the split of the context that attn_combine_kernel undoes).
 #pragma once
 
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -59,20 +61,23 @@ struct AttnArgs {
   size_t q_row, out_row;
 };
 
-// The caches' element types (AttnShape::kv): float, or Bf16 (a bf16's bits). kv_round gives the
-// value an entry holds once stored (formats.h's round to nearest even, the CPU twins' too),
-// kv_entry the entry itself, kv_f32 an entry's value (bf16_pair: two packed Bf16 entries');
-// kv_load4 reads four consecutive entries (16-byte or 8-byte aligned), through L2 only
-// (ld.global.cg) when kCg.
+// The caches' element types (AttnShape::kv): float, Bf16 (a bf16's bits) or Fp8 (an e4m3fn's).
+// kv_round gives the value an entry holds once stored (formats.h's round to nearest even, the
+// CPU twins' too; e4m3 clamped to +-448), kv_entry the entry itself, kv_f32 an entry's value
+// (bf16_pair, fp8_pair: two packed entries'); kv_load4 reads four consecutive entries (16-, 8-
+// or 4-byte aligned), through L2 only (ld.global.cg) when kCg.
 using Bf16 = uint16_t;
+using Fp8 = uint8_t;
 template <class Kv>
 __device__ __forceinline__ float kv_round(float x) {
   if constexpr (sizeof(Kv) == 2) return quant::round_to_bf16(x);
+  if constexpr (sizeof(Kv) == 1) return quant::round_to_e4m3fn_sat(x);
   return x;
 }
 template <class Kv>
 __device__ __forceinline__ Kv kv_entry(float x) {
   if constexpr (sizeof(Kv) == 2) return quant::f32_to_bf16(x);
+  if constexpr (sizeof(Kv) == 1) return quant::f32_to_e4m3fn_sat(x);
   return x;
 }
 __device__ __forceinline__ float kv_f32(float x) {
@@ -84,6 +89,15 @@ __device__ __forceinline__ float kv_f32(Bf16 x) {
 __device__ __forceinline__ float2 bf16_pair(uint32_t w) {  // the lower address in the low half
   return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xFFFF0000u));
 }
+// Two e4m3 entries (the lower address in the low byte) by the hardware's conversion to f16 (sm_89
+// and later; emulated before), exact: every e4m3 value is an f16 value.
+__device__ __forceinline__ float2 fp8_pair(uint16_t w) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w), __NV_E4M3);
+  return __half22float2(*reinterpret_cast<const __half2*>(&h));
+}
+__device__ __forceinline__ float kv_f32(Fp8 x) {
+  return fp8_pair(x).x;
+}
 template <bool kCg>
 __device__ __forceinline__ float4 kv_load4(const float* p) {
   const float4* p4 = reinterpret_cast<const float4*>(p);
@@ -94,6 +108,13 @@ __device__ __forceinline__ float4 kv_load4(const Bf16* p) {
   const uint2* p2 = reinterpret_cast<const uint2*>(p);
   const uint2 w = kCg ? __ldcg(p2) : *p2;
   const float2 a = bf16_pair(w.x), b = bf16_pair(w.y);
+  return make_float4(a.x, a.y, b.x, b.y);
+}
+template <bool kCg>
+__device__ __forceinline__ float4 kv_load4(const Fp8* p) {
+  const unsigned* p1 = reinterpret_cast<const unsigned*>(p);
+  const unsigned w = kCg ? __ldcg(p1) : *p1;
+  const float2 a = fp8_pair(static_cast<uint16_t>(w)), b = fp8_pair(static_cast<uint16_t>(w >> 16));
   return make_float4(a.x, a.y, b.x, b.y);
 }
 

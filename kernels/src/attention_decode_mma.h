@@ -1,5 +1,5 @@
-// attn_decode's attention on the tensor cores for bf16 caches (attention_decode_mma.cu), called by
-// attention.cu's launch_decode in place of its split kernel. Internal to kernels/src.
+// attn_decode's attention on the tensor cores for bf16 and fp8 caches (attention_decode_mma.cu),
+// called by attention.cu's launch_decode in place of its split kernel. Internal to kernels/src.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -9,8 +9,8 @@
 
 namespace qf::kern::attn_detail {
 
-// Whether `shape` runs on this path (bf16 caches, head_dim 256) and the current device's shared
-// memory takes its block (98 KB).
+// Whether `shape` runs on this path (bf16 or fp8 caches, head_dim 256) and the current device's
+// shared memory takes its block (98 KB).
 bool mma_decode_shape_ok(const AttnShape& shape);
 bool mma_decode_fits();
 

@@ -75,7 +75,8 @@ __device__ __forceinline__ void mma_limbs(float (&d)[4], const uint32_t (&a_hi)[
   mma_f16(d, a_lo, bh0, bh1);
 }
 
-// Rows 0 .. pos[n - 1] of both caches ([max_len, n_kv, hd] of Kv: float or Bf16) as limb pairs.
+// Rows 0 .. pos[n - 1] of both caches ([max_len, n_kv, hd] of Kv: float, Bf16 or Fp8) as limb
+// pairs (an Fp8 entry's lo limb is 0: every e4m3 value is an f16 value).
 template <class Kv>
 __global__ void __launch_bounds__(256)
     kv_limbs_kernel(const Kv* __restrict__ k_cache, const Kv* __restrict__ v_cache,
@@ -366,7 +367,11 @@ cudaError_t launch_prefill_mma(MmaShape m, const AttnShape& shape, const float* 
   const int n_sm = sm_count();
   if (n_sm == 0) return cudaGetLastError();
   const int* pos_last = pos + (n - 1);
-  if (shape.kv == KvType::kBf16) {
+  if (shape.kv == KvType::kFp8) {
+    kv_limbs_kernel<<<4 * n_sm, 256, 0, stream>>>(
+        static_cast<const Fp8*>(k_cache), static_cast<const Fp8*>(v_cache), pos_last,
+        shape.n_kv_heads, shape.max_len, k_limbs, v_limbs);
+  } else if (shape.kv == KvType::kBf16) {
     kv_limbs_kernel<<<4 * n_sm, 256, 0, stream>>>(
         static_cast<const Bf16*>(k_cache), static_cast<const Bf16*>(v_cache), pos_last,
         shape.n_kv_heads, shape.max_len, k_limbs, v_limbs);

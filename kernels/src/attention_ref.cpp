@@ -61,6 +61,11 @@ void attn_prepare_ref(const AttnShape& shape, const float* q_proj, const float* 
       k_cache[i] = quant::round_to_bf16(k_cache[i]);
       v_cache[i] = quant::round_to_bf16(v_cache[i]);
     }
+  } else if (shape.kv == KvType::kFp8) {
+    for (int64_t i = row; i < row + nkv * hd; ++i) {
+      k_cache[i] = quant::round_to_e4m3fn_sat(k_cache[i]);
+      v_cache[i] = quant::round_to_e4m3fn_sat(v_cache[i]);
+    }
   }
 }
 

@@ -170,6 +170,9 @@ void CpuEngine::attention(const AttentionWeights& w, std::vector<float>& kc, std
   if (kv_ == KvCacheType::kBf16) {  // the rows as the cache holds them, used from here on
     for (float& e : s.k) e = quant::round_to_bf16(e);
     for (float& e : s.v) e = quant::round_to_bf16(e);
+  } else if (kv_ == KvCacheType::kFp8) {
+    for (float& e : s.k) e = quant::round_to_e4m3fn_sat(e);
+    for (float& e : s.v) e = quant::round_to_e4m3fn_sat(e);
   }
   kc.insert(kc.end(), s.k.begin(), s.k.end());
   vc.insert(vc.end(), s.v.begin(), s.v.end());

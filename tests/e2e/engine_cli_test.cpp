@@ -563,9 +563,10 @@ TEST(EngineCli, BenchRejectsUnknownSkip) {
   EXPECT_NE(r.out.find("bogus"), std::string::npos) << r.out;
 }
 
-// --kv-cache-dtype on logits, generate and bench: bfloat16 moves the logits (float32 is the
-// default, bit for bit), the CUDA engine's bf16 logits equal the CPU engine's (5e-4 x max
-// |logit|), bench counts half the attention bytes, and other names are refused naming the flag.
+// --kv-cache-dtype on logits, generate and bench: bfloat16 and fp8 move the logits (float32 is
+// the default, bit for bit; fp8_e4m3 is fp8's other name), the CUDA engine's logits equal the CPU
+// engine's (5e-4 x max |logit|), bench counts a half and a quarter of the attention bytes, and
+// other names are refused naming the flag.
 TEST(EngineCli, KvCacheDtypeOnTheEngineCommands) {
   TempDir tmp;
   const std::string base = "logits --model " + kModel.string() + " --tokens 5,9,2,7,11,3,8 --out ";
@@ -577,46 +578,59 @@ TEST(EngineCli, KvCacheDtypeOnTheEngineCommands) {
   };
   const std::vector<float> plain = logits("plain", ""),
                            f32 = logits("f32", "--kv-cache-dtype float32"),
-                           b16 = logits("b16", "--kv-cache-dtype bfloat16");
+                           b16 = logits("b16", "--kv-cache-dtype bfloat16"),
+                           f8 = logits("f8", "--kv-cache-dtype fp8"),
+                           e4m3 = logits("e4m3", "--kv-cache-dtype fp8_e4m3");
   ASSERT_FALSE(plain.empty());
   EXPECT_EQ(plain, f32);
   ASSERT_EQ(plain.size(), b16.size());
+  ASSERT_EQ(plain.size(), f8.size());
   EXPECT_NE(plain, b16);
-  const CommandResult g = qforge("generate --model " + kModel.string() +
-                                 " --tokens 5,9,2 --max-tokens 4 --temperature 0 --json "
-                                 "--kv-cache-dtype bfloat16");
-  EXPECT_EQ(g.exit_code, 0) << g.out;
+  EXPECT_NE(plain, f8);
+  EXPECT_NE(b16, f8);
+  EXPECT_EQ(f8, e4m3);
+  for (const char* kv : {"bfloat16", "fp8"}) {
+    const CommandResult g = qforge("generate --model " + kModel.string() +
+                                   " --tokens 5,9,2 --max-tokens 4 --temperature 0 --json "
+                                   "--kv-cache-dtype " +
+                                   kv);
+    EXPECT_EQ(g.exit_code, 0) << kv << ": " << g.out;
+  }
   for (const char* cmd : {"logits", "generate", "serve", "eval-ppl", "bench"}) {
     const CommandResult r =
-        qforge(std::string(cmd) + " --model " + kModel.string() + " --kv-cache-dtype fp8");
+        qforge(std::string(cmd) + " --model " + kModel.string() + " --kv-cache-dtype fp16");
     EXPECT_EQ(r.exit_code, 1) << cmd << ": " << r.out;
     EXPECT_NE(r.out.find("--kv-cache-dtype"), std::string::npos) << cmd << ": " << r.out;
   }
   std::string why;
   if (!rt::CudaEngine::available(&why)) GTEST_SKIP() << "no GPU: " << why;
-  const std::vector<float> gpu = logits("gpu", "--kv-cache-dtype bfloat16 --device cuda");
-  ASSERT_EQ(gpu.size(), b16.size());
-  float diff = 0, top = 0;
-  for (size_t i = 0; i < gpu.size(); ++i) {
-    diff = std::max(diff, std::fabs(gpu[i] - b16[i]));
-    top = std::max(top, std::fabs(b16[i]));
+  for (const auto& [kv, cpu] : {std::pair{"bfloat16", &b16}, std::pair{"fp8", &f8}}) {
+    const std::vector<float> gpu =
+        logits(std::string("gpu_") + kv, std::string("--device cuda --kv-cache-dtype ") + kv);
+    ASSERT_EQ(gpu.size(), cpu->size()) << kv;
+    float diff = 0, top = 0;
+    for (size_t i = 0; i < gpu.size(); ++i) {
+      diff = std::max(diff, std::fabs(gpu[i] - (*cpu)[i]));
+      top = std::max(top, std::fabs((*cpu)[i]));
+    }
+    EXPECT_LE(diff, 5e-4f * top) << kv;
   }
-  EXPECT_LE(diff, 5e-4f * top);
-  uint64_t attention_bytes[2] = {0, 0};
-  for (const int i : {0, 1}) {
-    const CommandResult r =
-        qforge_split(std::string("bench --synthetic tiny --context 64 --steps 2 "
-                                 "--json --kv-cache-dtype ") +
-                     (i ? "bfloat16" : "float32"));
+  const char* names[3] = {"float32", "bfloat16", "fp8"};
+  uint64_t attention_bytes[3] = {0, 0, 0};
+  for (const int i : {0, 1, 2}) {
+    const CommandResult r = qforge_split(
+        std::string("bench --synthetic tiny --context 64 --steps 2 --json --kv-cache-dtype ") +
+        names[i]);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const nlohmann::json j = nlohmann::json::parse(r.out);
-    EXPECT_EQ(j["kv_cache_dtype"], i ? "bfloat16" : "float32");
+    EXPECT_EQ(j["kv_cache_dtype"], names[i]);
     for (const nlohmann::json& k : j["kernels"]) {
       if (k["name"] == "attention") attention_bytes[i] = k["bytes"].get<uint64_t>();
     }
   }
-  EXPECT_GT(attention_bytes[1], 0u);
+  EXPECT_GT(attention_bytes[2], 0u);
   EXPECT_EQ(attention_bytes[0], 2 * attention_bytes[1]);
+  EXPECT_EQ(attention_bytes[0], 4 * attention_bytes[2]);
 }
 
 TEST(EngineCli, RejectsUnknownDevice) {

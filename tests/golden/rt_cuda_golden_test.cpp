@@ -592,21 +592,26 @@ std::vector<int32_t> spread_tokens(size_t n, int64_t vocab, int64_t offset) {
   return ids;
 }
 
-// bf16 KV caches (CudaOptions::kv_cache) on `model`, against the CPU reference with bf16 caches:
-// every position of a 300-token prompt by steps (the decode kernel, its new row rounded as the
-// cache holds it) and by batched prefill (the prefill kernels' bf16 reads), the MTP head's (its
-// own cache) where the model has one, and 128 greedy tokens, with the bounds of the f32 caches;
-// a verify's two and three rows, the steps' bits. The caches' rounding must show: the CPU's logits
-// with bf16 caches differ from its f32 ones.
-void check_bf16_caches(const Model& model, const std::string& name) {
+// bf16 or fp8 KV caches (CudaOptions::kv_cache) on `model`, against the CPU reference with the
+// same caches: every position of a 300-token prompt by steps (the decode kernel, its new row
+// rounded as the cache holds it) and by batched prefill (the prefill kernels' reads), the MTP
+// head's (its own cache) where the model has one, and 128 greedy tokens, with the bounds of the
+// f32 caches (fp8: 2e-3, below); a verify's two and three rows, the steps' bits. The caches'
+// rounding must show: the CPU's logits with them differ from its f32 ones.
+// Why fp8's bound is wider: a k entry that the two engines compute an ulp of f32 apart can round
+// to either side of a midpoint (attention_test), and an e4m3 ulp is 2^-3 of the entry against
+// bf16's 2^-7. On the r2 hybrid the MTP head's logits measured 5.7e-4 x max |logit| from the
+// CPU's, while its logits move 8.1e-3 between fp8 and f32 caches.
+void check_narrow_caches(const Model& model, const std::string& name, KvCacheType kv) {
+  const double bound = kv == KvCacheType::kFp8 ? 2e-3 : 5e-4;
   const int64_t vocab = model.config().vocab_size;
   const std::vector<int32_t> prompt = spread_tokens(300, vocab, 31);
   const bool mtp = model.mtp().has_value();
-  CpuEngine cpu(model, 2, KvCacheType::kBf16), cpu32(model, 2);
+  CpuEngine cpu(model, 2, kv), cpu32(model, 2);
   CudaOptions o;
   o.max_context = static_cast<int64_t>(prompt.size()) + kGreedy + 1;
   o.mtp = mtp;
-  o.kv_cache = KvCacheType::kBf16;
+  o.kv_cache = kv;
   CudaEngine gpu(model, o);
   const size_t t_len = prompt.size();
   std::vector<float> c(t_len * vocab), g(t_len * vocab), c_mtp(mtp ? (t_len - 1) * vocab : 0),
@@ -618,10 +623,10 @@ void check_bf16_caches(const Model& model, const std::string& name) {
     cpu.mtp_step(prompt[t + 1], cpu.hidden().data(), c_mtp.data() + t * vocab);
     gpu.mtp_step(prompt[t + 1], nullptr, g_mtp.data() + t * vocab);
   }
-  expect_same(c, g, vocab, 5e-4, name + ": steps cuda vs cpu");
-  if (mtp) expect_same(c_mtp, g_mtp, vocab, 5e-4, name + ": mtp cuda vs cpu");
-  expect_same(c, prefill_logits(gpu, prompt, vocab), vocab, 5e-4, name + ": prefill cuda vs cpu");
-  // A verify's rows through the bf16 caches (attn_decode_rows on the decode's kernel): two and
+  expect_same(c, g, vocab, bound, name + ": steps cuda vs cpu");
+  if (mtp) expect_same(c_mtp, g_mtp, vocab, bound, name + ": mtp cuda vs cpu");
+  expect_same(c, prefill_logits(gpu, prompt, vocab), vocab, bound, name + ": prefill cuda vs cpu");
+  // A verify's rows through the narrow caches (attn_decode_rows on the decode's kernel): two and
   // three steps' bits, deep into the prompt.
   for (const size_t n : {size_t{2}, size_t{3}}) {
     const size_t at = t_len - n;
@@ -645,9 +650,8 @@ void check_bf16_caches(const Model& model, const std::string& name) {
     moved = std::max(moved, static_cast<double>(std::fabs(c[i] - c32[i])));
   }
   moved /= top_logit(c32);
-  std::printf("%-44s max |diff| %.3g x max |logit|\n", (name + ", cpu bf16 vs f32 KV").c_str(),
-              moved);
-  EXPECT_GT(moved, 1e-5) << name << ": the bf16 caches changed nothing";
+  std::printf("%-44s max |diff| %.3g x max |logit|\n", (name + ", cpu vs f32 KV").c_str(), moved);
+  EXPECT_GT(moved, 1e-5) << name << ": the narrow caches changed nothing";
 
   GenerateOptions greedy;
   greedy.max_tokens = kGreedy;
@@ -696,7 +700,18 @@ TEST(CudaGoldenR2, HybridWithBf16KvCachesEqualsTheCpuReference) {
       test::build_hybrid(QF_BIN, src, tmp.path(), Model::load(src)->config().vocab_size));
   const std::unique_ptr<Model> model = Model::load(tmp / "hybrid");
   ASSERT_EQ(model->config().head_dim, 256);
-  check_bf16_caches(*model, "r2-hd256-e8k3 hybrid, bf16 KV caches");
+  check_narrow_caches(*model, "r2-hd256-e8k3 hybrid, bf16 KV caches", KvCacheType::kBf16);
+}
+// The same with fp8 caches (the tensor-core decode's fp8 staging, the prefill's fp8 limbs).
+TEST(CudaGoldenR2, HybridWithFp8KvCachesEqualsTheCpuReference) {
+  std::string why;
+  if (!CudaEngine::available(&why)) GTEST_SKIP() << why;
+  test::TempDir tmp;
+  const fs::path src = kDir / "r2-hd256-e8k3" / "model";
+  ASSERT_NO_FATAL_FAILURE(
+      test::build_hybrid(QF_BIN, src, tmp.path(), Model::load(src)->config().vocab_size));
+  const std::unique_ptr<Model> model = Model::load(tmp / "hybrid");
+  check_narrow_caches(*model, "r2-hd256-e8k3 hybrid, fp8 KV caches", KvCacheType::kFp8);
 }
 
 // The fixtures' hidden sizes (64, 96) are no multiple of 128, so their experts keep gemv +
@@ -826,7 +841,15 @@ TEST(CudaGoldenTiny, Bf16KvCacheEqualsTheCpuReferenceWithBf16Caches) {
   std::unique_ptr<Model> model;
   ASSERT_NO_FATAL_FAILURE(tiny_hybrid(tmp.path(), 23, true, model));
   ASSERT_TRUE(model->mtp());
-  check_bf16_caches(*model, "tiny hybrid, bf16 KV caches");
+  check_narrow_caches(*model, "tiny hybrid, bf16 KV caches", KvCacheType::kBf16);
+}
+TEST(CudaGoldenTiny, Fp8KvCacheEqualsTheCpuReferenceWithFp8Caches) {
+  std::string why;
+  if (!CudaEngine::available(&why)) GTEST_SKIP() << why;
+  test::TempDir tmp;
+  std::unique_ptr<Model> model;
+  ASSERT_NO_FATAL_FAILURE(tiny_hybrid(tmp.path(), 23, true, model));
+  check_narrow_caches(*model, "tiny hybrid, fp8 KV caches", KvCacheType::kFp8);
 }
 
 // A draft vocabulary (CudaOptions::mtp_vocab) on the tiny hybrid's INT8 LM head: the MTP head's

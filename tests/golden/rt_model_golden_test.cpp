@@ -201,49 +201,56 @@ TEST_P(ModelGolden, Bf16ReleaseLayoutMatchesTransformers) {
   check_model(kDir / GetParam() / "model", kDir / GetParam() / "reference.safetensors", GetParam());
 }
 
-// KvCacheType::kBf16: every entry of every KV cache (the MTP layer's too) is a bf16 value, and
-// the first full-attention layer, whose inputs no cache has touched yet, holds the f32 engine's
-// entries rounded to nearest even (quant::f32_to_bf16, bit for bit torch's); the logits move.
-TEST_P(ModelGolden, Bf16KvCacheHoldsTheRoundedEntries) {
-  const std::unique_ptr<Model> model = Model::load(kDir / GetParam() / "model");
-  const Reference ref = load_reference(kDir / GetParam() / "reference.safetensors");
+// KvCacheType::kBf16 and kFp8: every entry of every KV cache (the MTP layer's too) is a value
+// of the format, and the first full-attention layer, whose inputs no cache has touched yet, holds
+// the f32 engine's entries rounded to it (quant::f32_to_bf16, bit for bit torch's;
+// f32_to_e4m3fn_sat, torch's to float8_e4m3fn after a clamp to +-448); the logits move.
+void expect_rounded_entries(const std::string& fixture, KvCacheType kv, float (*round)(float)) {
+  const std::unique_ptr<Model> model = Model::load(kDir / fixture / "model");
+  const Reference ref = load_reference(kDir / fixture / "reference.safetensors");
   const int64_t vocab = model->config().vocab_size;
-  CpuEngine f32(*model, 2), b16(*model, 2, KvCacheType::kBf16);
-  std::vector<float> l32(static_cast<size_t>(vocab)), l16(l32.size()), h(l32.size());
+  const std::string name = fixture + " " + kv_cache_type_name(kv);
+  CpuEngine f32(*model, 2), narrow(*model, 2, kv);
+  std::vector<float> l32(static_cast<size_t>(vocab)), ln(l32.size()), h(l32.size());
   double moved = 0;
   for (size_t t = 0; t < ref.prompt.size(); ++t) {
     f32.step(ref.prompt[t], l32.data());
-    b16.step(ref.prompt[t], l16.data());
-    for (int64_t i = 0; i < vocab; ++i) moved = std::max(moved, double{std::fabs(l32[i] - l16[i])});
+    narrow.step(ref.prompt[t], ln.data());
+    for (int64_t i = 0; i < vocab; ++i) moved = std::max(moved, double{std::fabs(l32[i] - ln[i])});
     if (model->mtp() && t + 1 < ref.prompt.size()) {
-      b16.mtp_step(ref.prompt[t + 1], b16.hidden().data(), h.data());
+      narrow.mtp_step(ref.prompt[t + 1], narrow.hidden().data(), h.data());
     }
   }
-  const auto is_bf16 = [](float x) { return (quant::f32_bits(x) & 0xFFFFu) == 0; };
-  const auto all_bf16 = [&](const std::vector<float>& v) {
-    return std::all_of(v.begin(), v.end(), is_bf16);
+  const auto all_rounded = [&](const std::vector<float>& v) {
+    return std::all_of(v.begin(), v.end(), [&](float x) { return round(x) == x; });
   };
-  const SequenceState& s = b16.state();
+  const SequenceState& s = narrow.state();
   bool first = true;
   for (size_t l = 0; l < s.k.size(); ++l) {
     if (s.k[l].empty()) continue;
-    EXPECT_TRUE(all_bf16(s.k[l]) && all_bf16(s.v[l])) << GetParam() << " layer " << l;
+    EXPECT_TRUE(all_rounded(s.k[l]) && all_rounded(s.v[l])) << name << " layer " << l;
     if (!first) continue;
     first = false;
     ASSERT_EQ(s.k[l].size(), f32.state().k[l].size());
     for (size_t i = 0; i < s.k[l].size(); ++i) {
-      const float k = quant::round_to_bf16(f32.state().k[l][i]);
-      const float v = quant::round_to_bf16(f32.state().v[l][i]);
-      ASSERT_EQ(quant::f32_bits(s.k[l][i]), quant::f32_bits(k)) << GetParam() << " k " << i;
-      ASSERT_EQ(quant::f32_bits(s.v[l][i]), quant::f32_bits(v)) << GetParam() << " v " << i;
+      const float k = round(f32.state().k[l][i]), v = round(f32.state().v[l][i]);
+      ASSERT_EQ(quant::f32_bits(s.k[l][i]), quant::f32_bits(k)) << name << " k " << i;
+      ASSERT_EQ(quant::f32_bits(s.v[l][i]), quant::f32_bits(v)) << name << " v " << i;
     }
   }
-  EXPECT_FALSE(first) << GetParam() << ": no attention layer";
+  EXPECT_FALSE(first) << name << ": no attention layer";
   if (model->mtp()) {
-    EXPECT_TRUE(!s.mtp_k.empty() && all_bf16(s.mtp_k) && all_bf16(s.mtp_v)) << GetParam();
+    EXPECT_TRUE(!s.mtp_k.empty() && all_rounded(s.mtp_k) && all_rounded(s.mtp_v)) << name;
   }
-  EXPECT_GT(moved, 0.0) << GetParam() << ": the bf16 caches changed no logit";
-  std::printf("%-40s bf16 KV: logits moved by up to %.3g\n", GetParam().c_str(), moved);
+  EXPECT_GT(moved, 0.0) << name << ": the narrow caches changed no logit";
+  std::printf("%-40s KV: logits moved by up to %.3g\n", name.c_str(), moved);
+}
+
+TEST_P(ModelGolden, Bf16KvCacheHoldsTheRoundedEntries) {
+  expect_rounded_entries(GetParam(), KvCacheType::kBf16, quant::round_to_bf16);
+}
+TEST_P(ModelGolden, Fp8KvCacheHoldsTheRoundedEntries) {
+  expect_rounded_entries(GetParam(), KvCacheType::kFp8, quant::round_to_e4m3fn_sat);
 }
 
 // A draft vocabulary (CpuEngine::set_mtp_vocab): the MTP head's logits over ids [0, n) are the

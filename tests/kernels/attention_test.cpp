@@ -14,12 +14,12 @@
 //     through cancellation); u * sqrt(4096) ~ 4e-6 bounds the typical error of the sums.
 // attn_prefill: the appended rows bit for bit attn_decode's, the outputs within the same bound
 // (PrefillIsDecodeWithinRounding).
-// bf16 caches (AttnShape::kv): the twins round their appended rows as the GPU does
-// (quant::f32_to_bf16). v rows: exact; k rows: each entry the twin's or one bf16 ulp from it (the
-// ~1e-7 differences above can fall on either side of a rounding midpoint); outputs: the twin's
-// attention over the GPU's own cache rows, within the f32 bound.
-// bf16 caches at head_dim 256 run on both decode paths (AttnDecodePath): the split kernel and the
-// tensor-core kernel, each held to the same bound.
+// bf16 and fp8 caches (AttnShape::kv): the twins round their appended rows as the GPU does
+// (quant::f32_to_bf16, f32_to_e4m3fn_sat). v rows: exact; k rows: each entry the twin's or one
+// ulp of the format from it (the ~1e-7 differences above can fall on either side of a rounding
+// midpoint); outputs: the twin's attention over the GPU's own cache rows, within the f32 bound.
+// bf16 and fp8 caches at head_dim 256 run on both decode paths (AttnDecodePath): the split kernel
+// and the tensor-core kernel, each held to the same bound.
 // Skips (and says why) where no CUDA device is present.
 #include <gtest/gtest.h>
 
@@ -52,54 +52,75 @@ using test::upload_to;
 class DeviceCache {
  public:
   DeviceCache(const AttnShape& s, size_t n)
-      : bf16_(s.kv == KvType::kBf16), f32_(bf16_ ? 0 : n), b16_(bf16_ ? n : 0) {
+      : kv_(s.kv),
+        f32_(kv_ == KvType::kF32 ? n : 0),
+        b16_(kv_ == KvType::kBf16 ? n : 0),
+        f8_(kv_ == KvType::kFp8 ? n : 0) {
     if (n > 0) QF_CUDA_CHECK(cudaMemset(data(), 0, n * attn_kv_bytes(s)));
   }
-  // From floats (bf16: rounded; `values` then holds what the cache holds).
+  // From floats (bf16, fp8: rounded; `values` then holds what the cache holds).
   DeviceCache(const AttnShape& s, std::vector<float>& values) : DeviceCache(s, values.size()) {
-    if (!bf16_) {
+    if (kv_ == KvType::kF32) {
       upload_to(values, f32_);
-      return;
+    } else if (kv_ == KvType::kBf16) {
+      std::vector<uint16_t> bits(values.size());
+      for (size_t i = 0; i < values.size(); ++i) {
+        bits[i] = quant::f32_to_bf16(values[i]);
+        values[i] = quant::bf16_to_f32(bits[i]);
+      }
+      upload_to(bits, b16_);
+    } else {
+      std::vector<uint8_t> bits(values.size());
+      for (size_t i = 0; i < values.size(); ++i) {
+        bits[i] = quant::f32_to_e4m3fn_sat(values[i]);
+        values[i] = quant::e4m3fn_to_f32(bits[i]);
+      }
+      upload_to(bits, f8_);
     }
-    std::vector<uint16_t> bits(values.size());
-    for (size_t i = 0; i < values.size(); ++i) {
-      bits[i] = quant::f32_to_bf16(values[i]);
-      values[i] = quant::bf16_to_f32(bits[i]);
-    }
-    upload_to(bits, b16_);
   }
-  void* data() { return bf16_ ? static_cast<void*>(b16_.data()) : f32_.data(); }
+  void* data() {
+    return kv_ == KvType::kF32    ? static_cast<void*>(f32_.data())
+           : kv_ == KvType::kBf16 ? static_cast<void*>(b16_.data())
+                                  : static_cast<void*>(f8_.data());
+  }
   std::vector<float> read(size_t n = SIZE_MAX) const {
-    if (!bf16_) return download(f32_, n);
-    const std::vector<uint16_t> bits = download(b16_, n);
-    std::vector<float> out(bits.size());
-    for (size_t i = 0; i < bits.size(); ++i) out[i] = quant::bf16_to_f32(bits[i]);
+    if (kv_ == KvType::kF32) return download(f32_, n);
+    std::vector<float> out;
+    if (kv_ == KvType::kBf16) {
+      for (const uint16_t b : download(b16_, n)) out.push_back(quant::bf16_to_f32(b));
+    } else {
+      for (const uint8_t b : download(f8_, n)) out.push_back(quant::e4m3fn_to_f32(b));
+    }
     return out;
   }
 
  private:
-  bool bf16_;
+  KvType kv_;
   DeviceBuffer<float> f32_;
   DeviceBuffer<uint16_t> b16_;
+  DeviceBuffer<uint8_t> f8_;
 };
 
-// Entries equal or one bf16 ulp apart (both bf16 values), counting the latter.
-void expect_within_bf16_ulp(const std::vector<float>& got, const std::vector<float>& want,
-                            const std::string& what) {
+// Entries equal or one ulp of the cache's format apart (both values of it: bf16, 7 stored
+// significand bits, or e4m3, 3 and subnormals from 2^-6), counting the latter.
+void expect_within_ulp(const std::vector<float>& got, const std::vector<float>& want, KvType kv,
+                       const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
+  const int bits = kv == KvType::kFp8 ? 3 : 7;
+  const int min_exp = kv == KvType::kFp8 ? -6 : -126;
   size_t off = 0, bad = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     if (got[i] == want[i]) continue;
-    const float ulp =
-        std::ldexp(1.0f, std::ilogb(std::max(std::fabs(got[i]), std::fabs(want[i]))) - 7);
+    const int e = std::ilogb(std::max(std::fabs(got[i]), std::fabs(want[i])));
+    const float ulp = std::ldexp(1.0f, std::max(e, min_exp) - bits);
     ++(std::fabs(got[i] - want[i]) <= ulp ? off : bad);
   }
-  EXPECT_EQ(bad, 0u) << what << ": entries more than a bf16 ulp from the twin's";
+  EXPECT_EQ(bad, 0u) << what << ": entries more than an ulp from the twin's";
   EXPECT_LE(off, got.size() / 1000 + 1) << what << ": entries an ulp off";
 }
 
 std::string kv_name(const AttnShape& s) {
-  return s.kv == KvType::kBf16 ? " bf16" : " f32";
+  return s.kv == KvType::kFp8 ? " fp8" : s.kv == KvType::kBf16 ? " bf16" : " f32";
 }
 std::string path_name(AttnDecodePath p) {
   return p == AttnDecodePath::kMma ? " mma" : p == AttnDecodePath::kSplit ? " split" : "";
@@ -164,8 +185,8 @@ void run_sequence(const AttnShape& s, int n_steps, const std::vector<int>& check
     const std::string at = " T" + std::to_string(pos + 1);
     EXPECT_EQ(std::memcmp(got_v.data(), want_v.data(), used * sizeof(float)), 0) << "v cache";
     expect_close(download(d_q), q, rms(q), 1e-5, "q" + at);
-    if (s.kv == KvType::kBf16) {
-      expect_within_bf16_ulp(got_k, want_k, "k cache" + at);
+    if (s.kv != KvType::kF32) {
+      expect_within_ulp(got_k, want_k, s.kv, "k cache" + at);
       attn_decode_ref(s, q.data(), q_proj.data(), got_k.data(), got_v.data(), pos, out.data());
     } else {
       expect_close(got_k, want_k, rms(want_k), 1e-5, "k cache" + at);
@@ -183,9 +204,11 @@ TEST(AttentionKernel, Qwen35_122B) {
   QF_REQUIRE_GPU();
   AttnShape s{.n_q_heads = 32, .n_kv_heads = 2, .head_dim = 256, .rot_dim = 64, .max_len = 4096};
   run_sequence(s, 4096, {0, 6, 31, 32, 299, 1000, 4095}, 11);
-  s.kv = KvType::kBf16;
-  for (const AttnDecodePath path : {AttnDecodePath::kSplit, AttnDecodePath::kMma})
-    run_sequence(s, 4096, {0, 6, 31, 32, 299, 1000, 4095}, 21, path);
+  for (const KvType kv : {KvType::kBf16, KvType::kFp8}) {
+    s.kv = kv;
+    for (const AttnDecodePath path : {AttnDecodePath::kSplit, AttnDecodePath::kMma})
+      run_sequence(s, 4096, {0, 6, 31, 32, 299, 1000, 4095}, 21, path);
+  }
 }
 TEST(AttentionKernel, Qwen35_35BLongContext) {
   QF_REQUIRE_GPU();
@@ -196,6 +219,8 @@ TEST(AttentionKernel, Qwen35_35BLongContext) {
   // bf16 on the tensor cores: 8 query heads in the MMA's 16 rows, two tiles per split.
   s.kv = KvType::kBf16;
   run_sequence(s, 5000, {0, 63, 64, 4095, 4999}, 22, AttnDecodePath::kMma);
+  s.kv = KvType::kFp8;
+  run_sequence(s, 5000, {0, 63, 64, 4095, 4999}, 23, AttnDecodePath::kMma);
 }
 TEST(AttentionKernel, AwkwardShapes) {
   QF_REQUIRE_GPU();
@@ -216,19 +241,21 @@ TEST(AttentionKernel, AwkwardShapes) {
   run_sequence(
       AttnShape{.n_q_heads = 4, .n_kv_heads = 4, .head_dim = 256, .rot_dim = 0, .max_len = 40}, 40,
       {0, 39}, 15);
-  // bf16 caches at each head size (kVec 2 and 4 loads) and the general instance; at hd 256 on
-  // both paths (groups of 2 in the MMA's 16 rows).
-  for (const int hd : {64, 128, 256}) {
-    for (const AttnDecodePath path : {AttnDecodePath::kSplit, AttnDecodePath::kMma}) {
-      if (hd != 256 && path == AttnDecodePath::kMma) continue;
-      run_sequence(AttnShape{.n_q_heads = 6,
-                             .n_kv_heads = 3,
-                             .head_dim = hd,
-                             .rot_dim = hd / 2,
-                             .theta = 1e4f,
-                             .max_len = 70,
-                             .kv = KvType::kBf16},
-                   70, {0, 31, 32, 69}, 30 + hd, path);
+  // bf16 and fp8 caches at each head size (kVec 2 and 4 loads) and the general instance; at hd
+  // 256 on both paths (groups of 2 in the MMA's 16 rows).
+  for (const KvType kv : {KvType::kBf16, KvType::kFp8}) {
+    for (const int hd : {64, 128, 256}) {
+      for (const AttnDecodePath path : {AttnDecodePath::kSplit, AttnDecodePath::kMma}) {
+        if (hd != 256 && path == AttnDecodePath::kMma) continue;
+        run_sequence(AttnShape{.n_q_heads = 6,
+                               .n_kv_heads = 3,
+                               .head_dim = hd,
+                               .rot_dim = hd / 2,
+                               .theta = 1e4f,
+                               .max_len = 70,
+                               .kv = kv},
+                     70, {0, 31, 32, 69}, 30 + hd, path);
+      }
     }
   }
 }
@@ -241,14 +268,16 @@ TEST(AttentionKernel, LargeGroupsSplitAcrossBlocks) {
   run_sequence(
       AttnShape{.n_q_heads = 70, .n_kv_heads = 1, .head_dim = 64, .rot_dim = 32, .max_len = 40}, 40,
       {0, 39}, 17);
-  // bf16 on the tensor cores: 40 heads in blocks of 16, 16 and 8.
-  run_sequence(AttnShape{.n_q_heads = 40,
-                         .n_kv_heads = 1,
-                         .head_dim = 256,
-                         .rot_dim = 64,
-                         .max_len = 100,
-                         .kv = KvType::kBf16},
-               100, {0, 99}, 18, AttnDecodePath::kMma);
+  // bf16 and fp8 on the tensor cores: 40 heads in blocks of 16, 16 and 8.
+  for (const KvType kv : {KvType::kBf16, KvType::kFp8}) {
+    run_sequence(AttnShape{.n_q_heads = 40,
+                           .n_kv_heads = 1,
+                           .head_dim = 256,
+                           .rot_dim = 64,
+                           .max_len = 100,
+                           .kv = kv},
+                 100, {0, 99}, 18, AttnDecodePath::kMma);
+  }
 }
 
 TEST(AttentionKernel, RotaryTableIsTheRoundedDoubleValue) {
@@ -362,9 +391,11 @@ TEST(AttentionKernel, PrefillIsDecodeWithinRounding) {
   AttnShape big_group{.n_q_heads = 40, .n_kv_heads = 2, .head_dim = 128, .rot_dim = 32};
   big_group.max_len = 80;  // 20 heads a KV head: head blocks of 16 and 4
   expect_prefill_is_decode(big_group, 10, 17, 6);
-  for (AttnShape b : {q122, odd, big_group}) {
-    b.kv = KvType::kBf16;
-    expect_prefill_is_decode(b, 31, 33, 7);
+  for (const KvType kv : {KvType::kBf16, KvType::kFp8}) {
+    for (AttnShape b : {q122, odd, big_group}) {
+      b.kv = kv;
+      expect_prefill_is_decode(b, 31, 33, 7);
+    }
   }
   EXPECT_EQ(attn_prefill(q122, nullptr, nullptr, nullptr, 0, 65535, nullptr, nullptr, nullptr,
                          nullptr, nullptr, nullptr, nullptr, 0, nullptr, nullptr),
@@ -391,8 +422,8 @@ void expect_rows_are_decode(const AttnShape& s, int p0, int n, uint64_t seed,
 
 // A verify's 1 to 3 rows: at the start of the cache, across tile edges, at the end of a long cache
 // (several tiles a split) and where the splits' chunk grows between one row and the next, on the
-// split kernel's Qwen3.5 instance and general one, f32 and bf16 caches, and on the tensor-core
-// kernel (bf16 at head_dim 256).
+// split kernel's Qwen3.5 instance and general one, f32, bf16 and fp8 caches, and on the
+// tensor-core kernel (bf16 and fp8 at head_dim 256).
 TEST(AttentionKernel, DecodeRowsAreDecodeCalls) {
   QF_REQUIRE_GPU();
   AttnShape q122{.n_q_heads = 32, .n_kv_heads = 2, .head_dim = 256, .rot_dim = 64};
@@ -409,9 +440,10 @@ TEST(AttentionKernel, DecodeRowsAreDecodeCalls) {
   uint64_t seed = 100;
   using Path = AttnDecodePath;
   for (AttnShape s : {q122, odd, big_group, q35, wide}) {
-    for (const auto& [kv, path] : {std::pair{KvType::kF32, Path::kSplit},
-                                   {KvType::kBf16, Path::kSplit},
-                                   {KvType::kBf16, Path::kMma}}) {
+    for (const auto& [kv, path] :
+         {std::pair{KvType::kF32, Path::kSplit}, std::pair{KvType::kBf16, Path::kSplit},
+          std::pair{KvType::kBf16, Path::kMma}, std::pair{KvType::kFp8, Path::kSplit},
+          std::pair{KvType::kFp8, Path::kMma}}) {
       if (path == Path::kMma && s.head_dim != 256) continue;
       s.kv = kv;
       for (int n = 1; n <= 3; ++n) {
@@ -429,7 +461,9 @@ TEST(AttentionKernel, DecodeRowsAreDecodeCalls) {
   QF_CUDA_CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, device));
   for (const auto& [kv, path, splits] : {std::tuple{KvType::kF32, Path::kSplit, n_sm / 2},
                                          {KvType::kBf16, Path::kSplit, n_sm / 2},
-                                         {KvType::kBf16, Path::kMma, n_sm}}) {
+                                         {KvType::kBf16, Path::kMma, n_sm},
+                                         {KvType::kFp8, Path::kSplit, n_sm / 2},
+                                         {KvType::kFp8, Path::kMma, n_sm}}) {
     q122.kv = kv;
     const int edge = 32 * std::clamp(splits, 1, 128);
     for (int p0 = edge - 4; p0 <= edge + 1; ++p0) expect_rows_are_decode(q122, p0, 3, ++seed, path);
@@ -469,8 +503,10 @@ TEST(AttentionKernel, TensorCorePrefillIsDecodeWithinRounding) {
     expect_prefill_is_decode(mha, 1, 127, 17, path);
     expect_prefill_is_decode(deep, 5700, 70, 18, path);
     AttnShape b = q122;
-    b.kv = KvType::kBf16;
-    expect_prefill_is_decode(b, 300, 256, 19, path);
+    for (const KvType kv : {KvType::kBf16, KvType::kFp8}) {
+      b.kv = kv;
+      expect_prefill_is_decode(b, 300, 256, 19, path);
+    }
   }
   // A shape the path does not take: refused before any launch.
   AttnShape hd128{.n_q_heads = 4, .n_kv_heads = 2, .head_dim = 128, .rot_dim = 64};
@@ -505,7 +541,7 @@ TEST(AttentionKernel, RejectsUnsupportedShapes) {
                        .rot_dim = 32,
                        .max_len = 8,
                        .kv = static_cast<KvType>(7)}));
-  // The tensor-core path: bf16 caches at head_dim 256 only.
+  // The tensor-core path: bf16 and fp8 caches at head_dim 256 only.
   const auto mma_refused = [](const AttnShape& s) {
     return attn_decode(s, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
                        nullptr, nullptr, nullptr, nullptr, nullptr,

@@ -45,7 +45,9 @@ CudaEngine::Impl::Impl(std::unique_ptr<cuda::DeviceModel> model, const CudaOptio
   attn.theta = static_cast<float>(c.rope_theta);
   attn.eps = static_cast<float>(c.rms_norm_eps);
   attn.max_len = static_cast<int>(o.max_context);
-  attn.kv = o.kv_cache == KvCacheType::kBf16 ? kern::KvType::kBf16 : kern::KvType::kF32;
+  attn.kv = o.kv_cache == KvCacheType::kFp8    ? kern::KvType::kFp8
+            : o.kv_cache == KvCacheType::kBf16 ? kern::KvType::kBf16
+                                               : kern::KvType::kF32;
   const auto kv_cache_alloc = [&] {
     return m->alloc(static_cast<size_t>(o.max_context * c.kv_rows()) * kern::attn_kv_bytes(attn));
   };

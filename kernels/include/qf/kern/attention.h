@@ -11,10 +11,12 @@
 
 namespace qf::kern {
 
-// The KV caches' element type: f32, or bf16 (half the bytes; each k and v entry rounded to
-// nearest even as its row is made, and the attention then uses the rounded rows, the new one
-// included, so decode, prefill and the CPU twins see the same cache).
-enum class KvType { kF32, kBf16 };
+// The KV caches' element type: f32; bf16 (half the bytes; each k and v entry rounded to nearest
+// even as its row is made, and the attention then uses the rounded rows, the new one included,
+// so decode, prefill and the CPU twins see the same cache); or fp8 (a quarter: FP8 E4M3FN at unit
+// scale, rounded to nearest even and clamped to +-448 as quant::f32_to_e4m3fn_sat, which is what
+// vLLM's fp8 cache stores when a checkpoint gives no k or v scales; likewise used as stored).
+enum class KvType { kF32, kBf16, kFp8 };
 
 struct AttnShape {
   int n_q_heads = 0, n_kv_heads = 0, head_dim = 256, rot_dim = 64;
@@ -24,7 +26,7 @@ struct AttnShape {
   KvType kv = KvType::kF32;
 };
 
-// Bytes of one cache entry (4 or 2); a cache is max_len * n_kv_heads * head_dim of them.
+// Bytes of one cache entry (4, 2 or 1); a cache is max_len * n_kv_heads * head_dim of them.
 size_t attn_kv_bytes(const AttnShape& shape);
 
 // The rotary table: [max_len, rot_dim / 2] pairs (cos, sin) of every position, filled once by
@@ -36,9 +38,9 @@ cudaError_t attn_rope_table(const AttnShape& shape, float* table, cudaStream_t s
 // [Nkv * hd]; rope: the table above. Appends the normed, rotated k and v to k_cache/v_cache
 // [max_len, Nkv, hd] (entries of shape.kv) at row *pos and writes out: [Nq * hd]. q: [Nq, hd], the
 // normed, rotated queries, or nullptr (not written). scratch: attn_scratch_floats(shape) floats.
-// Paths: kSplit, the split kernel on the CUDA cores (any shape); kMma (bf16 caches at head_dim
-// 256, where the device gives a block 98 KB of shared memory), the same splits scored and summed
-// on the tensor cores with q and p as exact three-limb bf16 sums (attention_decode_mma.cu);
+// Paths: kSplit, the split kernel on the CUDA cores (any shape); kMma (bf16 and fp8 caches at
+// head_dim 256, where the device gives a block 98 KB of shared memory), the same splits scored and
+// summed on the tensor cores with q and p as exact three-limb bf16 sums (attention_decode_mma.cu);
 // kAuto: kMma where it can run, else kSplit. kMma elsewhere: cudaErrorInvalidValue.
 enum class AttnDecodePath { kAuto, kSplit, kMma };
 cudaError_t attn_decode(const AttnShape& shape, const float* q_proj, const float* k_proj,
@@ -100,8 +102,9 @@ size_t attn_scratch_floats(const AttnShape& shape);  // 0 for a shape attn_decod
 
 // Host twins on host pointers (pos is a host int here): attn_prepare_ref (norms, rotary, cache
 // append) then attn_decode_ref (attention over the cache) compute what attn_decode does. Their
-// caches are f32 whatever shape.kv says; with kBf16 the appended entries are rounded to bf16
-// values (quant::f32_to_bf16), so they hold what the GPU's bf16 cache holds.
+// caches are f32 whatever shape.kv says; with kBf16 or kFp8 the appended entries are rounded to
+// bf16 or e4m3 values (quant::round_to_bf16, round_to_e4m3fn_sat), so they hold what the GPU's
+// cache holds.
 void attn_prepare_ref(const AttnShape& shape, const float* q_proj, const float* k_proj,
                       const float* v_proj, const float* q_norm_w, const float* k_norm_w, int pos,
                       float* q, float* k_cache, float* v_cache);

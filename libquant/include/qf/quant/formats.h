@@ -158,6 +158,11 @@ QF_HD uint8_t f32_to_e4m3fn_sat(float f) {
   return static_cast<uint8_t>(sign | code);
 }
 
+// The value f32_to_e4m3fn_sat stores: what an FP8 KV cache entry holds (unit scale).
+QF_HD float round_to_e4m3fn_sat(float f) {
+  return e4m3fn_to_f32(f32_to_e4m3fn_sat(f));
+}
+
 // Round half to even of |x| < 2^22, exactly: adding 1.5 * 2^23 moves x into the binade where
 // the spacing is 1, so the FPU's default rounding does the work (vectorizes; no libm call).
 QF_HD float round_half_even_small(float x) {
