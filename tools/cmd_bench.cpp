@@ -667,7 +667,7 @@ Command add_bench(CLI::App& app) {
       ->check(CLI::Range(1, 4096));
   sub->add_flag("--scalar-attention", a->scalar_attention,
                 "attention on the CUDA cores, not the tensor cores (to compare): the batched "
-                "prefill's (--prefill), and decode's with --kv-cache-dtype bfloat16");
+                "prefill's (--prefill), and decode's with --kv-cache-dtype bfloat16 or fp8");
   add_kv_cache_option(sub, &a->kv_cache);
   sub->add_flag("--serial-shared", a->serial_shared,
                 "run the shared expert after the routed experts, not beside them (to compare)");
