@@ -140,27 +140,14 @@ __device__ __forceinline__ void load_vec(const float* p, float* out) {
     out[0] = kCg ? __ldcg(p) : *p;
   }
 }
-template <int kVec, bool kCg>
-__device__ __forceinline__ void load_vec(const attn_detail::Bf16* p, float* out) {
+template <int kVec, bool kCg, class Kv>  // Bf16, Fp8
+__device__ __forceinline__ void load_vec(const Kv* p, float* out) {
   static_assert(kVec == 2 || kVec == 4, "hd / 32 entries a lane, hd 64 to 256");
   if constexpr (kVec == 4) {
     const float4 v = attn_detail::kv_load4<kCg>(p);
     out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
   } else {
-    const unsigned* p2 = reinterpret_cast<const unsigned*>(p);
-    const float2 v = attn_detail::bf16_pair(kCg ? __ldcg(p2) : *p2);
-    out[0] = v.x, out[1] = v.y;
-  }
-}
-template <int kVec, bool kCg>
-__device__ __forceinline__ void load_vec(const attn_detail::Fp8* p, float* out) {
-  static_assert(kVec == 2 || kVec == 4, "hd / 32 entries a lane, hd 64 to 256");
-  if constexpr (kVec == 4) {
-    const float4 v = attn_detail::kv_load4<kCg>(p);
-    out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
-  } else {
-    const unsigned short* p2 = reinterpret_cast<const unsigned short*>(p);
-    const float2 v = attn_detail::fp8_pair(kCg ? __ldcg(p2) : *p2);
+    const float2 v = attn_detail::kv_load2<kCg>(p);
     out[0] = v.x, out[1] = v.y;
   }
 }

@@ -64,8 +64,8 @@ struct AttnArgs {
 // The caches' element types (AttnShape::kv): float, Bf16 (a bf16's bits) or Fp8 (an e4m3fn's).
 // kv_round gives the value an entry holds once stored (formats.h's round to nearest even, the
 // CPU twins' too; e4m3 clamped to +-448), kv_entry the entry itself, kv_f32 an entry's value
-// (bf16_pair, fp8_pair: two packed entries'); kv_load4 reads four consecutive entries (16-, 8-
-// or 4-byte aligned), through L2 only (ld.global.cg) when kCg.
+// (bf16_pair, fp8_pair: two packed entries'); kv_load2 and kv_load4 read two or four consecutive
+// entries (aligned to their size), through L2 only (ld.global.cg) when kCg.
 using Bf16 = uint16_t;
 using Fp8 = uint8_t;
 template <class Kv>
@@ -97,6 +97,16 @@ __device__ __forceinline__ float2 fp8_pair(uint16_t w) {
 }
 __device__ __forceinline__ float kv_f32(Fp8 x) {
   return fp8_pair(x).x;
+}
+template <bool kCg>
+__device__ __forceinline__ float2 kv_load2(const Bf16* p) {
+  const unsigned* p2 = reinterpret_cast<const unsigned*>(p);
+  return bf16_pair(kCg ? __ldcg(p2) : *p2);
+}
+template <bool kCg>
+__device__ __forceinline__ float2 kv_load2(const Fp8* p) {
+  const unsigned short* p2 = reinterpret_cast<const unsigned short*>(p);
+  return fp8_pair(kCg ? __ldcg(p2) : *p2);
 }
 template <bool kCg>
 __device__ __forceinline__ float4 kv_load4(const float* p) {

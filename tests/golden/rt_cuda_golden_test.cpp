@@ -691,7 +691,7 @@ TEST_P(CudaGolden, HybridEqualsTheCpuReference) {
 // single-ulp differences (attention_test: a k entry rounded either side of a midpoint) past the
 // bound: its steps measured 1.1e-2 x max |logit| from the CPU's, whose own logits move 1.7e-2
 // between bf16 and f32 caches (likely near-tied choices among its 16 experts; not traced).
-TEST(CudaGoldenR2, HybridWithBf16KvCachesEqualsTheCpuReference) {
+void check_r2_hybrid_caches(KvCacheType kv) {
   std::string why;
   if (!CudaEngine::available(&why)) GTEST_SKIP() << why;
   test::TempDir tmp;
@@ -700,18 +700,15 @@ TEST(CudaGoldenR2, HybridWithBf16KvCachesEqualsTheCpuReference) {
       test::build_hybrid(QF_BIN, src, tmp.path(), Model::load(src)->config().vocab_size));
   const std::unique_ptr<Model> model = Model::load(tmp / "hybrid");
   ASSERT_EQ(model->config().head_dim, 256);
-  check_narrow_caches(*model, "r2-hd256-e8k3 hybrid, bf16 KV caches", KvCacheType::kBf16);
+  check_narrow_caches(
+      *model, std::string("r2-hd256-e8k3 hybrid, ") + kv_cache_type_name(kv) + " KV caches", kv);
+}
+TEST(CudaGoldenR2, HybridWithBf16KvCachesEqualsTheCpuReference) {
+  check_r2_hybrid_caches(KvCacheType::kBf16);
 }
 // The same with fp8 caches (the tensor-core decode's fp8 staging, the prefill's fp8 limbs).
 TEST(CudaGoldenR2, HybridWithFp8KvCachesEqualsTheCpuReference) {
-  std::string why;
-  if (!CudaEngine::available(&why)) GTEST_SKIP() << why;
-  test::TempDir tmp;
-  const fs::path src = kDir / "r2-hd256-e8k3" / "model";
-  ASSERT_NO_FATAL_FAILURE(
-      test::build_hybrid(QF_BIN, src, tmp.path(), Model::load(src)->config().vocab_size));
-  const std::unique_ptr<Model> model = Model::load(tmp / "hybrid");
-  check_narrow_caches(*model, "r2-hd256-e8k3 hybrid, fp8 KV caches", KvCacheType::kFp8);
+  check_r2_hybrid_caches(KvCacheType::kFp8);
 }
 
 // The fixtures' hidden sizes (64, 96) are no multiple of 128, so their experts keep gemv +
@@ -834,22 +831,21 @@ TEST(CudaGoldenTiny, ScoredWithMtpOnTheHybridEqualsTheCpuReference) {
 }
 
 // The tiny hybrid with its MTP head (head_dim 64: the split kernel).
-TEST(CudaGoldenTiny, Bf16KvCacheEqualsTheCpuReferenceWithBf16Caches) {
+void check_tiny_hybrid_caches(KvCacheType kv) {
   std::string why;
   if (!CudaEngine::available(&why)) GTEST_SKIP() << why;
   test::TempDir tmp;
   std::unique_ptr<Model> model;
   ASSERT_NO_FATAL_FAILURE(tiny_hybrid(tmp.path(), 23, true, model));
   ASSERT_TRUE(model->mtp());
-  check_narrow_caches(*model, "tiny hybrid, bf16 KV caches", KvCacheType::kBf16);
+  check_narrow_caches(*model, std::string("tiny hybrid, ") + kv_cache_type_name(kv) + " KV caches",
+                      kv);
+}
+TEST(CudaGoldenTiny, Bf16KvCacheEqualsTheCpuReferenceWithBf16Caches) {
+  check_tiny_hybrid_caches(KvCacheType::kBf16);
 }
 TEST(CudaGoldenTiny, Fp8KvCacheEqualsTheCpuReferenceWithFp8Caches) {
-  std::string why;
-  if (!CudaEngine::available(&why)) GTEST_SKIP() << why;
-  test::TempDir tmp;
-  std::unique_ptr<Model> model;
-  ASSERT_NO_FATAL_FAILURE(tiny_hybrid(tmp.path(), 23, true, model));
-  check_narrow_caches(*model, "tiny hybrid, fp8 KV caches", KvCacheType::kFp8);
+  check_tiny_hybrid_caches(KvCacheType::kFp8);
 }
 
 // A draft vocabulary (CudaOptions::mtp_vocab) on the tiny hybrid's INT8 LM head: the MTP head's
