@@ -218,9 +218,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   const size_t parts = static_cast<size_t>(s.n_q_heads) * n_splits;
   float* part_o = a.part_o + tok * parts * kHd;
   float* part_ml = a.part_ml + tok * parts * 2;
-  // A warp per item: query heads 0 .. 15 (their f32 rows in slot 1's V; heads past nh as zero
-  // limbs), then the new k row (its f32 entries in the scores' space). Every row a warp takes is
-  // loaded before the first is normed.
+  // A warp per item: query heads 0 .. 15 (their f32 rows in slot 1's V, Fp8: in the V slot; heads
+  // past nh as zero limbs), then the new k row (its f32 entries in the scores' space). Every row a
+  // warp takes is loaded before the first is normed.
   float* q_f = reinterpret_cast<float*>(stage + (kFp8 ? 1 : 3) * kTile * kChunks);
   constexpr int kItems = (kM + 1 + kWarps - 1) / kWarps;
   float x[kItems][kHd / 32] = {};
