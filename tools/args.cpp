@@ -16,10 +16,10 @@ void add_kv_cache_option(CLI::App* sub, rt::KvCacheType* out) {
                     fp8 = rt::kv_cache_type_name(KvCacheType::kFp8);
   sub->add_option_function<std::string>(
          "--kv-cache-dtype",
-         [out, bf16](const std::string& v) {
-           *out = v == bf16                       ? KvCacheType::kBf16
-                  : v == "fp8" || v == "fp8_e4m3" ? KvCacheType::kFp8
-                                                  : KvCacheType::kF32;
+         [out, bf16, fp8](const std::string& v) {
+           *out = v == bf16                     ? KvCacheType::kBf16
+                  : v == fp8 || v == "fp8_e4m3" ? KvCacheType::kFp8
+                                                : KvCacheType::kF32;
          },
          "the attention layers' KV cache entries: float32 (exact), bfloat16 (half the bytes; "
          "each entry rounded to nearest even), or fp8 (also fp8_e4m3: a quarter of the bytes; "

@@ -35,7 +35,7 @@
 // bf16 and fp8 caches (AttnShape::kv): entries rounded as rows are appended (the new row used
 // rounded too); the split kernel's Bf16 and Fp8 instances stage each tile's rows through
 // shared memory by cp.async one tile ahead (docs/cuda-engine-speed.md, "bf16 KV caches"). At
-// head_dim 256, bf16 decode runs attention_decode_mma.cu's tensor-core kernel in the split
+// head_dim 256, bf16 and fp8 decode run attention_decode_mma.cu's tensor-core kernel in the split
 // kernel's place (AttnDecodePath), over the same splits, into the same combine.
 // The chunk length is derived on the device from *pos with a fixed split count, so graphs replay
 // at any position, every result is the same for the same position (deterministic), and splits

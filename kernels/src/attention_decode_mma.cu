@@ -175,7 +175,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   };
   // Rows tb .. tb + 31 of K (which 0) or V (1) into slot `buf` as one commit group (an empty one
   // past the split): cached rows by cp.async, rows past the context as zeros; the new row by
-  // put_new_row, here once its entries are made (`put`).
+  // put_new_row, here once its entries are made (`put`). Bf16 instances only (the cast below is
+  // theirs; Fp8 ones stage by issue_raw).
   const auto issue = [&](int tb, int buf, int which, bool put) {
     if (tb < t1) {
       const int end = min(t1, kTokens ? pos + 1 : pos) - tb;  // rows tb .. tb + end - 1 cached
