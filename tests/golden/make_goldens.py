@@ -4,6 +4,8 @@
 Run on the GPU machine (torch 2.11, transformers 5.17; the auto-round wheel is carried):
     pip install --no-deps auto_round-*.whl py_cpuinfo-*.whl
     python3 tests/golden/make_goldens.py OUTDIR
+    python3 tests/golden/make_goldens.py OUTDIR PART...   (only those parts; an existing
+                                                          OUTDIR/provenance.json is updated)
 Writes into OUTDIR (each part independent; failures are recorded, not fatal):
   formats.safetensors        torch's conversions: every BF16/F16 code and every FP8 code
                              (E4M3FN, E5M2) decoded to f32; a set of f32 inputs (every BF16 and
@@ -25,6 +27,12 @@ Writes into OUTDIR (each part independent; failures are recorded, not fatal):
                              row; q = round(W / s) clamped to +-127), and the
                              GPTQ 8-bit triplet AutoRound's own packer (qlinear_torch_zp, bits 8,
                              group -1, zero 128 stored v1) writes for q * s
+  int4_lm_head.safetensors   AutoRound's own INT4 LM head: the tiny Llama above with edge rows
+                             in lm_head.weight (a zero row, a tiny one, lone extremes, exact
+                             multiples of a scale, a constant group), RTN W4 G128 sym with
+                             quant_lm_head=True through the regular route; lm_head.weight and
+                             the exported GPTQ triplet (needs pydantic: pip install --no-index
+                             --find-links WHEELS pydantic)
   provenance.json            versions, parameters, per-part status, quantization configs
 """
 import json
@@ -171,7 +179,7 @@ def stub_datasets():
     prov["datasets"] = "stubbed (not installed; RTN does not calibrate)"
 
 
-def tiny_llama(path):
+def tiny_llama(path, head_edges=False):
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
@@ -190,6 +198,14 @@ def tiny_llama(path):
         mlp.gate_proj.weight[:, 5] = 0.5                   # positive extremes
         mlp.gate_proj.weight[:, 133] = -0.5                # negative extremes
         mlp.down_proj.weight[:, 223] = 0.3                 # extreme in the partial group
+        if head_edges:
+            head = model.lm_head.weight
+            head[0] = 0.0                                  # all-zero row
+            head[1] *= 1e-5                                # tiny: scales clamp to 1e-5
+            head[2, 7] = 0.4                               # positive extreme, first group
+            head[3, 200] = -0.4                            # negative extreme, second group
+            head[4] = torch.linspace(-8, 7, 256) / 64      # exact multiples of the scale
+            head[5, :128] = 2.0 ** -12                     # a constant group
     model.save_pretrained(path, safe_serialization=True)
     vocab = {f"t{i}": i for i in range(500)}
     vocab["<unk>"] = 500
@@ -305,11 +321,39 @@ def int8_lm_head():
                                    (("qweight", ql.qweight), ("qzeros", ql.qzeros), ("scales", ql.scales))}
 
 
+@part("int4_lm_head")
+def int4_lm_head():
+    stub_datasets()
+    from auto_round import AutoRound
+
+    tmp = tempfile.mkdtemp()
+    src, out = os.path.join(tmp, "src"), os.path.join(tmp, "out")
+    tiny_llama(src, head_edges=True)
+    head = load_file(os.path.join(src, "model.safetensors"))["lm_head.weight"]
+    # low_cpu_mem_usage=False: with 0.16.1's default (immediate saving) the export kept lm_head
+    # in BF16 although its config declared it 4-bit.
+    ar = AutoRound(src, bits=4, group_size=128, sym=True, iters=0, disable_opt_rtn=True,
+                   disable_model_free=True, quant_lm_head=True, low_cpu_mem_usage=False)
+    ar.quantize_and_save(out, format="auto_round")
+    tensors, cfg = collect(out)
+    prov["int4_lm_head_configs"] = cfg
+    keep = {k: v.contiguous() for k, v in tensors.items() if k.startswith("lm_head.")}
+    prov["int4_lm_head_tensors"] = {k: [str(v.dtype), list(v.shape)] for k, v in keep.items()}
+    keep["lm_head.weight"] = head.contiguous()
+    save_file(keep, os.path.join(OUT, "int4_lm_head.safetensors"))
+
+
 def main():
-    global OUT
+    global OUT, prov
     OUT = sys.argv[1]
+    only = set(sys.argv[2:])
     os.makedirs(OUT, exist_ok=True)
+    old = os.path.join(OUT, "provenance.json")
+    if only and os.path.exists(old):
+        prov = {**json.load(open(old)), "torch": torch.__version__}
     for name, fn in PARTS:
+        if only and name not in only:
+            continue
         try:
             fn()
             prov["parts"][name] = "ok"
