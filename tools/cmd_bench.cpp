@@ -32,7 +32,8 @@ constexpr rt::SamplingOptions kBenchSampling{.temperature = 0.6f, .top_p = 0.95f
 
 struct BenchArgs {
   std::string model, synthetic;
-  std::string synthetic_format = "hybrid";  // hybrid, int4 or bf16 (rt::SyntheticFormat)
+  // hybrid, hybrid-int4-head, int4 or bf16 (rt::SyntheticFormat)
+  std::string synthetic_format = "hybrid";
   int steps = 64;
   int64_t context = 512;
   uint64_t seed = 1;
@@ -77,6 +78,7 @@ std::string synthetic_name(const BenchArgs& a) {
   const std::string s = "synthetic " + a.synthetic;
   if (a.synthetic_format == "int4") return s + " (Intel's INT4 formats)";
   if (a.synthetic_format == "bf16") return s + " (BF16)";
+  if (a.synthetic_format == "hybrid-int4-head") return s + " (INT4 LM head)";
   return s;
 }
 
@@ -115,9 +117,10 @@ int run(const BenchArgs& a) {
   std::unique_ptr<rt::Model> model;
   std::unique_ptr<rt::CudaEngine> engine;
   if (!a.synthetic.empty()) {
-    const rt::SyntheticFormat format = a.synthetic_format == "int4" ? rt::SyntheticFormat::kInt4
-                                       : a.synthetic_format == "bf16"
-                                           ? rt::SyntheticFormat::kBf16
+    const rt::SyntheticFormat format = a.synthetic_format == "int4"   ? rt::SyntheticFormat::kInt4
+                                       : a.synthetic_format == "bf16" ? rt::SyntheticFormat::kBf16
+                                       : a.synthetic_format == "hybrid-int4-head"
+                                           ? rt::SyntheticFormat::kHybridInt4Head
                                            : rt::SyntheticFormat::kHybrid;
     engine = rt::CudaEngine::synthetic(ckpt::qwen35_preset(a.synthetic), a.seed, o, format);
   } else {
@@ -635,9 +638,10 @@ Command add_bench(CLI::App& app) {
                   "random weights of a preset's shapes made on the GPU: tiny, 35b-a3b, "
                   "122b-a10b, 397b-a17b (hybrid formats: INT4, FP8 shared experts, INT8 head)");
   sub->add_option("--synthetic-format", a->synthetic_format,
-                  "--synthetic's formats: hybrid (above), int4 (Intel's AutoRound release: BF16 "
-                  "shared experts and LM head) or bf16 (Qwen's BF16 release)")
-      ->check(CLI::IsMember({"hybrid", "int4", "bf16"}))
+                  "--synthetic's formats: hybrid (above), hybrid-int4-head (its LM head INT4, "
+                  "quantize-lm-head --bits 4), int4 (Intel's AutoRound release: BF16 shared "
+                  "experts and LM head) or bf16 (Qwen's BF16 release)")
+      ->check(CLI::IsMember({"hybrid", "hybrid-int4-head", "int4", "bf16"}))
       ->capture_default_str();
   sub->add_option("--steps", a->steps, "timed decode steps")->capture_default_str();
   sub->add_option("--context", a->context,

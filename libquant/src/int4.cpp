@@ -146,6 +146,15 @@ std::vector<uint16_t> int4_scales(const MatrixView& w, const Int4Options& o, int
   return scales;
 }
 
+uint16_t int4_sym_scale(const float* x, int64_t len) {
+  return group_params(x, len, true).scale;
+}
+
+void int4_sym_codes(const float* x, int64_t len, uint16_t scale, uint8_t* codes) {
+  const float s = f16_to_f32(scale);
+  for (int64_t c = 0; c < len; ++c) codes[c] = static_cast<uint8_t>(code_of(x[c], s, -8, 7, 8));
+}
+
 Int4View view_of(const Int4Tensors& t) {
   return {t.qweight.data(), t.qzeros.data(), t.scales.data(), t.n, t.k, t.group, t.zeros};
 }

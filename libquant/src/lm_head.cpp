@@ -17,6 +17,7 @@
 #include "qf/ckpt/writer.h"
 #include "qf/error.h"
 #include "qf/quant/formats.h"
+#include "qf/quant/int4.h"
 #include "qf/quant/int8_row.h"
 #include "qf/quant/matrix.h"
 #include "qf/quant/metrics.h"
@@ -38,6 +39,10 @@ struct Head {
   int64_t v, h;  // rows (vocabulary), columns (hidden)
   MatrixView w;
   int64_t chunk_rows;
+  int bits;
+  int64_t group;  // columns per scale (the row for INT8)
+  int64_t groups() const { return (h + group - 1) / group; }
+  int64_t per_word() const { return 32 / bits; }
   // Drops the mapped pages of rows [r0, r1): memory stays bounded by one chunk.
   void release(int64_t r0, int64_t r1) const {
     const uint64_t row_bytes = static_cast<uint64_t>(h) * ckpt::dtype_size(info->dtype);
@@ -60,7 +65,7 @@ ordered_json read_json(const fs::path& p) {
   }
 }
 
-Head find_head(const ckpt::Checkpoint& c, const ordered_json& config) {
+Head find_head(const ckpt::Checkpoint& c, const ordered_json& config, int bits) {
   if (c.find("lm_head.qweight")) {
     throw Error(Errc::kUnsupported,
                 "'" + c.root().string() + "' already has a quantized LM head (lm_head.qweight)");
@@ -83,10 +88,12 @@ Head find_head(const ckpt::Checkpoint& c, const ordered_json& config) {
                                         ", expected BF16, F16 or F32 [vocab, hidden]");
   }
   const int64_t v = static_cast<int64_t>(t.shape[0]), h = static_cast<int64_t>(t.shape[1]);
-  if (v % 4 != 0 || h % 4 != 0 || v == 0 || h == 0) {
-    throw Error(Errc::kUnsupported,
-                "lm_head.weight " + ckpt::shape_to_string(t.shape) +
-                    ": GPTQ 8-bit packing needs both dimensions multiples of 4");
+  const int per_word = 32 / bits;
+  if (v % per_word != 0 || h % per_word != 0 || v == 0 || h == 0) {
+    throw Error(Errc::kUnsupported, "lm_head.weight " + ckpt::shape_to_string(t.shape) + ": GPTQ " +
+                                        std::to_string(bits) +
+                                        "-bit packing needs both dimensions multiples of " +
+                                        std::to_string(per_word));
   }
   const ckpt::TensorView view = r->file->view(t);
   const int64_t row_bytes = h * static_cast<int64_t>(ckpt::dtype_size(t.dtype));
@@ -95,7 +102,9 @@ Head find_head(const ckpt::Checkpoint& c, const ordered_json& config) {
           v,
           h,
           MatrixView(view.bytes.data(), t.dtype, v, h),
-          std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes) / row_bytes)};
+          std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes) / row_bytes),
+          bits,
+          bits == 8 ? h : kLmHeadInt4Group};
 }
 
 // Eight independent lanes so the float sum vectorizes without reassociation flags.
@@ -125,34 +134,54 @@ std::vector<float> hidden_states(int samples, int64_t h, uint64_t seed) {
   return x;
 }
 
-// Pass 1: the scales (F16, rounded before the codes are computed), the error of the
+// Row r's INT4 scales (into scales [G, V]) and its dequantized weights.
+void int4_row(const Head& hd, int64_t r, const float* w, std::vector<uint16_t>& scales,
+              float* deq) {
+  uint8_t codes[kLmHeadInt4Group];
+  for (int64_t g = 0; g < hd.groups(); ++g) {
+    const int64_t c0 = g * hd.group, len = std::min(hd.h - c0, hd.group);
+    const uint16_t s = int4_sym_scale(w + c0, len);
+    scales[static_cast<size_t>(g * hd.v + r)] = s;
+    int4_sym_codes(w + c0, len, s, codes);
+    const float sf = f16_to_f32(s);
+    for (int64_t c = 0; c < len; ++c) deq[c0 + c] = static_cast<float>(codes[c] - 8) * sf;
+  }
+}
+
+// Pass 1: the scales (F16, rounded before the codes are computed; [G, V]), the error of the
 // dequantized weights, and the logits of both on random hidden states.
 void measure(const Head& hd, const LmHeadOptions& o, std::vector<uint16_t>& scales,
-             std::vector<float>& scales_f32, LmHeadReport& rep, ckpt::Progress* progress) {
+             LmHeadReport& rep, ckpt::Progress* progress) {
   const int64_t v = hd.v, h = hd.h;
-  scales.assign(static_cast<size_t>(v), 0);
-  scales_f32.assign(static_cast<size_t>(v), 0);
+  scales.assign(static_cast<size_t>(hd.groups() * v), 0);
+  std::vector<float> scales_f32(hd.bits == 8 ? static_cast<size_t>(v) : 0);
   const int samples = std::max(0, o.samples);
   const std::vector<float> x = hidden_states(samples, h, o.seed);
   std::vector<float> ref_logits(static_cast<size_t>(samples * v)),
       q_logits(static_cast<size_t>(samples * v));
-  std::vector<int8_t> q(static_cast<size_t>(hd.chunk_rows * h));
+  std::vector<int8_t> q(hd.bits == 8 ? static_cast<size_t>(hd.chunk_rows * h) : 0);
   double max_abs = 0, sum_abs = 0, min_cos = 1, sum_cos = 0;
   std::mutex mu;
   const uint64_t row_bytes = static_cast<uint64_t>(h) * ckpt::dtype_size(hd.info->dtype);
   for (int64_t r0 = 0; r0 < v; r0 += hd.chunk_rows) {
     const int64_t r1 = std::min(v, r0 + hd.chunk_rows);
-    quantize_int8_rows_into(hd.w, r0, r1 - r0, DType::kF16, q.data(),
-                            reinterpret_cast<uint8_t*>(scales.data() + r0), scales_f32.data() + r0,
-                            o.threads);
+    if (hd.bits == 8) {
+      quantize_int8_rows_into(hd.w, r0, r1 - r0, DType::kF16, q.data(),
+                              reinterpret_cast<uint8_t*>(scales.data() + r0),
+                              scales_f32.data() + r0, o.threads);
+    }
     parallel_for(r1 - r0, o.threads, 1, [&](int64_t a, int64_t b) {
       std::vector<float> ref(static_cast<size_t>(h)), deq(static_cast<size_t>(h));
       double l_max = 0, l_sum = 0, l_min_cos = 1, l_sum_cos = 0;
       for (int64_t i = a; i < b; ++i) {
         const int64_t r = r0 + i;
         hd.w.row(r, ref.data());
-        const int8_t* qr = q.data() + i * h;
-        for (int64_t c = 0; c < h; ++c) deq[c] = static_cast<float>(qr[c]) * scales_f32[r];
+        if (hd.bits == 8) {
+          const int8_t* qr = q.data() + i * h;
+          for (int64_t c = 0; c < h; ++c) deq[c] = static_cast<float>(qr[c]) * scales_f32[r];
+        } else {
+          int4_row(hd, r, ref.data(), scales, deq.data());
+        }
         const ErrorStats e = error_stats(ref.data(), deq.data(), h);
         l_max = std::max(l_max, e.max_abs);
         l_sum += e.mean_abs * static_cast<double>(h);
@@ -189,29 +218,51 @@ void measure(const Head& hd, const LmHeadOptions& o, std::vector<uint16_t>& scal
   rep.top5_overlap = samples ? top5 / samples : 0;
 }
 
-// Pass 2: lm_head.qweight [H/4, V], a strip of qweight rows at a time, so the write is
+// Row r's codes for columns [c0, c0 + n), packed into words strip[j * V + r].
+void pack_row(const Head& hd, int64_t r, const float* x, int64_t c0, int64_t n,
+              const std::vector<uint16_t>& scales, uint32_t* strip) {
+  const int64_t v = hd.v;
+  if (hd.bits == 8) {
+    std::vector<int32_t> q(static_cast<size_t>(n));
+    int8_codes(x, n, f16_to_f32(scales[static_cast<size_t>(r)]), q.data());
+    for (int64_t j = 0; j < n / kInt8PerWord; ++j) {
+      const int32_t* c = q.data() + j * kInt8PerWord;
+      strip[j * v + r] = int8_pack4(c[0], c[1], c[2], c[3]);
+    }
+    return;
+  }
+  std::vector<uint8_t> q(static_cast<size_t>(n));
+  for (int64_t c = c0; c < c0 + n;) {  // a group (or the part of one in the strip) at a time
+    const int64_t g = c / hd.group, end = std::min(c0 + n, (g + 1) * hd.group);
+    int4_sym_codes(x + (c - c0), end - c, scales[static_cast<size_t>(g * v + r)],
+                   q.data() + (c - c0));
+    c = end;
+  }
+  for (int64_t j = 0; j < n / kInt4PerWord; ++j) {
+    uint32_t word = 0;
+    for (int b = 0; b < kInt4PerWord; ++b) word |= uint32_t{q[j * kInt4PerWord + b]} << (4 * b);
+    strip[j * v + r] = word;
+  }
+}
+
+// Pass 2: lm_head.qweight [H / per word, V], a strip of qweight rows at a time, so the write is
 // sequential and memory holds one strip plus one chunk of weight rows.
-void write_qweight(const Head& hd, const std::vector<float>& scales_f32, int threads,
+void write_qweight(const Head& hd, const std::vector<uint16_t>& scales, int threads,
                    ckpt::SafetensorsWriter& w, ckpt::Progress* progress) {
-  const int64_t v = hd.v, words = hd.h / kInt8PerWord;
+  const int64_t v = hd.v, words = hd.h / hd.per_word();
   const int64_t per_strip =
       std::clamp<int64_t>(static_cast<int64_t>(kStripBytes) / (v * 4), 1, words);
   std::vector<uint32_t> strip(static_cast<size_t>(per_strip * v));
   const uint64_t head_bytes = hd.info->n_bytes();
   for (int64_t j0 = 0; j0 < words; j0 += per_strip) {
-    const int64_t nw = std::min(words, j0 + per_strip) - j0, nk = nw * kInt8PerWord;
+    const int64_t nw = std::min(words, j0 + per_strip) - j0, nk = nw * hd.per_word();
     for (int64_t r0 = 0; r0 < v; r0 += hd.chunk_rows) {
       const int64_t r1 = std::min(v, r0 + hd.chunk_rows);
       parallel_for(r1 - r0, threads, 1, [&](int64_t a, int64_t b) {
         std::vector<float> x(static_cast<size_t>(nk));
-        std::vector<int32_t> q(static_cast<size_t>(nk));
         for (int64_t r = r0 + a; r < r0 + b; ++r) {
-          hd.w.row_range(r, j0 * kInt8PerWord, nk, x.data());
-          int8_codes(x.data(), nk, scales_f32[r], q.data());
-          for (int64_t j = 0; j < nw; ++j) {
-            const int32_t* c = q.data() + j * kInt8PerWord;
-            strip[j * v + r] = int8_pack4(c[0], c[1], c[2], c[3]);
-          }
+          hd.w.row_range(r, j0 * hd.per_word(), nk, x.data());
+          pack_row(hd, r, x.data(), j0 * hd.per_word(), nk, scales, strip.data());
         }
       });
       hd.release(r0, r1);
@@ -245,16 +296,16 @@ void carry_files(const fs::path& dir, const fs::path& stage, const std::set<std:
   }
 }
 
-ordered_json quantization_entry() {
-  return {{"bits", 8}, {"group_size", -1}, {"sym", true}, {"data_type", "int"}};
+ordered_json quantization_entry(const LmHeadReport& r) {
+  return {{"bits", r.bits}, {"group_size", r.group}, {"sym", true}, {"data_type", "int"}};
 }
 
 ordered_json report_json(const LmHeadReport& r) {
-  return {{"format", "gptq-int8"},
-          {"group_size", -1},
+  return {{"format", r.bits == 8 ? "gptq-int8" : "gptq-int4"},
+          {"group_size", r.group},
           {"sym", true},
           {"scale_dtype", "F16"},
-          {"zero_point", "v1 (qzeros 0x7F7F7F7F)"},
+          {"zero_point", r.bits == 8 ? "v1 (qzeros 0x7F7F7F7F)" : "v1 (qzeros 0x77777777)"},
           {"source_dtype", r.source_dtype},
           {"max_abs_error", r.max_abs_error},
           {"mean_abs_error", r.mean_abs_error},
@@ -273,6 +324,9 @@ LmHeadReport quantize_lm_head(const fs::path& dir_arg, const LmHeadOptions& o,
   if (o.in_place == !o.out.empty()) {
     throw Error(Errc::kUsage, "give exactly one of --out DIR and --in-place");
   }
+  if (o.bits != 8 && o.bits != 4) {
+    throw Error(Errc::kUsage, "--bits must be 8 or 4, not " + std::to_string(o.bits));
+  }
   const fs::path dir = normalized(dir_arg);
   const fs::path out = o.in_place ? dir : normalized(o.out);
   std::error_code ec;
@@ -289,27 +343,31 @@ LmHeadReport quantize_lm_head(const fs::path& dir_arg, const LmHeadOptions& o,
   ordered_json config = read_json(cfg_path);
   if (!config.contains("quantization_config") ||
       !is_inc_config(nlohmann::json(config["quantization_config"]))) {
-    throw Error(
-        Errc::kUnsupported,
-        cfg_path.string() + ": no AutoRound (INC) quantization_config to declare the INT8 head in");
+    throw Error(Errc::kUnsupported, cfg_path.string() +
+                                        ": no AutoRound (INC) quantization_config to declare the " +
+                                        (o.bits == 8 ? "INT8" : "INT4") + " head in");
   }
-  const Head hd = find_head(c, config);
+  const Head hd = find_head(c, config, o.bits);
   const std::string shard = c.file_name(*hd.file);
 
   LmHeadReport rep;
+  rep.bits = hd.bits;
+  rep.group = hd.bits == 8 ? -1 : hd.group;
   rep.rows = hd.v;
   rep.cols = hd.h;
   rep.shard = shard;
   rep.source_dtype = std::string(ckpt::dtype_name(hd.info->dtype));
   rep.bytes_before = hd.info->n_bytes();
-  const uint64_t qweight_bytes = static_cast<uint64_t>(hd.v * hd.h);
-  const uint64_t qzeros_bytes = static_cast<uint64_t>(hd.v), scales_bytes = hd.v * 2ull;
+  const uint64_t groups = static_cast<uint64_t>(hd.groups()), v = static_cast<uint64_t>(hd.v);
+  const uint64_t qweight_bytes =
+      v * static_cast<uint64_t>(hd.h) * static_cast<uint64_t>(hd.bits) / 8;
+  const uint64_t qzeros_bytes = groups * v * static_cast<uint64_t>(hd.bits) / 8,
+                 scales_bytes = groups * v * 2;
   rep.bytes_after = qweight_bytes + qzeros_bytes + scales_bytes;
 
   if (progress) progress->total = rep.bytes_before * (o.dry_run ? 1 : 2);
   std::vector<uint16_t> scales;
-  std::vector<float> scales_f32;
-  measure(hd, o, scales, scales_f32, rep, progress);
+  measure(hd, o, scales, rep, progress);
   if (o.dry_run) {
     rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return rep;
@@ -320,8 +378,8 @@ LmHeadReport quantize_lm_head(const fs::path& dir_arg, const LmHeadOptions& o,
   const bool has_qcfg = fs::exists(qcfg_path, ec);
   ordered_json qcfg_file;
   if (has_qcfg) qcfg_file = read_json(qcfg_path);
-  config["quantization_config"]["extra_config"]["lm_head"] = quantization_entry();
-  if (has_qcfg) qcfg_file["extra_config"]["lm_head"] = quantization_entry();
+  config["quantization_config"]["extra_config"]["lm_head"] = quantization_entry(rep);
+  if (has_qcfg) qcfg_file["extra_config"]["lm_head"] = quantization_entry(rep);
   const fs::path manifest_path = dir / ckpt::kManifestFileName;
   const bool has_manifest = fs::exists(manifest_path, ec);
   std::optional<ckpt::Manifest> manifest;
@@ -354,9 +412,10 @@ LmHeadReport quantize_lm_head(const fs::path& dir_arg, const LmHeadOptions& o,
       at.push_back(src_header.data_offset() + t->begin);
     }
     const auto u = [](int64_t x) { return static_cast<uint64_t>(x); };
-    specs.push_back({"lm_head.qweight", DType::kI32, {u(hd.h / kInt8PerWord), u(hd.v)}});
-    specs.push_back({"lm_head.qzeros", DType::kI32, {1, u(hd.v / kInt8PerWord)}});
-    specs.push_back({"lm_head.scales", DType::kF16, {1, u(hd.v)}});
+    const uint64_t per_word = static_cast<uint64_t>(hd.per_word());
+    specs.push_back({"lm_head.qweight", DType::kI32, {u(hd.h) / per_word, u(hd.v)}});
+    specs.push_back({"lm_head.qzeros", DType::kI32, {groups, u(hd.v) / per_word}});
+    specs.push_back({"lm_head.scales", DType::kF16, {groups, u(hd.v)}});
     at.resize(specs.size());
     ckpt::WriterOptions wo;
     wo.overwrite = true;
@@ -373,10 +432,10 @@ LmHeadReport quantize_lm_head(const fs::path& dir_arg, const LmHeadOptions& o,
         wo);
     for (const ckpt::TensorInfo& t : w.plan().layout) {
       if (t.name == "lm_head.qweight") {
-        write_qweight(hd, scales_f32, o.threads, w, progress);
+        write_qweight(hd, scales, o.threads, w, progress);
       } else if (t.name == "lm_head.qzeros") {
-        const std::vector<uint32_t> zeros(static_cast<size_t>(hd.v / kInt8PerWord),
-                                          kInt8SymZeroWordV1);
+        const std::vector<uint32_t> zeros(qzeros_bytes / 4,
+                                          hd.bits == 8 ? kInt8SymZeroWordV1 : kInt4SymZeroWordV1);
         w.write(zeros.data(), zeros.size() * 4);
       } else if (t.name == "lm_head.scales") {
         w.write(scales.data(), scales.size() * 2);

@@ -45,7 +45,8 @@ const std::map<std::string, std::map<std::string, json::value_t>>& step_params()
        {{"mtp", json::value_t::boolean}, {"min_cosine", json::value_t::number_float}}},
       {"add-mtp", {}},
       {"quantize-lm-head",
-       {{"samples", json::value_t::number_unsigned},
+       {{"bits", json::value_t::number_unsigned},
+        {"samples", json::value_t::number_unsigned},
         {"seed", json::value_t::number_unsigned},
         {"min_mean_row_cosine", json::value_t::number_float},
         {"min_top1_agreement", json::value_t::number_float}}},
@@ -110,6 +111,7 @@ json run_build_hybrid(const json& p, const fs::path& int4, const fs::path& fp8,
 json run_lm_head(const json& p, const fs::path& work, int threads, ckpt::Progress* progress) {
   LmHeadOptions o;
   o.in_place = true;
+  o.bits = p.value("bits", o.bits);
   o.samples = p.value("samples", o.samples);
   o.seed = p.value("seed", o.seed);
   o.threads = threads;
@@ -120,17 +122,23 @@ json run_lm_head(const json& p, const fs::path& work, int threads, ckpt::Progres
   const double min_cos = p.value("min_mean_row_cosine", 0.0),
                min_top1 = p.value("min_top1_agreement", 0.0);
   if (m.mean_row_cosine < min_cos || m.top1_agreement < min_top1) {
-    throw Error(Errc::kUnsupported, "INT8 LM head below the recipe's thresholds: mean row cosine " +
+    throw Error(Errc::kUnsupported, std::string(o.bits == 8 ? "INT8" : "INT4") +
+                                        " LM head below the recipe's thresholds: mean row cosine " +
                                         std::to_string(m.mean_row_cosine) + " (min " +
                                         std::to_string(min_cos) + "), top-1 agreement " +
                                         std::to_string(m.top1_agreement) + " (min " +
                                         std::to_string(min_top1) + ")");
   }
   const LmHeadReport r = quantize_lm_head(work, o, progress);
-  return {{"max_abs_error", r.max_abs_error},   {"mean_abs_error", r.mean_abs_error},
-          {"min_row_cosine", r.min_row_cosine}, {"mean_row_cosine", r.mean_row_cosine},
-          {"top1_agreement", r.top1_agreement}, {"top5_overlap", r.top5_overlap},
-          {"bytes_before", r.bytes_before},     {"bytes_after", r.bytes_after}};
+  return {{"bits", r.bits},
+          {"max_abs_error", r.max_abs_error},
+          {"mean_abs_error", r.mean_abs_error},
+          {"min_row_cosine", r.min_row_cosine},
+          {"mean_row_cosine", r.mean_row_cosine},
+          {"top1_agreement", r.top1_agreement},
+          {"top5_overlap", r.top5_overlap},
+          {"bytes_before", r.bytes_before},
+          {"bytes_after", r.bytes_after}};
 }
 
 json run_validate(const json& p, const fs::path& work, int threads, ckpt::Progress* progress) {
@@ -229,6 +237,8 @@ Recipe parse_recipe(const std::string& text, const std::string& source) {
         bad(source, where + " (" + step.step + "): unknown parameter \"" + k + "\"");
       if (!type_fits(v, type->second))
         bad(source, where + " (" + step.step + "): \"" + k + "\" has the wrong type");
+      if (k == "bits" && v != 4 && v != 8)
+        bad(source, where + " (" + step.step + "): \"bits\" must be 8 or 4");
       step.params[k] = v;
     }
     r.steps.push_back(std::move(step));

@@ -86,6 +86,34 @@ TEST_F(Pipeline, HybridThenMtpThenLmHeadValidatesAndDequantizesToTheReference) {
   EXPECT_EQ(run_command(qforge("validate --checksums " + d("h-bf16"))).exit_code, 0);
 }
 
+// The INT4 head (quantize-lm-head --bits 4): validate accepts it as one more INT4 module, and
+// qforge dequantize's BF16 equals the Python reference's dequantization of its GPTQ 4-bit triplet.
+TEST_F(Pipeline, Int4LmHeadValidatesAndDequantizes) {
+  ASSERT_EQ(run_command(qforge("build-hybrid --int4 " + d("int4") + " --fp8 " + d("fp8") +
+                               " --out " + d("h4")))
+                .exit_code,
+            0);
+  const auto head =
+      json_of(run_command(qforge("quantize-lm-head --json --bits 4 --in-place " + d("h4"))));
+  EXPECT_EQ(head["bits"], 4);
+  EXPECT_EQ(head["group_size"], 128);
+  EXPECT_GT(head["mean_row_cosine"].get<double>(), 0.99);
+  EXPECT_LT(head["tensor_bytes_after"].get<uint64_t>(),
+            head["tensor_bytes_before"].get<uint64_t>() * 27 / 100);
+
+  const auto v = run_command(qforge("validate --checksums " + d("h4")));
+  EXPECT_EQ(v.exit_code, 0) << v.out;
+  EXPECT_NE(v.out.find("15 fp8, 116 int4; MTP present"), std::string::npos) << v.out;
+
+  ASSERT_EQ(run_command(qforge("dequantize " + d("h4") + " --out " + d("h4-bf16"))).exit_code, 0);
+  const auto ref = run_command(std::string(QF_PYTHON) + " " + QF_E2E_DIR +
+                               "/dequant_reference.py " + d("h4") + " " + d("h4-bf16"));
+  EXPECT_EQ(ref.exit_code, 0) << ref.out << ref.err;
+  const auto summary = nlohmann::json::parse(ref.out);
+  EXPECT_EQ(summary["mismatched"], 0);
+  EXPECT_EQ(summary["n_unused"], 0);
+}
+
 TEST_F(Pipeline, RecipeRunsTheSameSteps) {
   const auto r =
       json_of(run_command(qforge("recipe run " + std::string(QF_RECIPE_DIR) +

@@ -1,6 +1,7 @@
-// quantize-lm-head against outside references (tests/golden/make_goldens.py, part
-// int8_lm_head): the codes and F16 scales torch computes from the spec, and the GPTQ 8-bit
-// triplet AutoRound's own packer (qlinear_torch_zp, bits 8, group -1) writes for them.
+// quantize-lm-head against outside references (tests/golden/make_goldens.py): INT8 (part
+// int8_lm_head), the codes and F16 scales torch computes from the spec, and the GPTQ 8-bit
+// triplet AutoRound's own packer (qlinear_torch_zp, bits 8, group -1) writes for them; INT4
+// (part int4_lm_head), the triplet AutoRound's own export writes with quant_lm_head.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -22,6 +23,7 @@ namespace fs = std::filesystem;
 using ckpt::DType;
 
 const std::string kGolden = std::string(QF_GOLDEN_DIR) + "/int8_lm_head.safetensors";
+const std::string kGoldenInt4 = std::string(QF_GOLDEN_DIR) + "/int4_lm_head.safetensors";
 
 // A two-shard AutoRound-style checkpoint holding the golden LM head (shard 1, beside a norm)
 // and one more tensor (shard 2).
@@ -141,6 +143,65 @@ TEST(GoldenLmHead, TripletEqualsAutoRoundsPackerByteForByte) {
       {"bits", 8}, {"group_size", -1}, {"sym", true}, {"data_type", "int"}};
   EXPECT_EQ(cfg["quantization_config"]["extra_config"]["lm_head"], want);
   EXPECT_EQ(cfg["qforge"]["lm_head"]["format"], "gptq-int8");
+  const auto qcfg =
+      nlohmann::json::parse(qf::test::read_file(tmp / "out" / "quantization_config.json"));
+  EXPECT_EQ(qcfg["extra_config"]["lm_head"], want);
+}
+
+TEST(GoldenLmHead, Int4TripletEqualsAutoRoundsQuantLmHeadExport) {
+  const ckpt::SafetensorsFile g = ckpt::SafetensorsFile::open(kGoldenInt4);
+  qf::test::TempDir tmp;
+  write_input(tmp / "in", g);
+  LmHeadOptions o;
+  o.out = tmp / "out";
+  o.bits = 4;
+  const LmHeadReport r = quantize_lm_head(tmp / "in", o);
+  EXPECT_EQ(r.bits, 4);
+  EXPECT_EQ(r.group, 128);
+  EXPECT_EQ(r.bytes_after, 512u * 256 / 2 + 2 * 512 / 2 + 2 * 512 * 2);
+
+  const ckpt::Checkpoint c = ckpt::Checkpoint::open(tmp / "out");
+  EXPECT_EQ(c.find("lm_head.weight"), nullptr);
+  for (const char* n : {"lm_head.qweight", "lm_head.qzeros", "lm_head.scales"}) {
+    ASSERT_NE(c.find(n), nullptr) << n;
+    EXPECT_EQ(c.find(n)->info->shape, g.find(n)->shape) << n;
+    EXPECT_EQ(c.find(n)->info->dtype, g.find(n)->dtype) << n;
+    EXPECT_TRUE(bytes_of(c, n) == bytes_of(g, n)) << n << " differs from AutoRound's export";
+  }
+  ASSERT_TRUE(c.index());
+  EXPECT_EQ(*c.index()->total_size, c.tensor_bytes());
+
+  // The weight error, from AutoRound's triplet dequantized in double.
+  const auto w = g.view("lm_head.weight").as<uint16_t>();
+  const auto qw = g.view("lm_head.qweight").as<uint32_t>();
+  const auto qz = g.view("lm_head.qzeros").as<uint32_t>();
+  const auto sc = g.view("lm_head.scales").as<uint16_t>();
+  double max_err = 0, sum_err = 0, min_cos = 1;
+  for (int64_t n = 0; n < 512; ++n) {
+    double dot = 0, ww = 0, dd = 0;
+    for (int64_t k = 0; k < 256; ++k) {
+      const double ref = bf16_to_f32(w[n * 256 + k]);
+      const double deq = (static_cast<double>(int4_code(qw.data(), 512, k, n)) -
+                          int4_zero(qz.data(), 512, k / 128, n, ZeroPoint::kV1StoredMinusOne)) *
+                         f16_to_f32(sc[(k / 128) * 512 + n]);
+      max_err = std::max(max_err, std::fabs(deq - ref));
+      sum_err += std::fabs(deq - ref);
+      dot += ref * deq, ww += ref * ref, dd += deq * deq;
+    }
+    const double cos =
+        ww == 0 && dd == 0 ? 1.0 : (ww == 0 || dd == 0 ? 0.0 : dot / std::sqrt(ww * dd));
+    min_cos = std::min(min_cos, cos);
+  }
+  EXPECT_EQ(r.max_abs_error, max_err);
+  EXPECT_NEAR(r.mean_abs_error, sum_err / (512 * 256), 1e-12);
+  EXPECT_NEAR(r.min_row_cosine, min_cos, 1e-9);
+
+  const auto cfg = nlohmann::json::parse(qf::test::read_file(tmp / "out" / "config.json"));
+  const nlohmann::json want = {
+      {"bits", 4}, {"group_size", 128}, {"sym", true}, {"data_type", "int"}};
+  EXPECT_EQ(cfg["quantization_config"]["extra_config"]["lm_head"], want);
+  EXPECT_EQ(cfg["qforge"]["lm_head"]["format"], "gptq-int4");
+  EXPECT_EQ(cfg["qforge"]["lm_head"]["zero_point"], "v1 (qzeros 0x77777777)");
   const auto qcfg =
       nlohmann::json::parse(qf::test::read_file(tmp / "out" / "quantization_config.json"));
   EXPECT_EQ(qcfg["extra_config"]["lm_head"], want);

@@ -30,16 +30,19 @@ inline std::string fixture_test_name(const ::testing::TestParamInfo<std::string>
 
 // Intel INT4 + Qwen FP8 from the fixture (synth --from), build-hybrid, and the INT8 LM head when
 // the vocabulary packs (a multiple of 4): exactly what make_model_goldens.py ran before taking
-// the hybrid reference. Fails the test on any command error.
+// the hybrid reference (lm_head_bits 4: the INT4 head instead, a vocabulary multiple of 8).
+// Fails the test on any command error.
 inline void build_hybrid(const std::string& qforge, const std::filesystem::path& src,
-                         const std::filesystem::path& work, int64_t vocab) {
+                         const std::filesystem::path& work, int64_t vocab, int lm_head_bits = 8) {
   const std::string h = (work / "hybrid").string(), int4 = (work / "int4").string(),
                     fp8 = (work / "fp8").string();
   std::vector<std::string> steps = {
       "synth " + int4 + " --from " + src.string() + " --layout intel-int4 --no-vision",
       "synth " + fp8 + " --from " + src.string() + " --layout qwen-fp8 --no-vision",
       "build-hybrid --int4 " + int4 + " --fp8 " + fp8 + " --out " + h + " --no-check"};
-  if (vocab % 4 == 0) steps.push_back("quantize-lm-head " + h + " --in-place");
+  if (vocab % (32 / lm_head_bits) == 0) {
+    steps.push_back("quantize-lm-head " + h + " --in-place --bits " + std::to_string(lm_head_bits));
+  }
   for (const std::string& s : steps) {
     const CommandResult r = run_command(qforge + " " + s + " 2>&1");
     ASSERT_EQ(r.exit_code, 0) << s << "\n" << r.out;

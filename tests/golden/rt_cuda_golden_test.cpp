@@ -574,12 +574,14 @@ void synth_tiny(const fs::path& dir, const std::string& layout, int seed, bool m
   ASSERT_EQ(r.exit_code, 0) << r.err;
 }
 
-// The tiny preset's hybrid (+ INT8 head) built in `dir` from a BF16 synth of `seed`.
-void tiny_hybrid(const fs::path& dir, int seed, bool mtp, std::unique_ptr<Model>& out) {
+// The tiny preset's hybrid (+ INT8 head, or INT4 with lm_head_bits 4) built in `dir` from a BF16
+// synth of `seed`.
+void tiny_hybrid(const fs::path& dir, int seed, bool mtp, std::unique_ptr<Model>& out,
+                 int lm_head_bits = 8) {
   const fs::path src = dir / "tiny-bf16";
   ASSERT_NO_FATAL_FAILURE(synth_tiny(src, "bf16", seed, mtp));
   ASSERT_NO_FATAL_FAILURE(
-      test::build_hybrid(QF_BIN, src, dir, Model::load(src)->config().vocab_size));
+      test::build_hybrid(QF_BIN, src, dir, Model::load(src)->config().vocab_size, lm_head_bits));
   out = Model::load(dir / "hybrid");
 }
 
@@ -828,6 +830,75 @@ TEST(CudaGoldenTiny, ScoredWithMtpOnTheHybridEqualsTheCpuReference) {
     expect_scored(*model, prompt, c, &c_mtp, chunk, 5e-4,
                   "tiny hybrid + MTP, 300 tokens scored in passes of " + std::to_string(chunk));
   }
+}
+
+// The tiny hybrid with an INT4 LM head (quantize-lm-head --bits 4: GPTQ 4-bit, group 128, so
+// the INT4 GEMV, the INT4 GEMM in prompt scoring and whole INT4 tiles for a draft vocabulary):
+// every position of a 300-token prompt by steps and by batched prefill, the MTP head's logits
+// (all ids, then a draft vocabulary), prompt scoring with the MTP rows, and 128 greedy tokens,
+// plain and speculative, against the CPU reference.
+TEST(CudaGoldenTiny, Int4LmHeadEqualsTheCpuReference) {
+  std::string why;
+  if (!CudaEngine::available(&why)) GTEST_SKIP() << why;
+  test::TempDir tmp;
+  std::unique_ptr<Model> model;
+  ASSERT_NO_FATAL_FAILURE(tiny_hybrid(tmp.path(), 41, true, model, 4));
+  ASSERT_TRUE(model->mtp());
+  ASSERT_EQ(model->lm_head().format(), "int4");
+  const int64_t vocab = model->config().vocab_size;
+  const std::vector<int32_t> prompt = spread_tokens(300, vocab, 43);
+  const size_t t_len = prompt.size();
+  CpuEngine cpu(*model, 2);
+  CudaOptions o;
+  o.max_context = static_cast<int64_t>(t_len) + kGreedy + 1;
+  o.mtp = true;
+  CudaEngine gpu(*model, o);
+  std::vector<float> c(t_len * vocab), g(c.size()), c_mtp((t_len - 1) * vocab), g_mtp(c_mtp.size());
+  for (size_t t = 0; t < t_len; ++t) {
+    cpu.step(prompt[t], c.data() + t * vocab);
+    gpu.step(prompt[t], g.data() + t * vocab);
+    if (t + 1 == t_len) continue;
+    cpu.mtp_step(prompt[t + 1], cpu.hidden().data(), c_mtp.data() + t * vocab);
+    gpu.mtp_step(prompt[t + 1], nullptr, g_mtp.data() + t * vocab);
+  }
+  expect_same(c, g, vocab, 5e-4, "tiny hybrid, INT4 head: steps");
+  expect_same(c_mtp, g_mtp, vocab, 5e-4, "tiny hybrid, INT4 head: mtp");
+  expect_same(c, prefill_logits(gpu, prompt, vocab), vocab, 5e-4,
+              "tiny hybrid, INT4 head: prefill");
+  expect_scored(*model, prompt, c, &c_mtp, 1024, 5e-4, "tiny hybrid, INT4 head: scored");
+
+  GenerateOptions greedy;
+  greedy.max_tokens = kGreedy;
+  cpu.reset();
+  const GenerateResult want = generate(cpu, prompt, greedy, [](int32_t) {});
+  gpu.reset();
+  const GenerateResult got = generate_with(
+      [&](int32_t token, float* logits) { return gpu.step(token, logits); }, vocab, prompt, greedy,
+      [](int32_t) {},
+      [&](std::span<const int32_t> t, float* logits) { return gpu.prefill(t, logits); });
+  EXPECT_EQ(got.ids, want.ids) << "INT4 head: greedy continuations differ";
+  const GenerateResult spec = generate_speculative(
+      speculative_engine(gpu), prompt, greedy, [](int32_t) {}, nullptr);
+  EXPECT_EQ(spec.ids, want.ids) << "INT4 head: speculative continuation";
+
+  // A draft vocabulary: the head's first n rows, whole INT4 tiles.
+  const int64_t n = vocab / 4 / kMtpVocabStep * kMtpVocabStep;
+  ASSERT_GE(n, kMtpVocabStep);
+  cpu.reset();
+  cpu.set_mtp_vocab(n);
+  CudaOptions ov = o;
+  ov.mtp_vocab = n;
+  CudaEngine gv(*model, ov);
+  std::vector<float> cv(static_cast<size_t>(vocab)), gvl(cv.size()), c_head, g_head;
+  for (size_t t = 0; t + 1 < 64; ++t) {
+    cpu.step(prompt[t], nullptr);
+    gv.step(prompt[t], nullptr);
+    cpu.mtp_step(prompt[t + 1], cpu.hidden().data(), cv.data());
+    gv.mtp_step(prompt[t + 1], nullptr, gvl.data());
+    c_head.insert(c_head.end(), cv.begin(), cv.begin() + n);
+    g_head.insert(g_head.end(), gvl.begin(), gvl.begin() + n);
+  }
+  expect_same(c_head, g_head, n, 5e-4, "tiny hybrid, INT4 head: MTP drafts from [0, n)");
 }
 
 // The tiny hybrid with its MTP head (head_dim 64: the split kernel).

@@ -117,6 +117,7 @@ TEST(Recipe, StrictParsing) {
       R"({"recipe": "x", "steps": [{"step": "build-hybrid"}, {"step": "build-hybrid"}, {"step": "validate"}]})",
       R"({"recipe": "x", "model": {"hiden_size": 1}, "steps": [{"step": "build-hybrid"}, {"step": "validate"}]})",
       R"({"recipe": "x", "steps": [{"step": "build-hybrid"}, {"step": "quantize-lm-head", "samples": -1}, {"step": "validate"}]})",
+      R"({"recipe": "x", "steps": [{"step": "build-hybrid"}, {"step": "quantize-lm-head", "bits": 6}, {"step": "validate"}]})",
   };
   for (const char* text : bad) {
     EXPECT_EQ(qf::test::error_code([&] { parse_recipe(text, "bad.json"); }), Errc::kConfigInvalid)

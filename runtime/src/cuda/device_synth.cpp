@@ -147,15 +147,18 @@ std::unique_ptr<DeviceModel> synthetic_model(const ckpt::Qwen35Config& c, uint64
   Maker mk{*m, seed};
   const int h = static_cast<int>(c.hidden_size), vocab = static_cast<int>(c.vocab_size);
   const WeightKind kind = format == SyntheticFormat::kBf16 ? WeightKind::kBf16 : WeightKind::kInt4;
-  const WeightKind shared =
-      format == SyntheticFormat::kHybrid ? WeightKind::kFp8 : WeightKind::kBf16;
+  const bool hybrid =
+      format == SyntheticFormat::kHybrid || format == SyntheticFormat::kHybridInt4Head;
+  const WeightKind shared = hybrid ? WeightKind::kFp8 : WeightKind::kBf16;
   m->embed = mk.bf16(vocab, h).w;
   for (int64_t i = 0; i < c.num_layers(); ++i) {
     m->layers.push_back(mk.layer(c, c.full_attention[i], kind, shared, swiglu_pairs));
   }
   m->final_norm = mk.vec(h, kSmall);
-  m->lm_head = format == SyntheticFormat::kHybrid ? mk.int_stack(WeightKind::kInt8, vocab, h, 1)
-                                                  : mk.bf16(vocab, h);
+  m->lm_head = !hybrid ? mk.bf16(vocab, h)
+                       : mk.int_stack(format == SyntheticFormat::kHybrid ? WeightKind::kInt8
+                                                                         : WeightKind::kInt4,
+                                      vocab, h, 1);
   if (mtp) {  // BF16 but for the shared expert (the 122B hybrid's: FP8)
     DeviceMtp t;
     t.fc = mk.bf16(h, 2 * h);

@@ -200,6 +200,7 @@ QF_HD uint8_t f32_to_e5m2(float f) {
 //   W[n][k] = scale[k/G][n] * (code - zero), exact in f32.
 // Words are read as uint32 (they are frequently negative as I32).
 inline constexpr int kInt4PerWord = 8;
+inline constexpr uint32_t kInt4SymZeroWordV1 = 0x77777777u;
 
 enum class ZeroPoint { kV1StoredMinusOne, kV2True };
 

@@ -58,6 +58,12 @@ Int4Tensors quantize_int4(const MatrixView& w, const Int4Options& options, int t
 // Only the scales, equal to quantize_int4(...).scales (a cheap max pass).
 std::vector<uint16_t> int4_scales(const MatrixView& w, const Int4Options& options, int threads = 0);
 
+// One group of a row as quantize_int4 quantizes it (symmetric): its F16 scale, and the codes
+// (0..15, q + 8) of x[0..len) under a scale. Streaming tools (quantize-lm-head) call them a
+// group at a time; the results are quantize_int4's bits.
+uint16_t int4_sym_scale(const float* x, int64_t len);
+void int4_sym_codes(const float* x, int64_t len, uint16_t scale, uint8_t* codes);
+
 // W [N, K] in f32, exact.
 void dequantize_int4(const Int4View& v, float* out, int threads = 0);
 Int4View view_of(const Int4Tensors& t);

@@ -19,10 +19,11 @@
 namespace qf::rt {
 
 // The formats of CudaEngine::synthetic's random weights: the hybrid qforge builds (INT4 decoder
-// modules, FP8 block-128 shared experts, INT8 LM head), Intel's AutoRound INT4 release it starts
-// from (the same with BF16 shared experts and a BF16 LM head), or Qwen's BF16 release (every
-// linear module BF16). The router, shared-expert gate and embeddings are BF16 in all three.
-enum class SyntheticFormat { kHybrid, kInt4, kBf16 };
+// modules, FP8 block-128 shared experts, INT8 LM head), the same with an INT4 LM head
+// (quantize-lm-head --bits 4), Intel's AutoRound INT4 release it starts from (the same with
+// BF16 shared experts and a BF16 LM head), or Qwen's BF16 release (every linear module BF16).
+// The router, shared-expert gate and embeddings are BF16 in all of them.
+enum class SyntheticFormat { kHybrid, kHybridInt4Head, kInt4, kBf16 };
 
 struct CudaOptions {
   int device = 0;
