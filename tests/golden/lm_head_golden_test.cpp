@@ -76,6 +76,51 @@ std::string bytes_of(const ckpt::SafetensorsFile& f, const std::string& name) {
   return std::string(reinterpret_cast<const char*>(v.data()), v.size());
 }
 
+// The triplet in `c` equals the golden file's, name, shape, dtype and bytes.
+void expect_triplet(const ckpt::Checkpoint& c, const ckpt::SafetensorsFile& g, const char* whose) {
+  EXPECT_EQ(c.find("lm_head.weight"), nullptr);
+  for (const char* n : {"lm_head.qweight", "lm_head.qzeros", "lm_head.scales"}) {
+    ASSERT_NE(c.find(n), nullptr) << n;
+    EXPECT_EQ(c.find(n)->info->shape, g.find(n)->shape) << n;
+    EXPECT_EQ(c.find(n)->info->dtype, g.find(n)->dtype) << n;
+    EXPECT_TRUE(bytes_of(c, n) == bytes_of(g, n)) << n << " differs from " << whose;
+  }
+  ASSERT_TRUE(c.index());
+  EXPECT_EQ(*c.index()->total_size, c.tensor_bytes());
+}
+
+// The report's weight error against the golden BF16 head [512, 256] and deq(n, k), the
+// reference's dequantized weights, in double.
+template <class Deq>
+void expect_weight_error(const LmHeadReport& r, const ckpt::SafetensorsFile& g, Deq deq) {
+  const auto w = g.view("lm_head.weight").as<uint16_t>();
+  double max_err = 0, sum_err = 0, min_cos = 1;
+  for (int64_t n = 0; n < 512; ++n) {
+    double dot = 0, ww = 0, dd = 0;
+    for (int64_t k = 0; k < 256; ++k) {
+      const double ref = bf16_to_f32(w[n * 256 + k]), d = deq(n, k);
+      max_err = std::max(max_err, std::fabs(d - ref));
+      sum_err += std::fabs(d - ref);
+      dot += ref * d, ww += ref * ref, dd += d * d;
+    }
+    const double cos =
+        ww == 0 && dd == 0 ? 1.0 : (ww == 0 || dd == 0 ? 0.0 : dot / std::sqrt(ww * dd));
+    min_cos = std::min(min_cos, cos);
+  }
+  EXPECT_EQ(r.max_abs_error, max_err);
+  EXPECT_NEAR(r.mean_abs_error, sum_err / (512 * 256), 1e-12);
+  EXPECT_NEAR(r.min_row_cosine, min_cos, 1e-9);
+}
+
+// The INC entry in both config files, the report's format in config.json.
+void expect_configs(const fs::path& out, const nlohmann::json& want, const std::string& format) {
+  const auto cfg = nlohmann::json::parse(qf::test::read_file(out / "config.json"));
+  EXPECT_EQ(cfg["quantization_config"]["extra_config"]["lm_head"], want);
+  EXPECT_EQ(cfg["qforge"]["lm_head"]["format"], format);
+  const auto qcfg = nlohmann::json::parse(qf::test::read_file(out / "quantization_config.json"));
+  EXPECT_EQ(qcfg["extra_config"]["lm_head"], want);
+}
+
 TEST(GoldenLmHead, TripletEqualsAutoRoundsPackerByteForByte) {
   const ckpt::SafetensorsFile g = ckpt::SafetensorsFile::open(kGolden);
   qf::test::TempDir tmp;
@@ -88,13 +133,7 @@ TEST(GoldenLmHead, TripletEqualsAutoRoundsPackerByteForByte) {
   EXPECT_EQ(r.shard, "model-00001-of-00002.safetensors");
 
   const ckpt::Checkpoint c = ckpt::Checkpoint::open(tmp / "out");
-  EXPECT_EQ(c.find("lm_head.weight"), nullptr);
-  for (const char* n : {"lm_head.qweight", "lm_head.qzeros", "lm_head.scales"}) {
-    ASSERT_NE(c.find(n), nullptr) << n;
-    EXPECT_EQ(c.find(n)->info->shape, g.find(n)->shape) << n;
-    EXPECT_EQ(c.find(n)->info->dtype, g.find(n)->dtype) << n;
-    EXPECT_TRUE(bytes_of(c, n) == bytes_of(g, n)) << n << " differs from AutoRound's packing";
-  }
+  expect_triplet(c, g, "AutoRound's packing");
   // And the packed codes are torch's codes (the layout contract in formats.h).
   const auto qw = c.view("lm_head.qweight").as<uint32_t>();
   const auto q = g.view("q").as<int8_t>();
@@ -110,42 +149,18 @@ TEST(GoldenLmHead, TripletEqualsAutoRoundsPackerByteForByte) {
   EXPECT_EQ(qf::test::read_file(tmp / "out" / "model-00002-of-00002.safetensors"),
             qf::test::read_file(tmp / "in" / "model-00002-of-00002.safetensors"));
   EXPECT_EQ(qf::test::read_file(tmp / "out" / "tokenizer.json"), "{}");
-  ASSERT_TRUE(c.index());
-  EXPECT_EQ(*c.index()->total_size, c.tensor_bytes());
 
-  // The weight error, from torch's codes and scales, in double.
-  const auto w = g.view("lm_head.weight").as<uint16_t>();
+  // The weight error, from torch's codes and scales.
   const auto s = g.view("scales_f16").as<uint16_t>();
-  double max_err = 0, sum_err = 0, min_cos = 1;
-  for (int64_t n = 0; n < 512; ++n) {
-    double dot = 0, ww = 0, dd = 0;
-    for (int64_t k = 0; k < 256; ++k) {
-      const double ref = bf16_to_f32(w[n * 256 + k]);
-      const double deq = static_cast<double>(q[n * 256 + k]) * f16_to_f32(s[n]);
-      max_err = std::max(max_err, std::fabs(deq - ref));
-      sum_err += std::fabs(deq - ref);
-      dot += ref * deq, ww += ref * ref, dd += deq * deq;
-    }
-    const double cos =
-        ww == 0 && dd == 0 ? 1.0 : (ww == 0 || dd == 0 ? 0.0 : dot / std::sqrt(ww * dd));
-    min_cos = std::min(min_cos, cos);
-  }
-  EXPECT_EQ(r.max_abs_error, max_err);
-  EXPECT_NEAR(r.mean_abs_error, sum_err / (512 * 256), 1e-12);
-  EXPECT_NEAR(r.min_row_cosine, min_cos, 1e-9);
+  expect_weight_error(r, g, [&](int64_t n, int64_t k) {
+    return static_cast<double>(q[n * 256 + k]) * f16_to_f32(s[n]);
+  });
   EXPECT_GT(r.mean_row_cosine, 0.999);
   EXPECT_EQ(r.samples, 16);
   EXPECT_GE(r.top1_agreement, 0.9);
-
-  // Configs: the INC entry in both files, the report in config.json.
-  const auto cfg = nlohmann::json::parse(qf::test::read_file(tmp / "out" / "config.json"));
-  const nlohmann::json want = {
-      {"bits", 8}, {"group_size", -1}, {"sym", true}, {"data_type", "int"}};
-  EXPECT_EQ(cfg["quantization_config"]["extra_config"]["lm_head"], want);
-  EXPECT_EQ(cfg["qforge"]["lm_head"]["format"], "gptq-int8");
-  const auto qcfg =
-      nlohmann::json::parse(qf::test::read_file(tmp / "out" / "quantization_config.json"));
-  EXPECT_EQ(qcfg["extra_config"]["lm_head"], want);
+  expect_configs(tmp / "out",
+                 {{"bits", 8}, {"group_size", -1}, {"sym", true}, {"data_type", "int"}},
+                 "gptq-int8");
 }
 
 TEST(GoldenLmHead, Int4TripletEqualsAutoRoundsQuantLmHeadExport) {
@@ -159,52 +174,22 @@ TEST(GoldenLmHead, Int4TripletEqualsAutoRoundsQuantLmHeadExport) {
   EXPECT_EQ(r.bits, 4);
   EXPECT_EQ(r.group, 128);
   EXPECT_EQ(r.bytes_after, 512u * 256 / 2 + 2 * 512 / 2 + 2 * 512 * 2);
+  expect_triplet(ckpt::Checkpoint::open(tmp / "out"), g, "AutoRound's export");
 
-  const ckpt::Checkpoint c = ckpt::Checkpoint::open(tmp / "out");
-  EXPECT_EQ(c.find("lm_head.weight"), nullptr);
-  for (const char* n : {"lm_head.qweight", "lm_head.qzeros", "lm_head.scales"}) {
-    ASSERT_NE(c.find(n), nullptr) << n;
-    EXPECT_EQ(c.find(n)->info->shape, g.find(n)->shape) << n;
-    EXPECT_EQ(c.find(n)->info->dtype, g.find(n)->dtype) << n;
-    EXPECT_TRUE(bytes_of(c, n) == bytes_of(g, n)) << n << " differs from AutoRound's export";
-  }
-  ASSERT_TRUE(c.index());
-  EXPECT_EQ(*c.index()->total_size, c.tensor_bytes());
-
-  // The weight error, from AutoRound's triplet dequantized in double.
-  const auto w = g.view("lm_head.weight").as<uint16_t>();
+  // The weight error, from AutoRound's triplet dequantized.
   const auto qw = g.view("lm_head.qweight").as<uint32_t>();
   const auto qz = g.view("lm_head.qzeros").as<uint32_t>();
   const auto sc = g.view("lm_head.scales").as<uint16_t>();
-  double max_err = 0, sum_err = 0, min_cos = 1;
-  for (int64_t n = 0; n < 512; ++n) {
-    double dot = 0, ww = 0, dd = 0;
-    for (int64_t k = 0; k < 256; ++k) {
-      const double ref = bf16_to_f32(w[n * 256 + k]);
-      const double deq = (static_cast<double>(int4_code(qw.data(), 512, k, n)) -
-                          int4_zero(qz.data(), 512, k / 128, n, ZeroPoint::kV1StoredMinusOne)) *
-                         f16_to_f32(sc[(k / 128) * 512 + n]);
-      max_err = std::max(max_err, std::fabs(deq - ref));
-      sum_err += std::fabs(deq - ref);
-      dot += ref * deq, ww += ref * ref, dd += deq * deq;
-    }
-    const double cos =
-        ww == 0 && dd == 0 ? 1.0 : (ww == 0 || dd == 0 ? 0.0 : dot / std::sqrt(ww * dd));
-    min_cos = std::min(min_cos, cos);
-  }
-  EXPECT_EQ(r.max_abs_error, max_err);
-  EXPECT_NEAR(r.mean_abs_error, sum_err / (512 * 256), 1e-12);
-  EXPECT_NEAR(r.min_row_cosine, min_cos, 1e-9);
-
+  expect_weight_error(r, g, [&](int64_t n, int64_t k) {
+    return (static_cast<double>(int4_code(qw.data(), 512, k, n)) -
+            int4_zero(qz.data(), 512, k / 128, n, ZeroPoint::kV1StoredMinusOne)) *
+           f16_to_f32(sc[(k / 128) * 512 + n]);
+  });
+  expect_configs(tmp / "out",
+                 {{"bits", 4}, {"group_size", 128}, {"sym", true}, {"data_type", "int"}},
+                 "gptq-int4");
   const auto cfg = nlohmann::json::parse(qf::test::read_file(tmp / "out" / "config.json"));
-  const nlohmann::json want = {
-      {"bits", 4}, {"group_size", 128}, {"sym", true}, {"data_type", "int"}};
-  EXPECT_EQ(cfg["quantization_config"]["extra_config"]["lm_head"], want);
-  EXPECT_EQ(cfg["qforge"]["lm_head"]["format"], "gptq-int4");
   EXPECT_EQ(cfg["qforge"]["lm_head"]["zero_point"], "v1 (qzeros 0x77777777)");
-  const auto qcfg =
-      nlohmann::json::parse(qf::test::read_file(tmp / "out" / "quantization_config.json"));
-  EXPECT_EQ(qcfg["extra_config"]["lm_head"], want);
 }
 
 }  // namespace

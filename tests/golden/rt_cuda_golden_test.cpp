@@ -594,6 +594,24 @@ std::vector<int32_t> spread_tokens(size_t n, int64_t vocab, int64_t offset) {
   return ids;
 }
 
+// kGreedy greedy tokens after `prompt` from both engines, reset first (the GPU's prompt by
+// batched prefill): the same ids, else a failure naming `what`. Returns the CPU's.
+std::vector<int32_t> expect_same_greedy(CpuEngine& cpu, CudaEngine& gpu,
+                                        const std::vector<int32_t>& prompt,
+                                        const std::string& what) {
+  GenerateOptions greedy;
+  greedy.max_tokens = kGreedy;
+  cpu.reset();
+  const GenerateResult want = generate(cpu, prompt, greedy, [](int32_t) {});
+  gpu.reset();
+  const GenerateResult got = generate_with(
+      [&](int32_t token, float* logits) { return gpu.step(token, logits); },
+      gpu.config().vocab_size, prompt, greedy, [](int32_t) {},
+      [&](std::span<const int32_t> t, float* logits) { return gpu.prefill(t, logits); });
+  EXPECT_EQ(got.ids, want.ids) << what << ": greedy continuations differ";
+  return want.ids;
+}
+
 // bf16 or fp8 KV caches (CudaOptions::kv_cache) on `model`, against the CPU reference with the
 // same caches: every position of a 300-token prompt by steps (the decode kernel, its new row
 // rounded as the cache holds it) and by batched prefill (the prefill kernels' reads), the MTP
@@ -655,16 +673,7 @@ void check_narrow_caches(const Model& model, const std::string& name, KvCacheTyp
   std::printf("%-44s max |diff| %.3g x max |logit|\n", (name + ", cpu vs f32 KV").c_str(), moved);
   EXPECT_GT(moved, 1e-5) << name << ": the narrow caches changed nothing";
 
-  GenerateOptions greedy;
-  greedy.max_tokens = kGreedy;
-  cpu.reset();
-  const GenerateResult want = generate(cpu, prompt, greedy, [](int32_t) {});
-  gpu.reset();
-  const GenerateResult got = generate_with(
-      [&](int32_t token, float* logits) { return gpu.step(token, logits); }, vocab, prompt, greedy,
-      [](int32_t) {},
-      [&](std::span<const int32_t> t, float* logits) { return gpu.prefill(t, logits); });
-  EXPECT_EQ(got.ids, want.ids) << name << ": greedy continuations differ";
+  expect_same_greedy(cpu, gpu, prompt, name);
 }
 
 class CudaGolden : public ::testing::TestWithParam<std::string> {
@@ -867,19 +876,12 @@ TEST(CudaGoldenTiny, Int4LmHeadEqualsTheCpuReference) {
               "tiny hybrid, INT4 head: prefill");
   expect_scored(*model, prompt, c, &c_mtp, 1024, 5e-4, "tiny hybrid, INT4 head: scored");
 
+  const std::vector<int32_t> want = expect_same_greedy(cpu, gpu, prompt, "INT4 head");
   GenerateOptions greedy;
   greedy.max_tokens = kGreedy;
-  cpu.reset();
-  const GenerateResult want = generate(cpu, prompt, greedy, [](int32_t) {});
-  gpu.reset();
-  const GenerateResult got = generate_with(
-      [&](int32_t token, float* logits) { return gpu.step(token, logits); }, vocab, prompt, greedy,
-      [](int32_t) {},
-      [&](std::span<const int32_t> t, float* logits) { return gpu.prefill(t, logits); });
-  EXPECT_EQ(got.ids, want.ids) << "INT4 head: greedy continuations differ";
   const GenerateResult spec = generate_speculative(
       speculative_engine(gpu), prompt, greedy, [](int32_t) {}, nullptr);
-  EXPECT_EQ(spec.ids, want.ids) << "INT4 head: speculative continuation";
+  EXPECT_EQ(spec.ids, want) << "INT4 head: speculative continuation";
 
   // A draft vocabulary: the head's first n rows, whole INT4 tiles.
   const int64_t n = vocab / 4 / kMtpVocabStep * kMtpVocabStep;
