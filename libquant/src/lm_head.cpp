@@ -218,29 +218,27 @@ void measure(const Head& hd, const LmHeadOptions& o, std::vector<uint16_t>& scal
   rep.top5_overlap = samples ? top5 / samples : 0;
 }
 
-// Row r's codes for columns [c0, c0 + n), packed into words strip[j * V + r].
+// Row r's codes for columns [c0, c0 + n), packed into words strip[j * V + r]; q holds n codes.
 void pack_row(const Head& hd, int64_t r, const float* x, int64_t c0, int64_t n,
-              const std::vector<uint16_t>& scales, uint32_t* strip) {
+              const std::vector<uint16_t>& scales, int32_t* q, uint32_t* strip) {
   const int64_t v = hd.v;
   if (hd.bits == 8) {
-    std::vector<int32_t> q(static_cast<size_t>(n));
-    int8_codes(x, n, f16_to_f32(scales[static_cast<size_t>(r)]), q.data());
+    int8_codes(x, n, f16_to_f32(scales[static_cast<size_t>(r)]), q);
     for (int64_t j = 0; j < n / kInt8PerWord; ++j) {
-      const int32_t* c = q.data() + j * kInt8PerWord;
+      const int32_t* c = q + j * kInt8PerWord;
       strip[j * v + r] = int8_pack4(c[0], c[1], c[2], c[3]);
     }
     return;
   }
-  std::vector<uint8_t> q(static_cast<size_t>(n));
+  uint8_t* q4 = reinterpret_cast<uint8_t*>(q);  // n bytes of the n words
   for (int64_t c = c0; c < c0 + n;) {  // a group (or the part of one in the strip) at a time
     const int64_t g = c / hd.group, end = std::min(c0 + n, (g + 1) * hd.group);
-    int4_sym_codes(x + (c - c0), end - c, scales[static_cast<size_t>(g * v + r)],
-                   q.data() + (c - c0));
+    int4_sym_codes(x + (c - c0), end - c, scales[static_cast<size_t>(g * v + r)], q4 + (c - c0));
     c = end;
   }
   for (int64_t j = 0; j < n / kInt4PerWord; ++j) {
     uint32_t word = 0;
-    for (int b = 0; b < kInt4PerWord; ++b) word |= uint32_t{q[j * kInt4PerWord + b]} << (4 * b);
+    for (int b = 0; b < kInt4PerWord; ++b) word |= uint32_t{q4[j * kInt4PerWord + b]} << (4 * b);
     strip[j * v + r] = word;
   }
 }
@@ -260,9 +258,10 @@ void write_qweight(const Head& hd, const std::vector<uint16_t>& scales, int thre
       const int64_t r1 = std::min(v, r0 + hd.chunk_rows);
       parallel_for(r1 - r0, threads, 1, [&](int64_t a, int64_t b) {
         std::vector<float> x(static_cast<size_t>(nk));
+        std::vector<int32_t> q(static_cast<size_t>(nk));
         for (int64_t r = r0 + a; r < r0 + b; ++r) {
           hd.w.row_range(r, j0 * hd.per_word(), nk, x.data());
-          pack_row(hd, r, x.data(), j0 * hd.per_word(), nk, scales, strip.data());
+          pack_row(hd, r, x.data(), j0 * hd.per_word(), nk, scales, q.data(), strip.data());
         }
       });
       hd.release(r0, r1);
