@@ -368,7 +368,10 @@ void JsonMatcher::feed_number(const JsonFrame* f, uint8_t c, JsonFrameArena& a,
       break;
   }
   if (next >= 0) {
-    if (f->n >= static_cast<uint32_t>(kMaxJsonNumberBytes)) return;
+    // Within kMaxJsonNumberBytes, with room left for the digit that '-', '.', 'e' or an
+    // exponent's sign needs before the number may end (found by fuzz_schema: a 40th byte 'E').
+    const bool open = next == kMinus || next == kDot || next == kE || next == kESign;
+    if (f->n + 1 + (open ? 1 : 0) > static_cast<uint32_t>(kMaxJsonNumberBytes)) return;
     JsonFrame g = *f;
     g.phase = static_cast<uint8_t>(next);
     ++g.n;

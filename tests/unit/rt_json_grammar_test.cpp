@@ -224,6 +224,18 @@ TEST(JsonMatcher, LimitsWhitespaceAndNumberLength) {
   const std::string digits(kMaxJsonNumberBytes, '7');
   EXPECT_EQ(verdict(g, "{\"n\":" + digits + "}"), 1);
   EXPECT_EQ(verdict(g, "{\"n\":" + digits + "7}"), -1);
+  // A number's last byte cannot be one that needs a digit after it ('-', '.', 'e', an
+  // exponent's sign), nor can the byte before it open an exponent's sign: no dead ends
+  // (fuzz_schema found '[' then 38 digits then 'E').
+  const std::string d38(kMaxJsonNumberBytes - 2, '7');
+  EXPECT_EQ(verdict(g, "{\"n\":" + d38 + "1E"), -1);
+  EXPECT_EQ(verdict(g, "{\"n\":" + d38 + "1."), -1);
+  EXPECT_EQ(verdict(g, "{\"n\":" + d38 + "E"), 0);
+  EXPECT_EQ(verdict(g, "{\"n\":" + d38 + "E1}"), 1);
+  EXPECT_EQ(verdict(g, "{\"n\":" + d38 + "E+"), -1);
+  EXPECT_EQ(verdict(g, "{\"n\":" + d38.substr(1) + "E+"), 0);
+  EXPECT_EQ(verdict(g, "{\"n\":" + d38.substr(1) + "E+1}"), 1);
+  EXPECT_EQ(verdict(g, "{\"n\":-"), 0);
 }
 
 const char* const kSchemas[] = {
