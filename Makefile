@@ -3,7 +3,8 @@
 #   make test     build, then run every test (GPU tests skip without a GPU)
 #   make demo     the main job on the embedded example model
 #   make asan     build and run the CPU tests under AddressSanitizer + UBSan (build-asan/)
-#   make fuzz     libFuzzer on the safetensors header parser for FUZZ_SECONDS (build-fuzz/)
+#   make fuzz     libFuzzer on each fuzz target (tests/fuzz) for FUZZ_SECONDS (build-fuzz/);
+#                 FUZZ_TARGETS picks some
 #   make bench    benchmarks that print figures (not tests)
 #   make aarch64  cross-build the host code for aarch64 (the Spark's Grace CPU) into
 #                 build-aarch64/ and run its CPU tests under qemu-user
@@ -12,6 +13,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= header request schema regex chat_output tokenizer
 
 .PHONY: all build test demo asan fuzz bench aarch64 format format-check clean
 
@@ -38,10 +40,14 @@ asan:
 fuzz:
 	CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DQF_FUZZ=ON -DQF_CUDA=OFF -DQF_BUILD_BENCH=OFF $(CMAKE_FLAGS)
-	cmake --build build-fuzz -j $(JOBS) --target fuzz_header
-	mkdir -p build-fuzz/corpus
-	build-fuzz/tests/fuzz/fuzz_header -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
-	  -dict=tests/fuzz/header.dict build-fuzz/corpus tests/fuzz/seeds
+	cmake --build build-fuzz -j $(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))
+	set -e; for t in $(FUZZ_TARGETS); do \
+	  mkdir -p build-fuzz/corpus/$$t; \
+	  dict=; [ ! -f tests/fuzz/$$t.dict ] || dict=-dict=tests/fuzz/$$t.dict; \
+	  echo "== fuzz_$$t ($(FUZZ_SECONDS) s)"; \
+	  build-fuzz/tests/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=20 \
+	    -print_final_stats=1 $$dict build-fuzz/corpus/$$t tests/fuzz/seeds/$$t; \
+	done
 
 bench: build
 	$(BUILD)/bin/qforge-bench-quant

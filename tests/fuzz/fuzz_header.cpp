@@ -1,5 +1,5 @@
 // libFuzzer target for the safetensors header parser (the file's bytes, as a whole file).
-// Run: make fuzz FUZZ_SECONDS=300  (clang, ASan + UBSan; corpus in build-fuzz/corpus).
+// Run: make fuzz FUZZ_SECONDS=300 (clang, ASan + UBSan; corpora in build-fuzz/corpus/NAME).
 // The parser must never crash, hang or read out of bounds, and every problem it reports must
 // carry a known code.
 #include <cstddef>

@@ -1,0 +1,148 @@
+// libFuzzer target for what `qforge serve` does with a request body before the engine runs:
+// the body parsed and checked (openai.h; the chat template rendered for chat), the prompt
+// encoded, and, where the reply is constrained (response_format, a forced tool_choice), a
+// structured-output walk over the example model's vocabulary. The body is the whole input; one
+// with "messages" goes to /v1/chat/completions, any other to /v1/completions. Properties:
+//   * a request is accepted or refused with an ApiError of status 400 and a message (anything
+//     else would reach the client as a 500);
+//   * the prompt encodes, and a stop-string cut of its text equals the text up to the first
+//     stop string (found by std::string::find);
+//   * at each step of the walk the token mask (JsonConstraint::allowed, a walk of the
+//     vocabulary's trie with its shortcuts) equals allows() of every id (each id's bytes fed to
+//     the matcher), and some id is allowed; a walk that ends holds JSON that satisfies the
+//     reply's schema by json_satisfies.h's checker.
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fuzz_support.h"
+#include "json_satisfies.h"
+#include "qf/error.h"
+#include "qf/rt/json_constraint.h"
+#include "qf/rt/openai.h"
+#include "qf/rt/tool_choice.h"
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+using namespace qf::rt;
+
+const std::shared_ptr<const TokenTrie>& trie() {
+  static const auto t = std::make_shared<const TokenTrie>(qf::fuzz::tiny_tokenizer());
+  return t;
+}
+
+// The schema the reply is held to (null: any object, json_object).
+Json reply_schema(const Json& body, const ApiRequest& r) {
+  if (r.tool_choice.forced()) return forced_tool_schema(r.tools, r.tool_choice);
+  const Json& f = body["response_format"];
+  if (f.value("type", Json()) == "json_object") return Json();
+  return f["json_schema"]["schema"];
+}
+
+void check_stop_strings(const ApiRequest& r, const std::string& text) {
+  if (r.stop.empty() || text.empty()) return;
+  size_t first = std::string::npos;
+  for (const std::string& s : r.stop) first = std::min(first, text.find(s));
+  StopStrings cut(r.stop);
+  std::string out;
+  for (size_t at = 0; at < text.size(); at += 3) out += cut.push(text.substr(at, 3));
+  out += cut.finish();
+  QF_FUZZ_CHECK(cut.matched() == (first != std::string::npos), text);
+  QF_FUZZ_CHECK(out == text.substr(0, first), "'" + text + "' cut to '" + out + "'");
+}
+
+void walk(const Json& body, const ApiRequest& r, uint64_t seed) {
+  const Tokenizer& tok = qf::fuzz::tiny_tokenizer();
+  const int32_t end = *tok.token_id("<|im_end|>");
+  const int32_t think_end = *tok.token_id("</think>");
+  const bool reasoning = r.chat && r.thinking;
+  JsonConstraint c(trie(), r.grammar, {end}, reasoning);
+  const int32_t n = tok.n_ids();
+  std::vector<uint64_t> bits;
+  std::string text;
+  const std::string what = body.dump();
+  // 48 tokens at most; from the 12th on, single-byte closers ('"', '}', ']') when allowed and
+  // the end as soon as it is, so that walks end; the mask is checked at the first 12 steps and
+  // every 4th after (each check tries every id).
+  for (int step = 0; step < 48; ++step) {
+    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    if (c.in_reasoning()) {  // free text: leave it now and then
+      const int32_t id = seed >> 62 == 0 ? think_end : static_cast<int32_t>(seed >> 33) % n;
+      c.accept(id);
+      text += tok.token_bytes(id);
+      continue;
+    }
+    c.allowed(n, bits);
+    std::vector<int32_t> ids;
+    const bool check = step < 12 || step % 4 == 0;
+    for (int32_t id = 0; id < n; ++id) {
+      const bool bit = bits[static_cast<size_t>(id) >> 6] >> (id & 63) & 1;
+      if (check) {
+        QF_FUZZ_CHECK(bit == c.allows(id), what + " after '" + text + "': id " +
+                                               std::to_string(id) + " '" + tok.token_bytes(id) +
+                                               "'");
+      }
+      if (bit) ids.push_back(id);
+    }
+    QF_FUZZ_CHECK(!ids.empty(), what + ": nothing allowed after '" + text + "'");
+    const bool closing = step >= 12;
+    int32_t id = ids[(seed >> 33) % ids.size()];
+    if (c.complete() && (closing || seed >> 61 == 0)) {
+      id = end;
+    } else if (closing) {
+      for (const int32_t x : ids) {
+        const std::string& b = tok.token_bytes(x);
+        if (b == "\"" || b == "}" || b == "]") id = x;
+      }
+    }
+    if (id == end) {
+      std::string value = text;
+      if (reasoning) value = value.substr(value.find("</think>") + 8);
+      const Json v = Json::parse(value, nullptr, /*allow_exceptions=*/false);
+      QF_FUZZ_CHECK(!v.is_discarded(), what + ": '" + value + "' is not JSON");
+      const Json schema = reply_schema(body, r);
+      if (schema.is_null()) {
+        QF_FUZZ_CHECK(v.is_object(), what + ": '" + value + "'");
+      } else {
+        QF_FUZZ_CHECK(qf::test::satisfies(v, schema, schema), what + ": '" + value + "'");
+      }
+      return;
+    }
+    c.accept(id);
+    text += tok.token_bytes(id);
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view in(reinterpret_cast<const char*>(data), size);
+  const Json body = Json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded() || json_deeper_than(body, kMaxJsonNesting)) return 0;
+  const bool chat = body.is_object() && body.contains("messages");
+  SamplingOptions defaults;
+  defaults.temperature = 0.6f;
+  defaults.top_p = 0.95f;
+  defaults.top_k = 20;
+  ApiRequest r;
+  try {
+    r = chat ? parse_chat_request(body, defaults) : parse_completion_request(body, defaults);
+  } catch (const ApiError& e) {
+    QF_FUZZ_CHECK(e.status() == 400 && std::string(e.what()).size() > 0, e.what());
+    return 0;
+  }
+  const Tokenizer& tok = qf::fuzz::tiny_tokenizer();
+  const std::vector<int32_t> ids = r.ids.empty() ? tok.encode(r.prompt) : r.ids;
+  check_stop_strings(r, r.ids.empty() ? r.prompt : tok.decode(r.ids));
+  uint64_t seed = 1469598103934665603ULL;
+  for (size_t i = 0; i < size; ++i) seed = (seed ^ data[i]) * 1099511628211ULL;
+  if (r.grammar) walk(body, r, seed);
+  if (r.ids.empty()) {
+    for (const int32_t id : ids) QF_FUZZ_CHECK(id >= 0 && id < tok.n_ids(), r.prompt);
+  }
+  return 0;
+}
