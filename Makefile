@@ -13,7 +13,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= header request schema regex chat_output tokenizer
+FUZZ_TARGETS ?= header request schema regex chat_output tokenizer config validate
 
 .PHONY: all build test demo asan fuzz bench aarch64 format format-check clean
 

@@ -26,11 +26,16 @@ void add(ChatDelta& all, ChatDelta&& d) {
   for (ToolCall& c : d.tool_calls) all.tool_calls.push_back(std::move(c));
 }
 
+// The parts as one string to compare and print (the text may hold invalid UTF-8, which dump()
+// would refuse: the server's text never does, as StreamDecoder replaces it, but here it is kept
+// as given in the reasoning and content and replaced only inside the calls).
 std::string show(const ChatDelta& d) {
   Json calls = Json::array();
-  for (const ToolCall& c : d.tool_calls)
+  for (const ToolCall& c : d.tool_calls) {
     calls.push_back({{"name", c.name}, {"arguments", c.arguments}});
-  return Json{{"reasoning", d.reasoning}, {"content", d.content}, {"tool_calls", calls}}.dump();
+  }
+  return "reasoning: " + d.reasoning + "\ncontent: " + d.content +
+         "\ncalls: " + calls.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
 // The parts of `text` pushed in chunks of 1 to 8 bytes (sizes from `sizes`), or whole when

@@ -24,6 +24,7 @@
 #include "qf/rt/json_constraint.h"
 #include "qf/rt/openai.h"
 #include "qf/rt/tool_choice.h"
+#include "tiny_tokenizer.h"
 
 namespace {
 

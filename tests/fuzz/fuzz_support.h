@@ -1,6 +1,5 @@
 // What the fuzz targets share: a check that reports the broken property and aborts (libFuzzer
-// then keeps the input), the example model's tokenizer, and a stream of choices read from the
-// input's bytes.
+// then keeps the input), and a stream of choices read from the input's bytes.
 #pragma once
 
 #include <cstdint>
@@ -8,8 +7,6 @@
 #include <cstdlib>
 #include <span>
 #include <string>
-
-#include "qf/rt/tokenizer.h"
 
 namespace qf::fuzz {
 
@@ -22,13 +19,6 @@ namespace qf::fuzz {
   do {                                            \
     if (!(cond)) ::qf::fuzz::fail(#cond, detail); \
   } while (0)
-
-// models/tiny's tokenizer (a byte-level BPE of 4,096 ids with Qwen3.5's added tokens), loaded
-// once per process.
-inline const rt::Tokenizer& tiny_tokenizer() {
-  static const rt::Tokenizer tok = rt::Tokenizer::load(QF_TINY_TOKENIZER);
-  return tok;
-}
 
 // Choices taken from bytes: each next(n) is in [0, n); when the bytes run out, 0.
 class Choices {

@@ -14,6 +14,7 @@
 #include "fuzz_support.h"
 #include "qf/error.h"
 #include "qf/rt/tokenizer.h"
+#include "tiny_tokenizer.h"
 
 namespace {
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the fuzz seed corpus (tests/fuzz/seeds/) with the official safetensors package.
 
-Usage: python3 tests/fuzz/make_seeds.py tests/fuzz/seeds
+Usage: python3 tests/fuzz/make_seeds.py tests/fuzz/seeds/header
 Small valid files covering metadata, several dtypes, empty and 0-dim tensors, sub-byte F4.
 """
 import os

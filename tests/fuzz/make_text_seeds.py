@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Writes the hand-made seeds of the text fuzz targets (tests/fuzz/seeds/{request,schema,regex,
-chat_output,tokenizer}); make_seeds.py writes the header target's. Inputs a fuzzing run found
+chat_output,tokenizer,config}); make_seeds.py writes the header target's. The config seeds are
+the example model's files and the recipes (its tokenizer.json cut to 300 ids). Inputs a fuzzing run found
 (crashes, broken properties) are added beside them by hand, named for what they caught.
 
 Usage: python3 tests/fuzz/make_text_seeds.py tests/fuzz/seeds
@@ -8,6 +9,8 @@ Usage: python3 tests/fuzz/make_text_seeds.py tests/fuzz/seeds
 import json
 import os
 import sys
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 
 OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "seeds")
 SEP = b"\xff"  # between a JSON part and the choices or text that follow (never in JSON text)
@@ -117,6 +120,31 @@ def main():
     write("tokenizer", "unicode.txt", "caf\u00e9 cafe\u0301 \u4f60\u597d \U0001F600 \u00c5\u212b")
     write("tokenizer", "special.txt", "<|im_start|>user\nhi<|im_end|>\n<think>\n</think><tool_call><|endoftext|><|im_start")
     write("tokenizer", "bytes.bin", b"\xff\xfe abc \xc3 \xe2\x82 ok")
+
+    # config: byte 0 picks the parser (see fuzz_config.cpp).
+    def read(*path):
+        with open(os.path.join(ROOT, *path), "rb") as f:
+            return f.read()
+    write("config", "config.bin", b"\x00" + read("models", "tiny", "model", "config.json"))
+    index = {"metadata": {"total_size": 1234}, "weight_map": {
+        "lm_head.weight": "model-00002-of-00002.safetensors",
+        "model.language_model.embed_tokens.weight": "model-00001-of-00002.safetensors",
+        "mtp.fc.weight": "model-00002-of-00002.safetensors"}}
+    write("config", "index.bin", b"\x01" + json.dumps(index, indent=2).encode())
+    for name in sorted(os.listdir(os.path.join(ROOT, "recipes"))):
+        write("config", "recipe-" + name.replace(".json", ".bin"), b"\x02" + read("recipes", name))
+    write("config", "generation_config.bin",
+          b"\x03" + read("models", "tiny", "model", "generation_config.json"))
+    tok = json.loads(read("models", "tiny", "model", "tokenizer.json"))
+    vocab = {k: v for k, v in tok["model"]["vocab"].items() if v < 300}
+    merges = []
+    for m in tok["model"]["merges"]:
+        a, b = m if isinstance(m, list) else m.split(" ", 1)
+        if a in vocab and b in vocab and a + b in vocab:
+            merges.append([a, b])
+    tok["model"]["vocab"], tok["model"]["merges"] = vocab, merges
+    tok["added_tokens"] = [dict(t, id=300 + i) for i, t in enumerate(tok["added_tokens"])]
+    write("config", "tokenizer.bin", b"\x04" + json.dumps(tok, ensure_ascii=False).encode())
 
 
 if __name__ == "__main__":
