@@ -27,9 +27,18 @@ void check_options(const json& m, const JsonFields& f, Tokenizer::Impl& t) {
 size_t load_vocab(const json& m, const JsonFields& f, Tokenizer::Impl& t) {
   const json& vocab = f.field(m, "vocab", "model");
   if (!vocab.is_object()) f.invalid("model.vocab must be an object of token -> id");
+  // The tables are indexed by id, so the largest id sizes them: a vocabulary may leave gaps
+  // (tokenizers accepts them), but ids past its size plus kMaxVocabGaps would take memory no
+  // real tokenizer needs (one stray id of 266666666 took 8.5 GB; found by fuzz_config).
+  constexpr size_t kMaxVocabGaps = 65536;
   int32_t max_id = -1;
   for (const auto& [token, id] : vocab.items()) {
     if (!JsonFields::is_id(id)) f.id_value(id, "model.vocab[\"" + token + "\"]");  // throws
+    if (id.get<uint64_t>() >= vocab.size() + kMaxVocabGaps) {
+      f.invalid("model.vocab[\"" + token + "\"]: id " + id.dump() + " is past the vocabulary's " +
+                std::to_string(vocab.size()) + " entries by more than " +
+                std::to_string(kMaxVocabGaps));
+    }
     max_id = std::max(max_id, id.get<int32_t>());
   }
   const auto n = static_cast<size_t>(max_id + 1);

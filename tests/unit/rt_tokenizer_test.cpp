@@ -315,6 +315,9 @@ std::vector<Malformed> malformed_documents() {
        Errc::kUnsupported, "normalizer \"NFKC\""},
       {"vocab ids twice", with([](json& d) { d["model"]["vocab"]["zz"] = 97; }),
        Errc::kTokenizerInvalid, "model.vocab: id 97 is given to both"},
+      // A stray large id would size the id tables past memory (fuzz_config found 266666666).
+      {"vocab id past its size", with([](json& d) { d["model"]["vocab"]["zz"] = 266666666; }),
+       Errc::kTokenizerInvalid, "model.vocab[\"zz\"]: id 266666666 is past the vocabulary's"},
       {"added ids twice", with([&](json& d) {
          d["added_tokens"] = json::array({added, added_with("content", "</s>")});
        }),
