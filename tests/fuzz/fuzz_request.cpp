@@ -7,13 +7,19 @@
 //     else would reach the client as a 500);
 //   * the prompt encodes, and a stop-string cut of its text equals the text up to the first
 //     stop string (found by std::string::find);
+//   * the request's bias, penalties and sampling, applied to a row of logits (some of them
+//     at +-1e4) as the generation loop applies them, throw nothing (the parser checked every
+//     value) and pick an id of the row whose processed logit is finite: the argmax when greedy;
 //   * at each step of the walk the token mask (JsonConstraint::allowed, a walk of the
 //     vocabulary's trie with its shortcuts) equals allows() of every id (each id's bytes fed to
 //     the matcher), and some id is allowed; a walk that ends holds JSON that satisfies the
 //     reply's schema by json_satisfies.h's checker.
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,6 +28,7 @@
 #include "json_satisfies.h"
 #include "qf/error.h"
 #include "qf/rt/json_constraint.h"
+#include "qf/rt/logits.h"
 #include "qf/rt/openai.h"
 #include "qf/rt/tool_choice.h"
 #include "tiny_tokenizer.h"
@@ -54,6 +61,39 @@ void check_stop_strings(const ApiRequest& r, const std::string& text) {
   out += cut.finish();
   QF_FUZZ_CHECK(cut.matched() == (first != std::string::npos), text);
   QF_FUZZ_CHECK(out == text.substr(0, first), "'" + text + "' cut to '" + out + "'");
+}
+
+void check_sampling(const ApiRequest& r, std::span<const int32_t> prompt, uint64_t seed) {
+  const int32_t n = qf::fuzz::tiny_tokenizer().n_ids();
+  for (const auto& [id, bias] : r.sampling.logit_bias) {
+    if (id >= n) return;  // the server refuses it (past the vocabulary)
+  }
+  std::vector<float> row(static_cast<size_t>(n)), out(row.size());
+  for (float& x : row) {
+    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    const auto u = static_cast<uint32_t>(seed >> 40);  // 24 bits
+    x = u % 97 == 0 ? (u & 1 ? 1e4f : -1e4f) : static_cast<float>(u) / (1 << 24) * 60 - 30;
+  }
+  const std::string what = "sampling " + std::to_string(r.sampling.temperature) + " " +
+                           std::to_string(r.sampling.top_p) + " " +
+                           std::to_string(r.sampling.top_k) + " " +
+                           std::to_string(r.sampling.min_p);
+  try {
+    LogitsProcessor lp(r.sampling, n, prompt);
+    const std::vector<int32_t> generated = {static_cast<int32_t>(seed % n), 1, 1};
+    lp.sync(generated);
+    lp.apply(row, out);
+    Sampler sampler(r.sampling);
+    const int32_t id = sampler.sample(out);
+    QF_FUZZ_CHECK(id >= 0 && id < n && std::isfinite(out[static_cast<size_t>(id)]),
+                  what + ": id " + std::to_string(id));
+    if (r.sampling.temperature == 0) {
+      QF_FUZZ_CHECK(out[static_cast<size_t>(id)] == *std::max_element(out.begin(), out.end()),
+                    what);
+    }
+  } catch (const qf::Error& e) {
+    qf::fuzz::fail("an accepted request's sampling threw", what + ": " + e.what());
+  }
 }
 
 void walk(const Json& body, const ApiRequest& r, uint64_t seed) {
@@ -141,6 +181,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   check_stop_strings(r, r.ids.empty() ? r.prompt : tok.decode(r.ids));
   uint64_t seed = 1469598103934665603ULL;
   for (size_t i = 0; i < size; ++i) seed = (seed ^ data[i]) * 1099511628211ULL;
+  // (Token ids past the vocabulary are refused by the server.)
+  if (std::all_of(ids.begin(), ids.end(), [&](int32_t id) { return id < tok.n_ids(); })) {
+    check_sampling(r, ids, seed);
+  }
   if (r.grammar) walk(body, r, seed);
   if (r.ids.empty()) {
     for (const int32_t id : ids) QF_FUZZ_CHECK(id >= 0 && id < tok.n_ids(), r.prompt);
