@@ -90,6 +90,9 @@ Qwen35Config qwen35_config_from_json(std::string_view text, std::string_view sou
     throw Error(Errc::kConfigInvalid, std::string(source) + ": " + e.what());
   }
   if (!doc.is_object()) throw Error(Errc::kConfigInvalid, std::string(source) + ": not an object");
+  if (doc.contains("model_type") && !doc["model_type"].is_string()) {
+    throw Error(Errc::kConfigInvalid, std::string(source) + ": model_type must be a string");
+  }
   const std::string model_type = doc.value("model_type", "");
   const json& tc = doc.contains("text_config") ? doc["text_config"] : doc;
   if (model_type != "qwen3_5_moe" && model_type != "qwen3_5_moe_text") {
@@ -102,8 +105,19 @@ Qwen35Config qwen35_config_from_json(std::string_view text, std::string_view sou
   c.vocab_size = get_int(tc, "vocab_size", c.vocab_size, source);
   c.hidden_size = get_int(tc, "hidden_size", 0, source);
   const int64_t n_layers = get_int(tc, "num_hidden_layers", 0, source);
-  c.full_attention =
-      qwen35_layer_types(n_layers, get_int(tc, "full_attention_interval", 4, source));
+  const int64_t interval = get_int(tc, "full_attention_interval", 4, source);
+  // Bounds that keep the layer table small and the interval a divisor (a fuzzed config of
+  // 10^12 layers took 125 GB, one of interval 0 divided by zero: found by fuzz_config).
+  if (n_layers > kMaxQwen35Layers) {
+    throw Error(Errc::kConfigInvalid, std::string(source) + ": num_hidden_layers " +
+                                          std::to_string(n_layers) + " is past " +
+                                          std::to_string(kMaxQwen35Layers));
+  }
+  if (interval < 1) {
+    throw Error(Errc::kConfigInvalid,
+                std::string(source) + ": full_attention_interval must be at least 1");
+  }
+  c.full_attention = qwen35_layer_types(n_layers, interval);
   if (tc.contains("layer_types")) {
     const json& lt = tc["layer_types"];
     if (!lt.is_array() || static_cast<int64_t>(lt.size()) != n_layers) {

@@ -193,6 +193,14 @@ Recipe parse_recipe(const std::string& text, const std::string& source) {
   if (!doc.contains("recipe") || !doc["recipe"].is_string())
     bad(source, "\"recipe\" (a name) is required");
   r.name = doc["recipe"].get<std::string>();
+  // The optional members' types, before any is read (found by fuzz_config: a description
+  // object escaped as nlohmann's type_error).
+  for (const auto& [key, is_object] : {std::pair{"description", false}, std::pair{"sources", true},
+                                       std::pair{"model", true}, std::pair{"layout", true}}) {
+    if (doc.contains(key) && (is_object ? !doc[key].is_object() : !doc[key].is_string())) {
+      bad(source, std::string("\"") + key + "\" must be " + (is_object ? "an object" : "a string"));
+    }
+  }
   r.description = doc.value("description", "");
   const json sources = doc.value("sources", json::object());
   for (const auto& [k, v] : sources.items()) {

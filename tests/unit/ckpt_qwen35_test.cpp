@@ -7,6 +7,7 @@
 
 #include "qf/ckpt/qwen35_schema.h"
 #include "qf/ckpt/shard_plan.h"
+#include "test_support.h"
 
 namespace qf::ckpt {
 namespace {
@@ -125,6 +126,20 @@ TEST(Qwen35Config, JsonRoundTripAndErrors) {
                                        "c"),
                Error);
   EXPECT_THROW(qwen35_config_from_json("{", "c"), Error);
+  // What fuzz_config found: a model_type of the wrong type threw nlohmann's error, 10^12
+  // layers sized a 125 GB table, interval 0 divided by zero. Each is now a config error.
+  const auto code = [](const std::string& text) {
+    return qf::test::error_code([&] { qwen35_config_from_json(text, "c"); });
+  };
+  const std::string base = R"({"model_type": "qwen3_5_moe", "hidden_size": 64, )"
+                           R"("num_attention_heads": 2, "num_key_value_heads": 1, )"
+                           R"("linear_num_value_heads": 4, "num_experts": 4, )"
+                           R"("moe_intermediate_size": 32, )";
+  EXPECT_NO_THROW(qwen35_config_from_json(base + R"("num_hidden_layers": 4})", "c"));
+  EXPECT_EQ(code(R"({"model_type": 5})"), Errc::kConfigInvalid);
+  EXPECT_EQ(code(base + R"("num_hidden_layers": 1000000000000})"), Errc::kConfigInvalid);
+  EXPECT_EQ(code(base + R"("num_hidden_layers": 4, "full_attention_interval": 0})"),
+            Errc::kConfigInvalid);
 }
 
 TEST(ShardPlan, GreedyBySizeAndEvenByCount) {

@@ -118,6 +118,11 @@ TEST(Recipe, StrictParsing) {
       R"({"recipe": "x", "model": {"hiden_size": 1}, "steps": [{"step": "build-hybrid"}, {"step": "validate"}]})",
       R"({"recipe": "x", "steps": [{"step": "build-hybrid"}, {"step": "quantize-lm-head", "samples": -1}, {"step": "validate"}]})",
       R"({"recipe": "x", "steps": [{"step": "build-hybrid"}, {"step": "quantize-lm-head", "bits": 6}, {"step": "validate"}]})",
+      // Members of the wrong type (fuzz_config: a description object threw nlohmann's error).
+      R"({"recipe": "x", "description": {"a": 1}, "steps": [{"step": "build-hybrid"}, {"step": "validate"}]})",
+      R"({"recipe": "x", "sources": ["a"], "steps": [{"step": "build-hybrid"}, {"step": "validate"}]})",
+      R"({"recipe": "x", "model": 5, "steps": [{"step": "build-hybrid"}, {"step": "validate"}]})",
+      R"({"recipe": "x", "layout": null, "steps": [{"step": "build-hybrid"}, {"step": "validate"}]})",
   };
   for (const char* text : bad) {
     EXPECT_EQ(qf::test::error_code([&] { parse_recipe(text, "bad.json"); }), Errc::kConfigInvalid)

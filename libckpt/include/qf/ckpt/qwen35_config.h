@@ -55,6 +55,9 @@ struct Qwen35Config {
   int64_t kv_rows() const { return num_key_value_heads * head_dim; }
 };
 
+// The most decoder layers a config may declare (the releases have 40 to 60).
+inline constexpr int64_t kMaxQwen35Layers = 4096;
+
 // Layer i is full attention iff (i + 1) % interval == 0 (interval 4 in every release).
 std::vector<bool> qwen35_layer_types(int64_t n_layers, int64_t full_attention_interval = 4);
 
