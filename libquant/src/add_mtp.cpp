@@ -12,6 +12,7 @@
 #include "qf/ckpt/qwen35_schema.h"
 #include "qf/ckpt/writer.h"
 #include "qf/quant/model_check.h"
+#include "qf/quant/stored_linear.h"
 
 namespace qf::quant {
 namespace {
@@ -44,8 +45,7 @@ void check_against_config(const ckpt::Checkpoint& src, const std::set<std::strin
   if (cfg.mtp_num_hidden_layers == 0) {
     throw Error(Errc::kUnsupported, (target / "config.json").string() + " declares no MTP head");
   }
-  const nlohmann::json qcfg = doc.value("quantization_config", nlohmann::json::object());
-  const int64_t group = qcfg.value("group_size", 128);
+  const int64_t group = checkpoint_layout(doc, (target / "config.json").string()).group;
   ckpt::SchemaOptions so;
   so.vision = false;
   std::vector<ckpt::Problem> problems;

@@ -55,8 +55,10 @@ class Fp8Source {
     if (fs::exists(cfg, ec)) {
       try {
         const auto doc = nlohmann::json::parse(ckpt::read_text_file(cfg));
-        const auto q = doc.value("quantization_config", nlohmann::json::object());
-        if (q.contains("weight_block_size") && q["weight_block_size"].size() == 2) {
+        const auto q =
+            doc.is_object() ? doc.value("quantization_config", nlohmann::json()) : nlohmann::json();
+        check_quantization_config(q, cfg.string() + ": quantization_config");
+        if (q.is_object() && q.contains("weight_block_size")) {
           block_n_ = q["weight_block_size"][0].get<int64_t>();
           block_k_ = q["weight_block_size"][1].get<int64_t>();
         }

@@ -72,9 +72,12 @@ Head find_head(const ckpt::Checkpoint& c, const ordered_json& config, int bits) 
   }
   const ckpt::TensorRef* r = c.find("lm_head.weight");
   if (!r) {
-    const bool tied =
-        config.value("tie_word_embeddings", false) ||
-        config.value("text_config", ordered_json::object()).value("tie_word_embeddings", false);
+    const auto flag = [](const ordered_json& o) {
+      return o.is_object() && o.contains("tie_word_embeddings") &&
+             o["tie_word_embeddings"].is_boolean() && o["tie_word_embeddings"].get<bool>();
+    };
+    const bool tied = flag(config) || (config.is_object() && config.contains("text_config") &&
+                                       flag(config["text_config"]));
     throw Error(
         Errc::kTensorNotFound,
         "'" + c.root().string() + "' has no lm_head.weight" +

@@ -11,6 +11,7 @@
 #include "qf/ckpt/file_io.h"
 #include "qf/ckpt/qwen35_schema.h"
 #include "qf/quant/quant_config.h"
+#include "qf/quant/stored_linear.h"
 
 namespace qf::quant {
 namespace {
@@ -275,32 +276,32 @@ ModelCheckStats check_qwen35_model(const ckpt::Checkpoint& c, const ModelCheckOp
     stats.skipped_because = "config.json is not valid JSON";  // reported by the structural checks
     return stats;
   }
+  if (doc.is_object() && doc.contains("model_type") && !doc["model_type"].is_string()) {
+    stats.skipped_because = "model_type is not a string";
+    problems.push_back(
+        {Errc::kConfigInvalid, "", "",
+         "config.json: model_type must be a string, not " + doc["model_type"].dump()});
+    return stats;
+  }
   const std::string model_type = doc.is_object() ? doc.value("model_type", "") : "";
   if (model_type != "qwen3_5_moe" && model_type != "qwen3_5_moe_text") {
     stats.skipped_because = "model_type \"" + model_type + "\" is not qwen3_5_moe";
     if (o.scan_values) scan_values(c, o, stats, problems);
     return stats;
   }
+  // A malformed config is a Qwen3.5 config with problems (checked), reported as such.
+  stats.checked = true;
   ckpt::Qwen35Config cfg;
+  CheckpointLayout layout;
   try {
     cfg = ckpt::qwen35_config_from_json(doc.dump(), "config.json");
+    layout = checkpoint_layout(doc, "config.json");
   } catch (const Error& e) {
-    problems.push_back({e.code(), "config.json", "", e.what()});
+    problems.push_back({e.code(), "", "", e.what()});  // the message names config.json
     return stats;
   }
-  stats.checked = true;
   const nlohmann::json qcfg = doc.value("quantization_config", nlohmann::json());
-  int64_t group = 128, block = 128;
-  if (qcfg.is_object() && qcfg.contains("group_size") && qcfg["group_size"].is_number_integer()) {
-    group = qcfg["group_size"].get<int64_t>();
-  }
-  if (qcfg.is_object() && qcfg.contains("weight_block_size"))
-    block = qcfg["weight_block_size"][0].get<int64_t>();
-  if (doc.contains("qforge") && doc["qforge"].contains("hybrid")) {
-    block = doc["qforge"]["hybrid"]
-                .value("weight_block_size", nlohmann::json({128, 128}))[0]
-                .get<int64_t>();
-  }
+  const int64_t group = layout.group, block = layout.block;
   const bool sym = !qcfg.is_object() || qcfg.value("sym", true);
 
   for (const ckpt::SafetensorsFile& f : c.tensor_files()) {

@@ -1,5 +1,7 @@
 #include "qf/quant/quant_config.h"
 
+#include "qf/error.h"
+
 namespace qf::quant {
 namespace {
 
@@ -17,9 +19,46 @@ T int_of(const nlohmann::json& entry, const char* key, T fallback) {
 }  // namespace
 
 bool is_inc_config(const nlohmann::json& qcfg) {
-  if (!qcfg.is_object()) return false;
-  const std::string m = qcfg.value("quant_method", "");
+  if (!qcfg.is_object() || !qcfg.contains("quant_method") || !qcfg["quant_method"].is_string())
+    return false;
+  const std::string m = qcfg["quant_method"].get<std::string>();
   return m == "auto-round" || m == "autoround" || m == "inc";
+}
+
+void check_quantization_config(const nlohmann::json& qcfg, const std::string& where) {
+  if (qcfg.is_null()) return;
+  const auto bad = [&](const std::string& what) {
+    throw Error(Errc::kConfigInvalid, where + what);
+  };
+  if (!qcfg.is_object()) bad(" must be an object");
+  for (const char* key : {"quant_method", "packing_format", "fmt"}) {
+    if (qcfg.contains(key) && !qcfg[key].is_string())
+      bad(std::string(".") + key + " must be a string");
+  }
+  const auto integers = [&](const nlohmann::json& o, const std::string& at) {
+    for (const char* key : {"bits", "group_size"}) {
+      if (o.contains(key) && !o[key].is_number_integer())
+        bad(at + "." + key + " must be an integer");
+    }
+  };
+  integers(qcfg, "");
+  if (qcfg.contains("sym") && !qcfg["sym"].is_boolean()) bad(".sym must be true or false");
+  if (qcfg.contains("weight_block_size")) {
+    const nlohmann::json& b = qcfg["weight_block_size"];
+    if (!b.is_array() || b.size() != 2 || !b[0].is_number_integer() || !b[1].is_number_integer() ||
+        b[0].get<int64_t>() <= 0 || b[1].get<int64_t>() <= 0)
+      bad(".weight_block_size must be two positive integers");
+  }
+  if (qcfg.contains("modules_to_not_convert") && !qcfg["modules_to_not_convert"].is_array())
+    bad(".modules_to_not_convert must be an array");
+  if (qcfg.contains("extra_config")) {
+    const nlohmann::json& extra = qcfg["extra_config"];
+    if (!extra.is_object()) bad(".extra_config must be an object");
+    for (const auto& [key, e] : extra.items()) {
+      if (!e.is_object()) bad(".extra_config[\"" + key + "\"] must be an object");
+      integers(e, ".extra_config[\"" + key + "\"]");
+    }
+  }
 }
 
 std::vector<std::string> inc_blocks(const nlohmann::json& qcfg) {
@@ -47,7 +86,7 @@ std::vector<std::string> inc_blocks(const nlohmann::json& qcfg) {
 }
 
 IncResolver::IncResolver(const nlohmann::json& qcfg) {
-  global_ = qcfg.value("bits", 16);
+  global_ = int_of<int>(qcfg, "bits", 16);
   global_group_ = int_of<int64_t>(qcfg, "group_size", 128);
   const auto extra = qcfg.find("extra_config");
   if (extra != qcfg.end() && extra->is_object()) {

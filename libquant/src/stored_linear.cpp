@@ -54,7 +54,9 @@ int64_t block_edge(const nlohmann::json& o, const std::string& where, int64_t fa
 
 CheckpointLayout checkpoint_layout(const nlohmann::json& config, const std::string& source) {
   CheckpointLayout l;
-  const nlohmann::json qcfg = config.value("quantization_config", nlohmann::json());
+  const nlohmann::json qcfg =
+      config.is_object() ? config.value("quantization_config", nlohmann::json()) : nlohmann::json();
+  check_quantization_config(qcfg, source + ": quantization_config");
   if (is_inc_config(qcfg)) {
     l.inc.emplace(qcfg);
     const std::string packing = qcfg.value("packing_format", "auto_round:auto_gptq");
@@ -66,8 +68,11 @@ CheckpointLayout checkpoint_layout(const nlohmann::json& config, const std::stri
   l.group = json_int(qcfg, "group_size", l.group, source + ": quantization_config");
   l.block = block_edge(qcfg, source + ": quantization_config", l.block);
   if (config.contains("qforge") && config["qforge"].is_object()) {
-    l.block = block_edge(config["qforge"].value("hybrid", nlohmann::json()),
-                         source + ": qforge.hybrid", l.block);
+    const nlohmann::json hybrid = config["qforge"].value("hybrid", nlohmann::json());
+    if (!hybrid.is_null() && !hybrid.is_object()) {
+      throw Error(Errc::kConfigInvalid, source + ": qforge.hybrid must be an object");
+    }
+    l.block = block_edge(hybrid, source + ": qforge.hybrid", l.block);
   }
   return l;
 }

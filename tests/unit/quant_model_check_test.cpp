@@ -163,5 +163,34 @@ TEST_F(ModelCheck, ScanValuesFindsNaN) {
   expect_only(check(d("nan"), true), Errc::kNonFiniteValues, "shared_expert.gate_proj");
 }
 
+// A config.json whose quantization members have the wrong type is one config problem naming
+// the member, never an exception from inside the JSON library (fuzz_validate's cases).
+TEST_F(ModelCheck, MalformedQuantizationConfigIsAProblemNamingTheMember) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"quant_method": "gptq", "sym": "yes"})", "quantization_config.sym"},
+      {R"({"quant_method": 5})", "quantization_config.quant_method"},
+      {R"({"quant_method": "auto-round", "bits": "4"})", "quantization_config.bits"},
+      {R"({"quant_method": "fp8", "weight_block_size": []})",
+       "quantization_config.weight_block_size"},
+      {R"({"quant_method": "fp8", "weight_block_size": [0, 0]})",
+       "quantization_config.weight_block_size"},
+      {R"({"quant_method": "auto-round", "extra_config": {"lm_head": 8}})",
+       "quantization_config.extra_config[\"lm_head\"]"},
+      {R"("int4")", "quantization_config must be an object"},
+  };
+  for (const auto& [qcfg, member] : cases) {
+    fs::remove_all(d("bad-qcfg"));
+    qf::test::copy_checkpoint(d("hybrid"), d("bad-qcfg"), {.config = [&](std::string& s) {
+                                nlohmann::json doc = nlohmann::json::parse(s);
+                                doc["quantization_config"] = nlohmann::json::parse(qcfg);
+                                s = doc.dump(2);
+                              }});
+    const std::vector<ckpt::Problem> ps = check(d("bad-qcfg"));
+    ASSERT_EQ(ps.size(), 1u) << qcfg;
+    EXPECT_EQ(ps[0].code, Errc::kConfigInvalid);
+    EXPECT_NE(ps[0].message.find(member), std::string::npos) << ps[0].message;
+  }
+}
+
 }  // namespace
 }  // namespace qf::quant

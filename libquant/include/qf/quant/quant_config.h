@@ -47,4 +47,12 @@ std::vector<std::string> inc_blocks(const nlohmann::json& qcfg);
 // True for an AutoRound / INC quantization_config.
 bool is_inc_config(const nlohmann::json& qcfg);
 
+// Checks the types of every quantization_config member a reader here uses, so that a
+// malformed config is an error naming the member and not an exception inside the JSON
+// library: the object itself (or null), quant_method, packing_format and fmt strings; bits and
+// group_size integers; sym a boolean; weight_block_size two positive integers;
+// modules_to_not_convert an array; extra_config an object of objects whose bits and group_size
+// are integers. Throws Error(kConfigInvalid) "`where`.member ...".
+void check_quantization_config(const nlohmann::json& qcfg, const std::string& where);
+
 }  // namespace qf::quant
