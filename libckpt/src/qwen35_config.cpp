@@ -82,6 +82,59 @@ Qwen35Config qwen35_preset(std::string_view name) {
   throw Error(Errc::kUsage, "unknown preset '" + std::string(name) + "' (known: " + known + ")");
 }
 
+namespace {
+
+// Bounds far past every release that keep the expected tensor set small and its shapes' sizes
+// without overflow: a fuzzed config of 2^63 MTP layers made validate list tensors until memory
+// ran out (found by fuzz_validate).
+void check_bounds(const Qwen35Config& c, std::string_view source) {
+  const auto bad = [&](const std::string& what) {
+    throw Error(Errc::kConfigInvalid, std::string(source) + ": " + what);
+  };
+  const Qwen35VisionConfig& v = c.vision;
+  for (const auto& [key, x] :
+       {std::pair{"vocab_size", c.vocab_size},
+        std::pair{"hidden_size", c.hidden_size},
+        std::pair{"num_attention_heads", c.num_attention_heads},
+        std::pair{"num_key_value_heads", c.num_key_value_heads},
+        std::pair{"head_dim", c.head_dim},
+        std::pair{"linear_num_key_heads", c.linear_num_key_heads},
+        std::pair{"linear_num_value_heads", c.linear_num_value_heads},
+        std::pair{"linear_key_head_dim", c.linear_key_head_dim},
+        std::pair{"linear_value_head_dim", c.linear_value_head_dim},
+        std::pair{"linear_conv_kernel_dim", c.linear_conv_kernel_dim},
+        std::pair{"num_experts", c.num_experts},
+        std::pair{"num_experts_per_tok", c.num_experts_per_tok},
+        std::pair{"moe_intermediate_size", c.moe_intermediate_size},
+        std::pair{"shared_expert_intermediate_size", c.shared_expert_intermediate_size},
+        std::pair{"mtp_num_hidden_layers", c.mtp_num_hidden_layers},
+        std::pair{"vision_config.depth", v.depth},
+        std::pair{"vision_config.hidden_size", v.hidden_size},
+        std::pair{"vision_config.intermediate_size", v.intermediate_size},
+        std::pair{"vision_config.num_heads", v.num_heads},
+        std::pair{"vision_config.in_channels", v.in_channels},
+        std::pair{"vision_config.patch_size", v.patch_size},
+        std::pair{"vision_config.temporal_patch_size", v.temporal_patch_size},
+        std::pair{"vision_config.spatial_merge_size", v.spatial_merge_size},
+        std::pair{"vision_config.num_position_embeddings", v.num_position_embeddings}}) {
+    if (x > kMaxQwen35Dim) {
+      bad(std::string(key) + " " + std::to_string(x) + " is past " + std::to_string(kMaxQwen35Dim));
+    }
+  }
+  const int64_t layers = c.num_layers() + c.mtp_num_hidden_layers;
+  if (layers * c.num_experts > kMaxQwen35LayerExperts) {
+    bad("(num_hidden_layers + mtp_num_hidden_layers) x num_experts = " +
+        std::to_string(layers * c.num_experts) + " is past " +
+        std::to_string(kMaxQwen35LayerExperts));
+  }
+  if (c.num_experts_per_tok > c.num_experts) {
+    bad("num_experts_per_tok " + std::to_string(c.num_experts_per_tok) + " is past num_experts " +
+        std::to_string(c.num_experts));
+  }
+}
+
+}  // namespace
+
 Qwen35Config qwen35_config_from_json(std::string_view text, std::string_view source) {
   json doc;
   try {
@@ -188,6 +241,7 @@ Qwen35Config qwen35_config_from_json(std::string_view text, std::string_view sou
     v.num_position_embeddings =
         get_int(vc, "num_position_embeddings", v.num_position_embeddings, source);
   }
+  check_bounds(c, source);
   return c;
 }
 

@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "fuzz_support.h"
+#include "json_mutator.h"
 #include "qf/rt/chat_output.h"
 #include "qf/rt/tool_choice.h"
 
@@ -57,6 +58,8 @@ ChatDelta parse(Parser p, std::string_view text, std::string_view sizes) {
 }
 
 }  // namespace
+
+QF_FUZZ_JSON_MUTATOR(1, "type", "function", "name", "parameters", "properties", "anyOf", "items")
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;

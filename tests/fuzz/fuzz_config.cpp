@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "fuzz_support.h"
+#include "json_mutator.h"
 #include "qf/ckpt/index.h"
 #include "qf/ckpt/qwen35_config.h"
 #include "qf/error.h"
@@ -90,6 +91,14 @@ void index(std::string_view text) {
 }
 
 }  // namespace
+
+QF_FUZZ_JSON_MUTATOR(1, "model_type", "text_config", "vision_config", "quantization_config",
+                     "hidden_size", "num_hidden_layers", "full_attention_interval", "layer_types",
+                     "num_experts", "vocab_size", "head_dim", "depth", "recipe", "description",
+                     "sources", "model", "layout", "steps", "step", "bits", "weight_map",
+                     "metadata", "total_size", "eos_token_id", "temperature", "top_k",
+                     "added_tokens", "vocab", "merges", "normalizer", "pre_tokenizer", "decoder",
+                     "id", "special")
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "fuzz_support.h"
+#include "json_mutator.h"
 #include "json_satisfies.h"
 #include "qf/error.h"
 #include "qf/rt/json_constraint.h"
@@ -159,6 +160,14 @@ void walk(const Json& body, const ApiRequest& r, uint64_t seed) {
 }
 
 }  // namespace
+
+QF_FUZZ_JSON_MUTATOR(0, "messages", "role", "content", "tools", "tool_choice", "response_format",
+                     "json_schema", "schema", "type", "properties", "required", "items", "pattern",
+                     "enum", "anyOf", "$ref", "max_tokens", "temperature", "top_p", "top_k",
+                     "min_p", "logit_bias", "logprobs", "top_logprobs", "stop", "n", "seed",
+                     "prompt", "echo", "stream", "stream_options", "presence_penalty",
+                     "frequency_penalty", "repetition_penalty", "chat_template_kwargs",
+                     "enable_thinking", "tool_calls", "function", "name", "arguments", "parameters")
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view in(reinterpret_cast<const char*>(data), size);

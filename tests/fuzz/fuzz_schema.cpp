@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "fuzz_support.h"
+#include "json_mutator.h"
 #include "json_satisfies.h"
 #include "qf/error.h"
 #include "qf/rt/json_grammar.h"
@@ -62,6 +63,11 @@ bool judged_byte(int c) {
 }
 
 }  // namespace
+
+QF_FUZZ_JSON_MUTATOR(0, "type", "properties", "required", "additionalProperties", "items",
+                     "minItems", "maxItems", "minLength", "maxLength", "pattern", "format",
+                     "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "enum", "const",
+                     "anyOf", "oneOf", "allOf", "$ref", "$defs")
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view in(reinterpret_cast<const char*>(data), size);

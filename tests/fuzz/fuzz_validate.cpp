@@ -15,6 +15,7 @@
 #include <string_view>
 
 #include "fuzz_support.h"
+#include "json_mutator.h"
 #include "qf/ckpt/checkpoint.h"
 #include "qf/ckpt/validate.h"
 #include "qf/error.h"
@@ -45,6 +46,14 @@ struct WorkDir {
 };
 
 }  // namespace
+
+QF_FUZZ_JSON_MUTATOR(0, "model_type", "text_config", "vision_config", "quantization_config",
+                     "quant_method", "bits", "group_size", "sym", "weight_block_size",
+                     "extra_config", "modules_to_not_convert", "packing_format",
+                     "block_name_to_quantize", "qforge", "hybrid", "lm_head", "hidden_size",
+                     "num_hidden_layers", "num_experts", "moe_intermediate_size",
+                     "mtp_num_hidden_layers", "layer_types", "head_dim", "vocab_size",
+                     "tie_word_embeddings")
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const WorkDir work;

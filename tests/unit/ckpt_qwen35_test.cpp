@@ -140,6 +140,13 @@ TEST(Qwen35Config, JsonRoundTripAndErrors) {
   EXPECT_EQ(code(base + R"("num_hidden_layers": 1000000000000})"), Errc::kConfigInvalid);
   EXPECT_EQ(code(base + R"("num_hidden_layers": 4, "full_attention_interval": 0})"),
             Errc::kConfigInvalid);
+  // fuzz_validate: 2^63 - 1 MTP layers listed expected tensors until memory ran out.
+  EXPECT_EQ(code(base + R"("num_hidden_layers": 4, "mtp_num_hidden_layers": 9223372036854775807})"),
+            Errc::kConfigInvalid);
+  EXPECT_EQ(code(base + R"("num_hidden_layers": 4, "head_dim": 1099511627776})"),
+            Errc::kConfigInvalid);
+  EXPECT_EQ(code(base + R"("num_hidden_layers": 4, "num_experts_per_tok": 5})"),
+            Errc::kConfigInvalid);
 }
 
 TEST(ShardPlan, GreedyBySizeAndEvenByCount) {

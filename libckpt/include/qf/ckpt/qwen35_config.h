@@ -55,8 +55,12 @@ struct Qwen35Config {
   int64_t kv_rows() const { return num_key_value_heads * head_dim; }
 };
 
-// The most decoder layers a config may declare (the releases have 40 to 60).
+// Bounds a config.json must keep (qwen35_config_from_json), far past every release: decoder
+// layers (40 to 60 there), any one dimension or count (vocab_size 248320 is the largest), and
+// (layers + MTP layers) x experts, the size of the expected tensor set (61 x 512 at 397B-A17B).
 inline constexpr int64_t kMaxQwen35Layers = 4096;
+inline constexpr int64_t kMaxQwen35Dim = int64_t{1} << 22;
+inline constexpr int64_t kMaxQwen35LayerExperts = int64_t{1} << 18;
 
 // Layer i is full attention iff (i + 1) % interval == 0 (interval 4 in every release).
 std::vector<bool> qwen35_layer_types(int64_t n_layers, int64_t full_attention_interval = 4);
