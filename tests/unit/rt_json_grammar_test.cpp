@@ -97,6 +97,10 @@ TEST(JsonGrammar, RefusesWhatItCannotEnforceNamingThePlace) {
             std::string::npos);
   EXPECT_NE(compile_error(R"({"type": "strin"})").find("unknown type \"strin\""),
             std::string::npos);
+  // An empty name is no type either (fuzz_schema found it compiled as "any value").
+  EXPECT_NE(compile_error(R"({"type": ""})").find("unknown type \"\""), std::string::npos);
+  EXPECT_NE(compile_error(R"({"type": ["integer", ""]})").find("unknown type \"\""),
+            std::string::npos);
   EXPECT_NE(compile_error(R"({"enum": []})").find("schema.enum"), std::string::npos);
   EXPECT_NE(compile_error("false").find("admits no value"), std::string::npos);
   EXPECT_NE(compile_error(R"({"type": "array", "items": {"type": "number", "multipleOf": 2}})")

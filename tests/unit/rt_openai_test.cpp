@@ -290,6 +290,9 @@ TEST(OpenAiRequest, BadChatFieldsNameTheField) {
   const std::vector<std::pair<Json, std::string>> cases = {
       {{{"temperature", "hot"}}, "temperature"},
       {{{"temperature", -0.1}}, "temperature"},
+      // Finite doubles that are infinite floats (fuzz_request: the sampler threw on them).
+      {{{"temperature", 1e39}}, "temperature"},
+      {{{"repetition_penalty", 1e300}}, "repetition_penalty"},
       {{{"top_p", 0}}, "top_p"},
       {{{"top_p", 1.5}}, "top_p"},
       {{{"top_k", -2}}, "top_k"},
