@@ -17,16 +17,6 @@
 namespace qf::rt {
 namespace {
 
-// Whether the DFA accepts `s` whole.
-bool accepts(const ByteDfa& d, std::string_view s) {
-  int32_t at = d.start();
-  for (const char c : s) {
-    at = d.next(at, static_cast<uint8_t>(c));
-    if (at == ByteDfa::kDead) return false;
-  }
-  return d.accepting(at);
-}
-
 // Every state reaches an accepting one.
 void expect_all_live(const ByteDfa& d, const std::string& what) {
   for (size_t s = 0; s < d.states(); ++s) {
@@ -127,7 +117,7 @@ TEST(ByteDfa, MatchesStdRegexOnAsciiStrings) {
         const bool in = static_cast<int64_t>(s.size()) >= lo &&
                         (hi < 0 || static_cast<int64_t>(s.size()) <= hi);
         const bool want = in && std::regex_search(s, re);
-        ASSERT_EQ(accepts(d, s), want) << what << " on \"" << s << "\"";
+        ASSERT_EQ(d.accepts(s), want) << what << " on \"" << s << "\"";
         yes += want;
       }
       EXPECT_GT(yes, 0) << what;
@@ -137,21 +127,21 @@ TEST(ByteDfa, MatchesStdRegexOnAsciiStrings) {
 
 TEST(ByteDfa, CharactersAreCodePoints) {
   const ByteDfa one = ByteDfa::compile("^.$", 0, -1);
-  EXPECT_TRUE(accepts(one, "\xC3\xA9"));          // é
-  EXPECT_TRUE(accepts(one, "\xF0\x9F\x98\x80"));  // U+1F600
-  EXPECT_FALSE(accepts(one, "ab"));
-  EXPECT_FALSE(accepts(one, "\xE2\x80\xA8"));  // U+2028, a line terminator: not '.'
+  EXPECT_TRUE(one.accepts("\xC3\xA9"));          // é
+  EXPECT_TRUE(one.accepts("\xF0\x9F\x98\x80"));  // U+1F600
+  EXPECT_FALSE(one.accepts("ab"));
+  EXPECT_FALSE(one.accepts("\xE2\x80\xA8"));  // U+2028, a line terminator: not '.'
   const ByteDfa greek = ByteDfa::compile("^[\\u03b1-\\u03c9]+$", 0, 2);
-  EXPECT_TRUE(accepts(greek, "\xCE\xB1\xCF\x89"));           // αω
-  EXPECT_FALSE(accepts(greek, "\xCE\xB1\xCF\x89\xCE\xB1"));  // 3 characters > maxLength 2
-  EXPECT_FALSE(accepts(greek, "a"));
+  EXPECT_TRUE(greek.accepts("\xCE\xB1\xCF\x89"));           // αω
+  EXPECT_FALSE(greek.accepts("\xCE\xB1\xCF\x89\xCE\xB1"));  // 3 characters > maxLength 2
+  EXPECT_FALSE(greek.accepts("a"));
   const ByteDfa not_a = ByteDfa::compile("^[^a]$", 0, -1);
-  EXPECT_TRUE(accepts(not_a, "\xE2\x82\xAC"));  // €
-  EXPECT_FALSE(accepts(not_a, "a"));
+  EXPECT_TRUE(not_a.accepts("\xE2\x82\xAC"));  // €
+  EXPECT_FALSE(not_a.accepts("a"));
   const ByteDfa pair = ByteDfa::compile("^\\uD83D\\uDE00$", 0, -1);  // one code point
-  EXPECT_TRUE(accepts(pair, "\xF0\x9F\x98\x80"));
+  EXPECT_TRUE(pair.accepts("\xF0\x9F\x98\x80"));
   const ByteDfa named = ByteDfa::compile("^(?<x>ab)?c$", 0, -1);  // a named group: a group
-  EXPECT_TRUE(accepts(named, "abc") && accepts(named, "c") && !accepts(named, "ac"));
+  EXPECT_TRUE(named.accepts("abc") && named.accepts("c") && !named.accepts("ac"));
 }
 
 // Any character: exactly the valid UTF-8 the JSON matcher's string automaton takes, without the
@@ -174,7 +164,7 @@ TEST(ByteDfa, OnlyValidUtf8) {
     for (const char c : s) {
       if (state >= 0) state = json_string_byte(state, static_cast<uint8_t>(c));
     }
-    ASSERT_EQ(accepts(any, s), state == 0) << trial;
+    ASSERT_EQ(any.accepts(s), state == 0) << trial;
     valid += state == 0;
   }
   EXPECT_GT(valid, 1000);

@@ -35,6 +35,15 @@ class ByteDfa {
     return table_[static_cast<size_t>(state) * 256 + byte];
   }
   bool accepting(int32_t state) const { return accept_[static_cast<size_t>(state)] != 0; }
+  // Whether the DFA accepts `s` whole.
+  bool accepts(std::string_view s) const {
+    int32_t at = start();
+    for (const char c : s) {
+      at = next(at, static_cast<uint8_t>(c));
+      if (at == kDead) return false;
+    }
+    return accepting(at);
+  }
   size_t states() const { return accept_.size(); }
 
  private:
