@@ -47,9 +47,9 @@ const std::shared_ptr<const TokenTrie>& trie() {
 // The schema the reply is held to (null: any object, json_object).
 Json reply_schema(const Json& body, const ApiRequest& r) {
   if (r.tool_choice.forced()) return forced_tool_schema(r.tools, r.tool_choice);
-  const Json& f = body["response_format"];
+  const Json& f = body.at("response_format");  // there: the grammar came from it
   if (f.value("type", Json()) == "json_object") return Json();
-  return f["json_schema"]["schema"];
+  return f.at("json_schema").at("schema");
 }
 
 void check_stop_strings(const ApiRequest& r, const std::string& text) {
