@@ -9,7 +9,8 @@ unchanged tensors' blocks, so two more rows show what writing every byte costs t
 one thing that still reads every byte). The filesystem type is printed with the table.
 
     hybrid_bench.py --qforge build/bin/qforge --python PY_WITH_TORCH --dir WORKDIR
-                    [--preset 35b-a3b] [--layers 8] [--runs 3] [--keep-inputs]
+                    [--preset 35b-a3b] [--layers 8 (0: all)] [--runs 3] [--keep-inputs]
+                    [--also OTHER_QFORGE]
 
 Inputs are synthesized with random values (`qforge synth --layout intel-int4 / qwen-fp8`,
 same config; build-hybrid runs with --no-check since the two are unrelated values). Each
@@ -70,9 +71,11 @@ def main():
     ap.add_argument("--python", required=True, help="a Python with torch and safetensors")
     ap.add_argument("--dir", required=True)
     ap.add_argument("--preset", default="35b-a3b")
-    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--layers", type=int, default=8, help="decoder layers of the inputs; 0: all")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--keep-inputs", action="store_true")
+    ap.add_argument("--also", action="append", default=[], metavar="QFORGE",
+                    help="another qforge binary: its build-hybrid gets a row too (A/B in one run)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     os.makedirs(a.dir, exist_ok=True)
@@ -80,8 +83,9 @@ def main():
     for path, layout in ((int4, "intel-int4"), (fp8, "qwen-fp8")):
         if not os.path.isdir(path):
             print(f"synthesizing {path} ({a.preset}, {a.layers} layers, {layout})", file=sys.stderr)
-            subprocess.run([a.qforge, "synth", path, "--preset", a.preset, "--layers", str(a.layers),
-                            "--layout", layout], check=True, stdout=subprocess.DEVNULL)
+            depth = ["--layers", str(a.layers)] if a.layers > 0 else []
+            subprocess.run([a.qforge, "synth", path, "--preset", a.preset, "--layout", layout] + depth,
+                           check=True, stdout=subprocess.DEVNULL)
     out = os.path.join(a.dir, "out")
     hybrid = [a.qforge, "build-hybrid", "--no-check", "--int4", int4, "--fp8", fp8, "--out", out]
     tools = {
@@ -91,6 +95,8 @@ def main():
         "  --no-checksums": hybrid + ["--no-checksums"],
         "python baseline": [a.python, os.path.join(HERE, "hybrid_baseline.py"), int4, fp8, out],
     }
+    for other in a.also:
+        tools[f"build-hybrid ({other})"] = [other] + hybrid[1:]
     fs_type = subprocess.run(["stat", "-f", "-c", "%T", a.dir], capture_output=True,
                              text=True).stdout.strip()
     results = {name: {"seconds": [], "rss": []} for name in tools}
@@ -123,12 +129,14 @@ def main():
         print(json.dumps({"preset": a.preset, "layers": a.layers, "runs": a.runs, "filesystem": fs_type,
                           "rows": rows}, indent=2))
         return
-    print(f"build-hybrid benchmark: {a.preset}, {a.layers} layers, {a.runs} runs, warm cache, each + sync, "
+    depth = f"{a.layers} layers" if a.layers > 0 else "all layers"
+    print(f"build-hybrid benchmark: {a.preset}, {depth}, {a.runs} runs, warm cache, each + sync, "
           f"filesystem {fs_type}")
-    print(f"{'tool':<22} {'median s':>9} {'min..max s':>14} {'x cp -r':>8} {'x qforge':>9} {'peak RSS':>10} "
+    width = max(22, max(len(name) for name in tools))
+    print(f"{'tool':<{width}} {'median s':>9} {'min..max s':>14} {'x cp -r':>8} {'x qforge':>9} {'peak RSS':>10} "
           f"{'output':>10} {'new disk use':>13}")
     for r in rows:
-        print(f"{r['tool']:<22} {r['median_s']:>9.2f} {r['min_s']:>6.2f}..{r['max_s']:<6.2f} "
+        print(f"{r['tool']:<{width}} {r['median_s']:>9.2f} {r['min_s']:>6.2f}..{r['max_s']:<6.2f} "
               f"{r['vs_cp']:>8.2f} {r['vs_qforge']:>9.2f} {r['peak_rss_bytes'] / 2**20:>7.0f} MiB "
               f"{r['output_bytes'] / 2**20:>7.0f} MiB {r['disk_bytes_used'] / 2**20:>9.0f} MiB")
 

@@ -138,7 +138,8 @@ Command add_build_hybrid(CLI::App& app) {
   sub->add_flag("--dry-run", a->dry_run,
                 "print the plan (replacements, unused FP8 tensors, shards)");
   sub->add_flag("--force", a->force, "replace an existing OUT; accept unexpected FP8 tensors");
-  sub->add_option("--threads", a->threads, "output files written in parallel (default: all cores)");
+  sub->add_option("--threads", a->threads,
+                  "threads writing and hashing the output files (default: all cores)");
   sub->add_flag("--json", a->json, "machine-readable report on stdout");
   sub->footer(
       "Everything but the shared-expert projections is copied byte for byte; the MTP sidecar is\n"

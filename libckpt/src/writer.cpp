@@ -162,6 +162,13 @@ HeaderPlan plan_safetensors_sharing(std::vector<TensorSpec> tensors,
   return plan;
 }
 
+std::array<uint8_t, 8> length_prefix(const HeaderPlan& plan) {
+  std::array<uint8_t, 8> prefix;
+  const uint64_t n = plan.header.size();
+  for (size_t i = 0; i < 8; ++i) prefix[i] = static_cast<uint8_t>(n >> (8 * i));
+  return prefix;
+}
+
 SafetensorsWriter::SafetensorsWriter(std::filesystem::path path, HeaderPlan plan,
                                      WriterOptions options)
     : path_(std::move(path)), tmp_(staging_path(path_)), plan_(std::move(plan)), options_(options) {
@@ -183,15 +190,13 @@ SafetensorsWriter::SafetensorsWriter(std::filesystem::path path, HeaderPlan plan
     }
   }
   buf_.resize(std::max<size_t>(options_.buffer_bytes, 4096));
-  uint8_t prefix[8];
-  const uint64_t n = plan_.header.size();
-  for (int i = 0; i < 8; ++i) prefix[i] = static_cast<uint8_t>(n >> (8 * i));
+  const std::array<uint8_t, 8> prefix = length_prefix(plan_);
   if (options_.hash) {
     hasher_ = std::make_unique<StreamHasher>(path_.filename().string(), plan_.layout);
-    hasher_->header(prefix, 8);
+    hasher_->header(prefix.data(), prefix.size());
     hasher_->header(plan_.header.data(), plan_.header.size());
   }
-  std::memcpy(buf_.data(), prefix, 8);
+  std::memcpy(buf_.data(), prefix.data(), prefix.size());
   buf_used_ = 8;
   // Header bytes are not data bytes: route them around write()'s accounting.
   const std::string& h = plan_.header;

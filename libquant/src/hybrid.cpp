@@ -4,7 +4,6 @@
 #include <chrono>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <set>
 
 #include "planned_writer.h"
@@ -120,16 +119,29 @@ int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
+// The module of a shared-expert projection's weight ("<...>.mlp.shared_expert.gate_proj" of
+// "<...>.mlp.shared_expert.gate_proj.weight"; also up and down), else empty. A string test, not a
+// std::regex: it runs over every tensor name (94,271 at 35B-A3B), where std::regex took 0.15 s.
+std::string_view shared_expert_module(std::string_view name) {
+  constexpr std::string_view kWeight = ".weight", kMlp = ".mlp.shared_expert.";
+  if (!name.ends_with(kWeight)) return {};
+  const std::string_view module = name.substr(0, name.size() - kWeight.size());
+  for (std::string_view proj : {"gate_proj", "up_proj", "down_proj"}) {
+    if (module.ends_with(proj) && module.substr(0, module.size() - proj.size()).ends_with(kMlp)) {
+      return module;
+    }
+  }
+  return {};
+}
+
 std::vector<Replacement> find_replacements(const ckpt::Checkpoint& int4, Fp8Source& fp8,
                                            const HybridOptions& o) {
-  static const std::regex kShared(R"((.*\.mlp\.shared_expert\.(gate|up|down)_proj)\.weight)");
   std::vector<Replacement> out;
   std::map<std::string, int> projections_per_mlp;
   for (const ckpt::SafetensorsFile& f : int4.tensor_files()) {
     for (const ckpt::TensorInfo& t : f.tensors()) {
-      std::smatch m;
-      if (!std::regex_match(t.name, m, kShared)) continue;
-      const std::string module = m[1];
+      const std::string module(shared_expert_module(t.name));
+      if (module.empty()) continue;
       const bool mtp = module.rfind("mtp.", 0) == 0;
       if (mtp && !o.mtp) continue;
       if (t.dtype != DType::kBF16) {
@@ -413,10 +425,15 @@ HybridReport build_hybrid(const fs::path& int4_dir, const fs::path& fp8_dir,
   pw.clone = ckpt::can_clone(int4.tensor_files().front().path(), out_parent);
   std::atomic<uint64_t> cloned{0};
   pw.cloned_bytes = &cloned;
+  pw.source = [&](const ckpt::TensorDecl& d) {
+    const Source& s = source_of.at(d.name);
+    return detail::ByteSource{s.file->map().fd(), s.file->header().data_offset() + s.info->begin,
+                              &s.file->path()};
+  };
   auto produce = [&](const ckpt::TensorDecl& d, ckpt::SafetensorsWriter& w) {
     const Source& s = source_of.at(d.name);
-    w.copy_from(s.file->map().fd(), s.file->header().data_offset() + s.info->begin,
-                s.info->n_bytes(), s.file->path());
+    const detail::ByteSource from = pw.source(d);
+    w.copy_from(from.fd, from.offset, s.info->n_bytes(), *from.path);
     s.file->release(s.info->begin, s.info->n_bytes());
     if (progress) progress->done.fetch_add(s.info->n_bytes(), std::memory_order_relaxed);
   };

@@ -14,6 +14,12 @@
 
 namespace qf::quant::detail {
 
+struct ByteSource {
+  int fd = -1;  // readable
+  uint64_t offset = 0;
+  const std::filesystem::path* path = nullptr;  // for errors
+};
+
 struct PlannedWrite {
   bool overwrite = false;
   bool sparse_zeros = false;  // WriterOptions::sparse_zeros for every file
@@ -24,6 +30,12 @@ struct PlannedWrite {
   // The layout of file f given its tensors in plan order; unset: plan_safetensors (sorted).
   std::function<ckpt::HeaderPlan(size_t f, std::vector<ckpt::TensorSpec> tensors)> layout;
   std::atomic<uint64_t>* cloned_bytes = nullptr;  // adds the bytes that share source blocks
+  // For a producer that copies every tensor unchanged from a file: where tensor `decl`'s bytes
+  // are read from. With hash, two threads a file and sources that are not sparse, each file's
+  // digest is then computed from those bytes by a task of its own, beside the task writing the
+  // file (which the kernel then copies, no longer through the writer's buffer), instead of in
+  // the writing thread's path.
+  std::function<ByteSource(const ckpt::TensorDecl& decl)> source;
 };
 
 // Appends the bytes of tensor `decl` to `w` (exactly its planned size). Called on the thread

@@ -10,6 +10,7 @@
 #include <sys/types.h>
 #include <cstddef>
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -41,6 +42,9 @@ struct HeaderPlan {
 
   uint64_t file_bytes() const { return 8 + header.size() + data_bytes; }
 };
+
+// The file's first 8 bytes: the header's length, little-endian.
+std::array<uint8_t, 8> length_prefix(const HeaderPlan& plan);
 
 // Sorts and lays out `tensors`. `metadata` (nullopt: no __metadata__ key) is written first, in
 // the order given. Throws Error(kDuplicateName) for a repeated name, kHeaderTooLarge above the
