@@ -13,7 +13,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= header request schema regex chat_output tokenizer config validate
+FUZZ_TARGETS ?= header request schema regex chat_output tokenizer config validate model_load
 
 .PHONY: all build test demo asan fuzz bench aarch64 format format-check clean
 
@@ -45,7 +45,8 @@ fuzz:
 	  mkdir -p build-fuzz/corpus/$$t; \
 	  dict=; [ ! -f tests/fuzz/$$t.dict ] || dict=-dict=tests/fuzz/$$t.dict; \
 	  echo "== fuzz_$$t ($(FUZZ_SECONDS) s)"; \
-	  build-fuzz/tests/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=20 \
+	  len=4096; [ ! -f tests/fuzz/$$t.max_len ] || len=$$(cat tests/fuzz/$$t.max_len); \
+	  build-fuzz/tests/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -max_len=$$len -timeout=20 \
 	    -print_final_stats=1 $$dict build-fuzz/corpus/$$t tests/fuzz/seeds/$$t; \
 	done
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the hand-made seeds of the text fuzz targets (tests/fuzz/seeds/{request,schema,regex,
-chat_output,tokenizer,config}); make_seeds.py writes the header target's. The config seeds are
+chat_output,tokenizer,config,model_load}); make_seeds.py writes the header target's. The config seeds are
 the example model's files and the recipes (its tokenizer.json cut to 300 ids). Inputs a fuzzing run found
 (crashes, broken properties) are added beside them by hand, named for what they caught.
 
@@ -145,6 +145,11 @@ def main():
     tok["model"]["vocab"], tok["model"]["merges"] = vocab, merges
     tok["added_tokens"] = [dict(t, id=300 + i) for i, t in enumerate(tok["added_tokens"])]
     write("config", "tokenizer.bin", b"\x04" + json.dumps(tok, ensure_ascii=False).encode())
+
+    # model_load: the r1 engine fixture's safetensors header, as its file holds it.
+    model = read("tests", "golden", "data", "models", "r1-hd64-e4k2", "model", "model.safetensors")
+    n = int.from_bytes(model[:8], "little")
+    write("model_load", "r1-header.json", model[8:8 + n])
 
 
 if __name__ == "__main__":
