@@ -4,9 +4,9 @@
 // config.json as it is, model.safetensors written as the input (padded with spaces to a multiple
 // of 8, as writers pad) followed by the fixture's data section. The names, dtypes, shapes and
 // offsets decide what the model checks and the loader meet. Properties: validation with the
-// model checks ends with a report (only Error(kIo) may be thrown); Model::load loads or throws a
-// qf::Error, never another exception; a checkpoint that validates clean loads; the fixture's own
-// header does both (the seed).
+// model checks ends with a report (nothing thrown: nothing here makes I/O fail); Model::load loads
+// or throws a qf::Error, never another exception; a checkpoint that validates clean loads; the
+// fixture's own header does both (the seed).
 #include <unistd.h>
 
 #include <cstdint>
