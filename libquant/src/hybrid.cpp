@@ -273,6 +273,10 @@ double cosine(const Replacement& r) {
 struct Source {
   const ckpt::SafetensorsFile* file;
   const ckpt::TensorInfo* info;
+
+  detail::ByteSource bytes() const {
+    return {file->map().fd(), file->header().data_offset() + info->begin, &file->path()};
+  }
 };
 
 }  // namespace
@@ -425,14 +429,10 @@ HybridReport build_hybrid(const fs::path& int4_dir, const fs::path& fp8_dir,
   pw.clone = ckpt::can_clone(int4.tensor_files().front().path(), out_parent);
   std::atomic<uint64_t> cloned{0};
   pw.cloned_bytes = &cloned;
-  pw.source = [&](const ckpt::TensorDecl& d) {
-    const Source& s = source_of.at(d.name);
-    return detail::ByteSource{s.file->map().fd(), s.file->header().data_offset() + s.info->begin,
-                              &s.file->path()};
-  };
+  pw.source = [&](const ckpt::TensorDecl& d) { return source_of.at(d.name).bytes(); };
   auto produce = [&](const ckpt::TensorDecl& d, ckpt::SafetensorsWriter& w) {
     const Source& s = source_of.at(d.name);
-    const detail::ByteSource from = pw.source(d);
+    const detail::ByteSource from = s.bytes();
     w.copy_from(from.fd, from.offset, s.info->n_bytes(), *from.path);
     s.file->release(s.info->begin, s.info->n_bytes());
     if (progress) progress->done.fetch_add(s.info->n_bytes(), std::memory_order_relaxed);
