@@ -13,13 +13,13 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <string>
 #include <string_view>
 
 #include "fuzz_support.h"
 #include "json_mutator.h"
 #include "qf/ckpt/checkpoint.h"
+#include "qf/ckpt/file_io.h"
 #include "qf/ckpt/validate.h"
 #include "qf/error.h"
 #include "qf/quant/model_check.h"
@@ -29,11 +29,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace qf;
-
-std::string read_all(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
 
 // The temporary directory, removed when the process ends normally.
 struct WorkDir {
@@ -46,7 +41,7 @@ struct WorkDir {
     const fs::path model = QF_FIXTURE_MODEL;
     fs::copy_file(model / "config.json", path / "config.json",
                   fs::copy_options::overwrite_existing);
-    const std::string file = read_all(model / "model.safetensors");
+    const std::string file = ckpt::read_text_file(model / "model.safetensors");
     uint64_t n = 0;
     for (int i = 7; i >= 0; --i) n = n << 8 | static_cast<uint8_t>(file[static_cast<size_t>(i)]);
     header = file.substr(8, n);
