@@ -38,8 +38,11 @@
 // each way (median of 5 timings of back- to-back launches on a stream, gemm's limb staging
 // included) and gemm's GB/s over the weights its entries touch (each expert counted once).
 //
-// Usage: qforge-bench-gemv [--iters N] [--gemm [T]]   (launches per timing, default 200; 5
-// timings, median; --gemm T: that token count only)
+// --moe-sizes: the routed MoE products alone, 8 to 128 slots in one launch, and the line through
+// their times (moe_size_rows).
+//
+// Usage: qforge-bench-gemv [--iters N] [--gemm [T] | --moe-sizes]   (launches per timing, default
+// 200; 5 timings, median; --gemm T: that token count only)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -578,20 +581,89 @@ void moe_ninth_expert_rows(const DeviceLinear& gate_up, const DeviceLinear& down
   }
 }
 
+// --moe-sizes: the routed gate | up (waiting for its ids) and down (ids early) of S = 8 .. 128
+// slots in one launch, S distinct experts of 256 rotating over kSets sets, next to the read
+// ceiling at the same bytes; then a least-squares line through (bytes, us) for each: its slope is
+// the rate at which a launch streams its bytes, its intercept the time a launch costs whatever its
+// bytes (the ramp and drain of its one wave of blocks).
+template <class Ceiling>
+void moe_size_rows(const DeviceLinear& gate_up, const DeviceLinear& down, int iters, double copy,
+                   Ceiling& ceiling, cudaStream_t stream) {
+  constexpr int kSlots[] = {8, 16, 32, 64, 128};
+  constexpr int kMax = 128;
+  DeviceBuffer<int> ids(kSets * kMax);
+  {
+    Rng rng{13};
+    std::vector<int> h;
+    for (int s = 0; s < kSets; ++s) {
+      std::vector<int> perm(256);
+      for (int e = 0; e < 256; ++e) perm[e] = e;
+      for (int e = 255; e > 0; --e) std::swap(perm[e], perm[rng.next() % (e + 1)]);
+      h.insert(h.end(), perm.begin(), perm.begin() + kMax);
+    }
+    QF_CUDA_CHECK(cudaMemcpy(ids.data(), h.data(), ids.bytes(), cudaMemcpyHostToDevice));
+  }
+  DeviceBuffer<float> x(kMax * 1024), y(kMax * 3072);
+  fill_value<float>(x, 0.25f);
+  struct Fit {
+    double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+    void add(double mb, double us) { n += 1, sx += mb, sy += us, sxx += mb * mb, sxy += mb * us; }
+    double slope() const { return (n * sxy - sx * sy) / (n * sxx - sx * sx); }
+    double at0() const { return (sy - slope() * sx) / n; }
+  };
+  std::printf("\nthe routed MoE products by slots in one launch (graph replay)\n");
+  std::printf("%-22s %5s %7s | %7s %6s | %6s %6s\n", "product", "slots", "MB", "us", "%copy",
+              "early", "waits");
+  for (const bool is_down : {false, true}) {
+    const DeviceLinear& w = is_down ? down : gate_up;
+    Fit kernel, early_fit, waits_fit;
+    for (const int S : kSlots) {
+      const size_t bytes = qf::kern::weight_bytes(w) * S;
+      auto launch = [&](int i, cudaStream_t s) {
+        GemvBatch b;
+        b.n_slots = S;
+        b.ids = ids.data() + (i % kSets) * kMax;
+        b.x_stride = is_down ? 1024 : 0;
+        b.y_stride = static_cast<size_t>(w.n);
+        b.ids_early = is_down;
+        return qf::kern::gemv(w, x.data(), y.data(), b, s);
+      };
+      const double us = time_launches(launch, iters, stream).graph_us;
+      const double pct = 100.0 * bytes / (us * 1e3) / copy;
+      const double waits = ceiling(bytes, true), early = ceiling(bytes, false);
+      kernel.add(bytes / 1e6, us);
+      early_fit.add(bytes / 1e6, 100.0 * bytes / 1e3 / copy / early);  // us from %copy
+      waits_fit.add(bytes / 1e6, 100.0 * bytes / 1e3 / copy / waits);
+      std::printf("%-22s %5d %7.1f | %7.2f %5.0f%% | %5.0f%% %5.0f%%\n",
+                  is_down ? "int4 moe down" : "int4 moe gate+up", S, bytes / 1e6, us, pct, early,
+                  waits);
+    }
+    for (const auto& [name, f] : {std::pair<const char*, const Fit&>{"kernel      ", kernel},
+                                  std::pair<const char*, const Fit&>{"reader early", early_fit},
+                                  std::pair<const char*, const Fit&>{"reader waits", waits_fit}}) {
+      const double gbps = 1e3 / f.slope();
+      std::printf("  %s: %5.0f GB/s (%3.0f%% of copy) for each byte more, %5.2f us a launch\n",
+                  name, gbps, 100.0 * gbps / copy, f.at0());
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int iters = 200;
-  bool gemm = false;
+  bool gemm = false, moe_sizes = false;
   int only_t = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
       iters = std::max(1, std::atoi(argv[++i]));
+    } else if (std::strcmp(argv[i], "--moe-sizes") == 0) {
+      moe_sizes = true;
     } else if (std::strcmp(argv[i], "--gemm") == 0) {
       gemm = true;
       if (i + 1 < argc && argv[i + 1][0] != '-') only_t = std::atoi(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: qforge-bench-gemv [--iters N] [--gemm [T]]\n");
+      std::fprintf(stderr, "usage: qforge-bench-gemv [--iters N] [--gemm [T] | --moe-sizes]\n");
       return 1;
     }
   }
@@ -707,6 +779,11 @@ int main(int argc, char** argv) {
     return ceilings[key] = 100.0 * bytes / (best * 1e3) / copy;
   };
 
+  if (moe_sizes) {
+    moe_size_rows(gate_up.lin, down.lin, iters, copy, read_ceiling, stream);
+    QF_CUDA_CHECK(cudaStreamDestroy(stream));
+    return 0;
+  }
   std::printf("%-31s %7s | %-23s | %-23s | %s\n", "", "", "stream launches", "graph replay",
               "read %copy");
   std::printf("%-31s %7s | %7s %8s %6s | %7s %8s %6s | %6s %6s\n", "kernel", "MB", "us", "GB/s",
