@@ -152,6 +152,14 @@ int run(const BenchArgs& a) {
   const double gbs = static_cast<double>(step_bytes) / (us * 1e-6) / 1e9;
   const double efficiency = gbs / copy_gbs;
   const double gb10_tps = kGb10Bandwidth * efficiency / static_cast<double>(step_bytes);
+  // The other way to carry the step over: the time it spends here beyond its bytes at the copy
+  // rate (launch ramps and drains, waits, dependent loads: a cost per launch more than per byte,
+  // docs/cuda-engine-speed.md) taken as the same in us on a GB10, plus its bytes at 232 GB/s.
+  // Neither way was measured on a GB10; the first keeps this GPU's fraction, which a slower
+  // memory should raise, the second this GPU's latencies, which a GB10 may not match.
+  const double beyond_us = std::max(0.0, us - static_cast<double>(step_bytes) / (copy_gbs * 1e3));
+  const double gb10_beyond_tps =
+      1e6 / (beyond_us + static_cast<double>(step_bytes) / kGb10Bandwidth * 1e6);
 
   // The MTP head at the same context: its cache filled as far as the main model's, then timed.
   double mtp_us = 0;
@@ -435,6 +443,8 @@ int run(const BenchArgs& a) {
                         {"copy_gbs", copy_gbs},
                         {"fraction_of_copy", efficiency},
                         {"projected_gb10_tokens_per_s", gb10_tps},
+                        {"beyond_bytes_us", beyond_us},
+                        {"projected_gb10_tokens_per_s_same_beyond", gb10_beyond_tps},
                         {"device_bytes", ls.device_bytes},
                         {"load_seconds", ls.load_seconds},
                         {"skipped", a.skip},
@@ -525,6 +535,10 @@ int run(const BenchArgs& a) {
   std::printf("bytes per step %s -> %.0f GB/s; device copy %.0f GB/s (read + write): %.1f%%\n",
               human_bytes(step_bytes).c_str(), gbs, copy_gbs, 100 * efficiency);
   std::printf("projected on a GB10 (232 GB/s) at the same efficiency: %.1f tok/s\n", gb10_tps);
+  std::printf(
+      "  or %.1f tok/s if the %.0f us a step spends here beyond its bytes at the copy rate stayed "
+      "the same there\n",
+      gb10_beyond_tps, beyond_us);
   if (a.mtp) {
     const int64_t vocab = engine->config().vocab_size;
     const std::string drafts = a.mtp_vocab > 0 && a.mtp_vocab < vocab

@@ -460,6 +460,17 @@ TEST(EngineCli, BenchTimesTheMtpHeadAndSpeculativeDecoding) {
   const nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_GT(j["mtp"]["step_us"].get<double>(), 0);
   EXPECT_GT(j["mtp"]["bytes_per_step"].get<uint64_t>(), 0u);
+  // The GB10 projections from the step's figures: this GPU's fraction of copy at 232 GB/s, or
+  // the step's time beyond its bytes at the copy rate plus its bytes at 232 GB/s.
+  const double us = j["step_us"].get<double>(), copy = j["copy_gbs"].get<double>();
+  const auto bytes = static_cast<double>(j["bytes_per_step"].get<uint64_t>());
+  const double same = 232e9 * j["fraction_of_copy"].get<double>() / bytes;
+  EXPECT_NEAR(j["projected_gb10_tokens_per_s"].get<double>(), same, 1e-9 * same);
+  const double beyond = std::max(0.0, us - bytes / (copy * 1e3));
+  EXPECT_NEAR(j["beyond_bytes_us"].get<double>(), beyond, 1e-9 * us);
+  const double at_beyond = 1e6 / (beyond + bytes / 232e3);
+  EXPECT_NEAR(j["projected_gb10_tokens_per_s_same_beyond"].get<double>(), at_beyond,
+              1e-9 * at_beyond);
   // Speculative decoding's parts, and its projected rate: a round of one MTP step and a verify
   // pass (host-synced, as the loop calls them), plus the MTP head's entry for a kept draft or
   // the rollback for a rejected one, per 1 + kept.
