@@ -1,7 +1,7 @@
 // qforge bench (--model DIR | --synthetic PRESET): decode speed of the CUDA engine at batch 1,
 // with the bytes each step moves, the achieved bandwidth next to the GPU's measured copy
-// bandwidth, each kernel family's share of a step, and what that efficiency would give on a
-// DGX Spark (GB10, ~232 GB/s measured read bandwidth).
+// bandwidth, each kernel family's share of a step, and what a DGX Spark (GB10, ~232 GB/s measured
+// read bandwidth) would give at that efficiency or with the same time beyond the step's bytes.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
