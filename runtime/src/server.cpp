@@ -20,12 +20,18 @@
 #include "qf/rt/json_constraint.h"
 #include "qf/rt/openai.h"
 #include "qf/rt/tool_choice.h"
+#include "serve_metrics.h"
 
 namespace qf::rt {
 namespace {
 
 using Json = nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
 constexpr size_t kMaxBodyBytes = size_t{32} << 20;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 std::string dump(const Json& j) {
   return j.dump(-1, ' ', false, Json::error_handler_t::replace);
@@ -70,11 +76,12 @@ using DeltaFn = std::function<void(const ChatDelta&, std::vector<TokenLogprobs>&
 
 struct Server::Impl {
   Impl(const Tokenizer& t, GenerateFn g, ServeOptions o)
-      : tok(t), generate(std::move(g)), opt(std::move(o)) {}
+      : tok(t), generate(std::move(g)), opt(std::move(o)), metrics(opt.model_name) {}
 
   const Tokenizer& tok;
   GenerateFn generate;
   ServeOptions opt;
+  ServeMetrics metrics;  // GET /metrics
   httplib::Server http;
   std::mutex engine_mutex;  // one request on the engine at a time
   std::mutex rng_mutex;
@@ -94,10 +101,11 @@ struct Server::Impl {
     return s;
   }
 
-  // Runs one request on the engine; on_delta gets the reply's parts as they are decided, and
-  // on_prompt (when set) the prompt's logprobs once they are known (o.prompt_logprobs >= 0).
+  // Runs one choice of a request that arrived at `arrival` on the engine; on_delta gets the
+  // reply's parts as they are decided, and on_prompt (when set) the prompt's logprobs once they
+  // are known (o.prompt_logprobs >= 0). The first choice's first token is the request's.
   Outcome run(const ApiRequest& r, std::span<const int32_t> prompt, GenerateOptions o,
-              const DeltaFn& on_delta,
+              Clock::time_point arrival, bool first_choice, const DeltaFn& on_delta,
               const std::function<void(const std::vector<TokenLogprobs>&)>& on_prompt = {}) {
     Outcome out;
     o.on_logprobs = [&out](const TokenLogprobs& t) { out.logprobs.push_back(t); };
@@ -128,12 +136,37 @@ struct Server::Impl {
       any_call = any_call || !d.tool_calls.empty();
       if (!d.empty()) on_delta(d, std::exchange(out.logprobs, {}));
     };
+    const auto asked = Clock::now();
+    metrics.add_waiting(1);
     std::lock_guard<std::mutex> lock(engine_mutex);
-    const auto t0 = std::chrono::steady_clock::now();
+    metrics.add_waiting(-1);
+    metrics.add_running(1);
+    metrics.queued(seconds_since(asked));
+    const auto t0 = Clock::now();
+    // The generation's end for /metrics, however it ends: "error" unless a finish reason is set.
+    std::string finished = "error";
+    struct Done {
+      ServeMetrics& m;
+      const std::string& finished;
+      int64_t prompt;
+      const Outcome& out;
+      ~Done() {
+        m.add_running(-1);
+        m.generation_done(prompt, out.cached_tokens, out.completion_tokens, finished);
+      }
+    } done{metrics, finished, static_cast<int64_t>(prompt.size()), out};
+    Clock::time_point last = t0;
     try {
       const GenerateResult g = generate(
           prompt, o,
           [&](int32_t id) {
+            const auto now = Clock::now();
+            if (out.completion_tokens > 0) {
+              metrics.inter_token(std::chrono::duration<double>(now - last).count());
+            } else if (first_choice) {
+              metrics.first_token(std::chrono::duration<double>(now - arrival).count());
+            }
+            last = now;
             ++out.completion_tokens;
             const std::string text = stops.push(decoder.push(id));
             place(text, stops.matched());
@@ -150,10 +183,14 @@ struct Server::Impl {
       place(text, true);
     } catch (const StopHit&) {
       out.finish_reason = "stop";
+    } catch (const ClientGone&) {
+      finished = "abort";
+      throw;
     }
+    finished = out.finish_reason;
     // vLLM's finish reason: "tool_calls" for calls the model chose to make, not forced ones.
     if (any_call && !forced && out.finish_reason == "stop") out.finish_reason = "tool_calls";
-    out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    out.seconds = seconds_since(t0);
     return out;
   }
 
@@ -184,6 +221,7 @@ struct Server::Impl {
 };
 
 void Server::Impl::handle(const httplib::Request& req, httplib::Response& res, bool chat) {
+  const auto arrival = Clock::now();
   Json body;
   try {
     body = Json::parse(req.body);
@@ -277,12 +315,12 @@ void Server::Impl::handle(const httplib::Request& req, httplib::Response& res, b
     for (int i = 0; i < r->n; ++i) {
       ChatDelta all;
       std::vector<TokenLogprobs> lps;
-      const Outcome out =
-          run(*r, *prompt, options_for(i), [&](const ChatDelta& d, std::vector<TokenLogprobs>&& l) {
-            append(all, d);
-            lps.insert(lps.end(), std::make_move_iterator(l.begin()),
-                       std::make_move_iterator(l.end()));
-          });
+      const Outcome out = run(*r, *prompt, options_for(i), arrival, i == 0,
+                              [&](const ChatDelta& d, std::vector<TokenLogprobs>&& l) {
+                                append(all, d);
+                                lps.insert(lps.end(), std::make_move_iterator(l.begin()),
+                                           std::make_move_iterator(l.end()));
+                              });
       add(total, out, i);
       lps.insert(lps.end(), out.logprobs.begin(), out.logprobs.end());
       Json choice = {{"index", i}};
@@ -313,13 +351,14 @@ void Server::Impl::handle(const httplib::Request& req, httplib::Response& res, b
                         {"usage", usage(total)}};
     res.set_content(dump(reply), "application/json");
     log(chat ? "chat" : "completion", n_prompt, total);
+    metrics.request_done(seconds_since(arrival));
     return;
   }
 
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream", [this, r, prompt, o, id, created, chat, usage, n_prompt, logprobs_json,
-                            echo_text, options_for](size_t, httplib::DataSink& sink) {
+                            echo_text, options_for, arrival](size_t, httplib::DataSink& sink) {
         const char* chunk_object = chat ? "chat.completion.chunk" : "text_completion";
         const auto send = [&](const Json& j) {
           const std::string event = "data: " + dump(j) + "\n\n";
@@ -355,7 +394,7 @@ void Server::Impl::handle(const httplib::Request& req, httplib::Response& res, b
             };
             if (r->echo && o.prompt_logprobs < 0) echo(nullptr);
             const Outcome out = run(
-                *r, *prompt, options_for(i),
+                *r, *prompt, options_for(i), arrival, i == 0,
                 [&](const ChatDelta& d, std::vector<TokenLogprobs>&& l) {
                   Json choice = {{"index", i}};
                   if (chat) {
@@ -395,6 +434,7 @@ void Server::Impl::handle(const httplib::Request& req, httplib::Response& res, b
           }
           const std::string done = "data: [DONE]\n\n";
           if (!sink.write(done.data(), done.size())) throw ClientGone{};
+          metrics.request_done(seconds_since(arrival));
           sink.done();
           log(chat ? "chat, streamed" : "completion, streamed", n_prompt, total);
           return true;
@@ -453,6 +493,13 @@ Server::Server(const Tokenizer& tokenizer, GenerateFn generate, ServeOptions opt
   h.Post("/v1/completions", guarded(false));
   h.Get("/health", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("{}", "application/json");
+  });
+  h.Get("/metrics", [&im](const httplib::Request&, httplib::Response& res) {
+    res.set_content(im.metrics.render(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  // Every answered request, whatever answered it (a route, the key check, the error handler).
+  h.set_logger([&im](const httplib::Request& req, const httplib::Response& res) {
+    im.metrics.http(req.path, req.method, res.status);
   });
   h.Get("/v1/models", [&im](const httplib::Request&, httplib::Response& res) {
     const Json model = {{"id", im.opt.model_name},

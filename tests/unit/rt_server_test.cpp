@@ -1,15 +1,20 @@
 // rt::Server over a scripted engine that replies with a fixed text: tool calls and reasoning
 // read by OpenAI's Python client (openai_client_check.py), whole and streamed; the prompt the
 // engine gets is the chat template's; requests take turns on the engine; an engine failure
-// reaches the client as a 500 or, mid-stream, as an error event.
+// reaches the client as a 500 or, mid-stream, as an error event; GET /metrics counts the tokens,
+// generations and requests the clients saw and shows a request waiting for the engine.
 #include <gtest/gtest.h>
 
 #include <httplib.h>
 #include <atomic>
 #include <chrono>
+#include <cstring>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <regex>
+#include <set>
+#include <sstream>
 #include <thread>
 
 #include "qf/error.h"
@@ -558,6 +563,165 @@ TEST(Server, EngineFailuresReachTheClient) {
   res = c.Post("/v1/chat/completions", body, "application/json");
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 200) << res->body;
+}
+
+// GET /metrics: one sample of `name{labels}` (labels exactly as written), or -1 if absent.
+double sample(const std::string& text, const std::string& name_and_labels) {
+  const std::string key = name_and_labels + " ";
+  for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + 1)) {
+    if (at == 0 || text[at - 1] == '\n') return std::stod(text.substr(at + key.size()));
+  }
+  return -1;
+}
+
+// Every line of the exposition is a HELP or TYPE comment or a sample of a declared metric; a
+// histogram's buckets only grow, and its +Inf bucket is its count.
+void expect_well_formed(const std::string& text) {
+  static const std::regex kSample(
+      R"(([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[a-zA-Z_]+="(?:[^"\\]|\\.)*"(?:,[a-zA-Z_]+="(?:[^"\\]|\\.)*")*\})? ([0-9.e+-]+))");
+  std::set<std::string> declared;
+  std::map<std::string, double> last_bucket;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (line.rfind("# HELP ", 0) == 0) continue;
+    if (line.rfind("# TYPE ", 0) == 0) {
+      declared.insert(line.substr(7, line.find(' ', 7) - 7));
+      continue;
+    }
+    ASSERT_TRUE(std::regex_match(line, m, kSample)) << line;
+    std::string name = m[1];
+    for (const char* suffix : {"_bucket", "_sum", "_count"}) {
+      const std::string base = name.substr(0, name.size() - std::strlen(suffix));
+      if (name.size() > std::strlen(suffix) && name.ends_with(suffix) && declared.count(base)) {
+        name = base;
+      }
+    }
+    EXPECT_TRUE(declared.count(name)) << line;
+    if (m[1].str().ends_with("_bucket")) {
+      const double v = std::stod(m[3]);
+      EXPECT_GE(v, last_bucket[name]) << line;
+      last_bucket[name] = v;
+    } else if (m[1].str().ends_with("_count")) {
+      EXPECT_EQ(std::stod(m[3]), last_bucket[name]) << line;
+    }
+  }
+}
+
+TEST(Server, MetricsCountTokensRequestsAndLatencies) {
+  ScriptedServer s;
+  httplib::Client c("127.0.0.1", s.port());
+  const std::string m = "{model_name=\"scripted\"}";
+  auto metrics = [&] {
+    const auto res = c.Get("/metrics");
+    EXPECT_TRUE(res && res->status == 200);
+    EXPECT_EQ(res->get_header_value("Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
+    expect_well_formed(res->body);
+    return res->body;
+  };
+  EXPECT_EQ(sample(metrics(), "vllm:generation_tokens_total" + m), 0);
+
+  // A whole chat reply cut at 10 tokens, a streamed completion to its end, a bad request, a
+  // path that does not exist.
+  auto res = c.Post("/v1/chat/completions",
+                    Json{{"messages", kMessages}, {"max_tokens", 10}}.dump(), "application/json");
+  ASSERT_TRUE(res && res->status == 200);
+  const Json whole = Json::parse(res->body);
+  res = c.Post("/v1/completions",
+               Json{{"prompt", "Hello"},
+                    {"max_tokens", 200},
+                    {"stream", true},
+                    {"stream_options", {{"include_usage", true}}}}
+                   .dump(),
+               "application/json");
+  ASSERT_TRUE(res && res->status == 200);
+  const size_t at = res->body.rfind("data: {");
+  const Json streamed = Json::parse(res->body.substr(at + 6, res->body.find('\n', at) - at - 6));
+  ASSERT_EQ(c.Post("/v1/completions", "{", "application/json")->status, 400);
+  ASSERT_EQ(c.Get("/v1/nothing-here")->status, 404);
+
+  // A request is counted once its reply has gone out, so the client can ask before that: wait
+  // (at most 2 s) for the four requests above (and /metrics counts its own earlier answers).
+  std::string t;
+  for (int i = 0; i < 200; ++i) {
+    t = metrics();
+    double answered = 0;
+    std::istringstream in(t);
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("http_requests_total{", 0) == 0 &&
+          line.find("/metrics") == std::string::npos) {
+        answered += std::stod(line.substr(line.rfind(' ')));
+      }
+    }
+    if (answered >= 4) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const int64_t generated = whole["usage"]["completion_tokens"].get<int64_t>() +
+                            streamed["usage"]["completion_tokens"].get<int64_t>();
+  EXPECT_EQ(whole["usage"]["completion_tokens"], 10);
+  EXPECT_EQ(streamed["usage"]["completion_tokens"], s.reply().size());
+  EXPECT_EQ(sample(t, "vllm:generation_tokens_total" + m), generated);
+  EXPECT_EQ(sample(t, "vllm:prompt_tokens_total" + m),
+            whole["usage"]["prompt_tokens"].get<int64_t>() +
+                streamed["usage"]["prompt_tokens"].get<int64_t>());
+  EXPECT_EQ(sample(t, "vllm:prefix_cache_hits_total" + m), 0);
+  EXPECT_EQ(
+      sample(t, "vllm:request_success_total{model_name=\"scripted\",finished_reason=\"length\"}"),
+      1);
+  EXPECT_EQ(
+      sample(t, "vllm:request_success_total{model_name=\"scripted\",finished_reason=\"stop\"}"), 1);
+  EXPECT_EQ(sample(t, "vllm:num_requests_running" + m), 0);
+  EXPECT_EQ(sample(t, "vllm:num_requests_waiting" + m), 0);
+  // Two requests generated: one wait and one first token each, a gap between every two tokens.
+  EXPECT_EQ(sample(t, "vllm:request_queue_time_seconds_count" + m), 2);
+  EXPECT_EQ(sample(t, "vllm:time_to_first_token_seconds_count" + m), 2);
+  EXPECT_EQ(sample(t, "vllm:inter_token_latency_seconds_count" + m), generated - 2);
+  EXPECT_EQ(sample(t, "vllm:e2e_request_latency_seconds_count" + m), 2);
+  EXPECT_GT(sample(t, "vllm:e2e_request_latency_seconds_sum" + m), 0);
+  for (const char* h :
+       {"/v1/chat/completions\",method=\"POST\",status=\"2xx",
+        "/v1/completions\",method=\"POST\",status=\"2xx",
+        "/v1/completions\",method=\"POST\",status=\"4xx", "other\",method=\"GET\",status=\"4xx"}) {
+    EXPECT_EQ(sample(t, std::string("http_requests_total{handler=\"") + h + "\"}"), 1) << h;
+  }
+  EXPECT_GE(sample(t, "http_requests_total{handler=\"/metrics\",method=\"GET\",status=\"2xx\"}"),
+            1);
+}
+
+// While one request holds the engine, the next one waits, and /metrics says so.
+TEST(Server, MetricsShowTheRequestOnTheEngineAndTheOneWaiting) {
+  ScriptedServer s;
+  s.delay_us_ = 20000;  // 50 tokens: a second a request
+  const std::string body = Json{{"messages", kMessages}, {"max_tokens", 50}}.dump();
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 2; ++i) {
+    clients.emplace_back([&] {
+      httplib::Client c("127.0.0.1", s.port());
+      c.set_read_timeout(60);
+      c.Post("/v1/chat/completions", body, "application/json");
+    });
+  }
+  httplib::Client c("127.0.0.1", s.port());
+  const std::string m = "{model_name=\"scripted\"}";
+  bool seen = false;
+  for (int i = 0; i < 300 && !seen; ++i) {
+    const auto res = c.Get("/metrics");
+    seen = res && sample(res->body, "vllm:num_requests_running" + m) == 1 &&
+           sample(res->body, "vllm:num_requests_waiting" + m) == 1;
+    if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  for (std::thread& t : clients) t.join();
+  EXPECT_TRUE(seen);
+  std::string t;
+  for (int i = 0; i < 200; ++i) {  // the last generation's end is counted after its reply
+    t = c.Get("/metrics")->body;
+    if (sample(t, "vllm:num_requests_running" + m) == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(sample(t, "vllm:num_requests_running" + m), 0);
+  EXPECT_EQ(sample(t, "vllm:num_requests_waiting" + m), 0);
+  // The second request's wait was most of the first one's second.
+  EXPECT_GE(sample(t, "vllm:request_queue_time_seconds_sum" + m), 0.5);
 }
 
 }  // namespace

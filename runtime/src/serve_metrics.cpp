@@ -1,0 +1,155 @@
+#include "serve_metrics.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <utility>
+
+namespace qf::rt {
+namespace {
+
+// Label value escaping of the text format: backslash, double quote and line feed.
+std::string escape_label(std::string_view v) {
+  std::string out;
+  for (const char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+void header(std::string& s, const char* name, const char* type, const char* help) {
+  s += std::string("# HELP ") + name + ' ' + help + "\n# TYPE " + name + ' ' + type + '\n';
+}
+
+// Seconds: from 1 ms to the ten minutes past which no single decode step or wait is plausible.
+const std::vector<double> kLatencyBounds = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06,  0.08,
+                                            0.1,   0.25,  0.5,  0.75, 1.0,  2.5,   5.0,
+                                            7.5,   10.0,  20.0, 40.0, 80.0, 160.0, 640.0};
+const std::vector<double> kRequestBounds = {0.3,  0.5,   0.8,   1.0,   1.5,   2.0,   2.5,
+                                            5.0,  10.0,  15.0,  20.0,  30.0,  40.0,  50.0,
+                                            60.0, 120.0, 240.0, 480.0, 960.0, 1920.0};
+
+}  // namespace
+
+void ServeMetrics::Histogram::observe(double v) {
+  const auto it = std::lower_bound(bounds.begin(), bounds.end(), v);  // le: v <= bound
+  ++counts[static_cast<size_t>(it - bounds.begin())];
+  sum += v;
+}
+
+ServeMetrics::ServeMetrics(std::string model_name)
+    : model_label_("model_name=\"" + escape_label(model_name) + "\""),
+      queue_(kLatencyBounds),
+      ttft_(kLatencyBounds),
+      itl_(kLatencyBounds),
+      e2e_(kRequestBounds) {}
+
+void ServeMetrics::add_waiting(int delta) {
+  std::lock_guard<std::mutex> lock(mu_);
+  waiting_ += delta;
+}
+void ServeMetrics::add_running(int delta) {
+  std::lock_guard<std::mutex> lock(mu_);
+  running_ += delta;
+}
+void ServeMetrics::queued(double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  queue_.observe(seconds);
+}
+void ServeMetrics::first_token(double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ttft_.observe(seconds);
+}
+void ServeMetrics::inter_token(double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  itl_.observe(seconds);
+}
+void ServeMetrics::request_done(double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  e2e_.observe(seconds);
+}
+
+void ServeMetrics::generation_done(int64_t prompt, int64_t cached, int64_t generated,
+                                   std::string_view finished_reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  prompt_tokens_ += static_cast<uint64_t>(prompt);
+  cache_hits_ += static_cast<uint64_t>(cached);
+  generation_tokens_ += static_cast<uint64_t>(generated);
+  ++finished_[std::string(finished_reason)];
+}
+
+void ServeMetrics::http(std::string_view route, std::string_view method, int status) {
+  static constexpr std::string_view kRoutes[] = {"/v1/chat/completions", "/v1/completions",
+                                                 "/v1/models", "/health", "/metrics"};
+  const bool known = std::find(std::begin(kRoutes), std::end(kRoutes), route) != std::end(kRoutes);
+  static constexpr std::string_view kMethods[] = {"GET",    "POST",    "HEAD", "PUT",
+                                                  "DELETE", "OPTIONS", "PATCH"};
+  const bool known_method =
+      std::find(std::begin(kMethods), std::end(kMethods), method) != std::end(kMethods);
+  const std::string status_class =
+      status >= 100 && status < 600 ? std::to_string(status / 100) + "xx" : "other";
+  std::lock_guard<std::mutex> lock(mu_);
+  ++http_[{known ? std::string(route) : "other", known_method ? std::string(method) : "other",
+           status_class}];
+}
+
+std::string ServeMetrics::render() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string s;
+  const std::string& m = model_label_;
+  const auto gauge = [&](const char* name, const char* help, int64_t v) {
+    header(s, name, "gauge", help);
+    s += std::string(name) + '{' + m + "} " + std::to_string(v) + '\n';
+  };
+  const auto counter = [&](const char* name, const char* help, uint64_t v) {
+    header(s, name, "counter", help);
+    s += std::string(name) + '{' + m + "} " + std::to_string(v) + '\n';
+  };
+  const auto histogram = [&](const char* name, const char* help, const Histogram& h) {
+    header(s, name, "histogram", help);
+    uint64_t below = 0;
+    for (size_t i = 0; i <= h.bounds.size(); ++i) {
+      below += h.counts[i];
+      const std::string le = i < h.bounds.size() ? number(h.bounds[i]) : "+Inf";
+      s += std::string(name) + "_bucket{" + m + ",le=\"" + le + "\"} " + std::to_string(below) +
+           '\n';
+    }
+    s += std::string(name) + "_sum{" + m + "} " + number(h.sum) + '\n';
+    s += std::string(name) + "_count{" + m + "} " + std::to_string(below) + '\n';
+  };
+  gauge("vllm:num_requests_running", "Generations on the engine (one at a time).", running_);
+  gauge("vllm:num_requests_waiting", "Generations waiting for the engine.", waiting_);
+  counter("vllm:prompt_tokens_total", "Prompt tokens of finished generations.", prompt_tokens_);
+  counter("vllm:generation_tokens_total", "Tokens generated.", generation_tokens_);
+  counter("vllm:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",
+          prompt_tokens_);
+  counter("vllm:prefix_cache_hits_total", "Prompt tokens the prefix cache served.", cache_hits_);
+  header(s, "vllm:request_success_total", "counter", "Finished generations by finish reason.");
+  for (const auto& [reason, n] : finished_) {
+    s += "vllm:request_success_total{" + m + ",finished_reason=\"" + escape_label(reason) + "\"} " +
+         std::to_string(n) + '\n';
+  }
+  histogram("vllm:request_queue_time_seconds", "A generation's wait for the engine.", queue_);
+  histogram("vllm:time_to_first_token_seconds", "A request's arrival to its first token.", ttft_);
+  histogram("vllm:inter_token_latency_seconds", "Between two tokens of a generation.", itl_);
+  histogram("vllm:e2e_request_latency_seconds", "A request's arrival to its last byte.", e2e_);
+  header(s, "http_requests_total", "counter", "HTTP requests answered.");
+  for (const auto& [key, n] : http_) {
+    const auto& [route, method, status] = key;
+    s += "http_requests_total{handler=\"" + route + "\",method=\"" + method + "\",status=\"" +
+         status + "\"} " + std::to_string(n) + '\n';
+  }
+  return s;
+}
+
+}  // namespace qf::rt
