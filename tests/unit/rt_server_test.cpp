@@ -44,13 +44,13 @@ const Json kMessages =
 // The server on a free port, in a thread, over a scripted engine.
 class ScriptedServer {
  public:
-  explicit ScriptedServer(const std::string& reply = kReply)
+  explicit ScriptedServer(const std::string& reply = kReply, const std::string& name = "scripted")
       : tok_(Tokenizer::load(std::string(QF_SOURCE_DIR) + "/models/tiny/model/tokenizer.json")),
         reply_(tok_.encode(reply)) {
     ServeOptions o;
     o.host = "127.0.0.1";
     o.port = 0;
-    o.model_name = "scripted";
+    o.model_name = name;
     o.max_model_len = 4096;
     o.vocab_size = 4096;
     server_ = std::make_unique<Server>(
@@ -686,6 +686,17 @@ TEST(Server, MetricsCountTokensRequestsAndLatencies) {
   }
   EXPECT_GE(sample(t, "http_requests_total{handler=\"/metrics\",method=\"GET\",status=\"2xx\"}"),
             1);
+}
+
+// The model's name goes into every engine metric's label, escaped as the text format wants.
+TEST(Server, MetricsEscapeTheModelName) {
+  ScriptedServer s(kReply, "a\"b\\c\nd");
+  httplib::Client c("127.0.0.1", s.port());
+  const auto res = c.Get("/metrics");
+  ASSERT_TRUE(res && res->status == 200);
+  expect_well_formed(res->body);
+  EXPECT_EQ(sample(res->body, R"(vllm:generation_tokens_total{model_name="a\"b\\c\nd"})"), 0)
+      << res->body;
 }
 
 // While one request holds the engine, the next one waits, and /metrics says so.
