@@ -186,8 +186,8 @@ Command add_serve(CLI::App& app) {
   add_kv_cache_option(sub, &a->kv_cache);
   sub->footer(
       "Endpoints: POST /v1/chat/completions, POST /v1/completions (stream: server-sent events),\n"
-      "GET /v1/models, GET /health, GET /metrics (Prometheus). One request runs at a time;\n"
-      "others wait their turn.\n"
+      "GET /v1/models, GET /health, GET /metrics (Prometheus), POST /tokenize and /detokenize\n"
+      "(vLLM's). One request runs at a time; others wait their turn.\n"
       "Sampling fields a request leaves out take generation_config.json's defaults. Chat\n"
       "replies carry reasoning_content (the think block) and tool_calls (parsed from the\n"
       "Qwen3-Coder XML calls) apart from content.\n\n"

@@ -393,6 +393,73 @@ ApiRequest parse_completion_request(const Json& body, const SamplingOptions& def
 
 namespace {
 
+std::string model_field(const Json& body) {
+  if (!body.is_object()) bad_request("the request body must be a JSON object, got " + got(body));
+  const Json* m = field(body, "model");
+  if (!m) return "";
+  if (!m->is_string()) bad_request("'model' must be a string, got " + got(*m), "model");
+  return m->get<std::string>();
+}
+
+}  // namespace
+
+TokenizeRequest parse_tokenize_request(const Json& body) {
+  TokenizeRequest r;
+  r.model = model_field(body);
+  r.token_strs = boolean(body, "return_token_strs").value_or(false);
+  boolean(body, "add_special_tokens");  // checked; Qwen3.5's tokenizer adds none either way
+  const Json* messages = field(body, "messages");
+  const Json* prompt = field(body, "prompt");
+  if (messages && prompt) bad_request("give 'prompt' or 'messages', not both", "messages");
+  if (prompt) {
+    if (!prompt->is_string())
+      bad_request("'prompt' must be a string, got " + got(*prompt), "prompt");
+    r.text = prompt->get<std::string>();
+    return r;
+  }
+  if (!messages) bad_request("'prompt' or 'messages' is required", "prompt");
+  Json tools;
+  if (const Json* t = field(body, "tools")) {
+    if (!t->is_array()) bad_request("'tools' must be an array, got " + got(*t), "tools");
+    tools = *t;
+  }
+  ChatOptions co;
+  co.add_generation_prompt = boolean(body, "add_generation_prompt").value_or(true);
+  if (const Json* k = field(body, "chat_template_kwargs")) {
+    if (!k->is_object())
+      bad_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");
+    co.enable_thinking = boolean(*k, "enable_thinking").value_or(true);
+  }
+  try {
+    r.text = render_chat(*messages, tools, co);
+  } catch (const Error& e) {
+    bad_request(e.what(), "messages");
+  }
+  return r;
+}
+
+DetokenizeRequest parse_detokenize_request(const Json& body, int64_t vocab_size) {
+  DetokenizeRequest r;
+  r.model = model_field(body);
+  const Json* t = field(body, "tokens");
+  if (!t) bad_request("'tokens' is required", "tokens");
+  if (!t->is_array())
+    bad_request("'tokens' must be an array of token ids, got " + got(*t), "tokens");
+  for (size_t i = 0; i < t->size(); ++i) {
+    const Json& x = (*t)[i];
+    if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= vocab_size) {
+      bad_request("'tokens'[" + std::to_string(i) + "] must be a token id in [0, " +
+                      std::to_string(vocab_size) + "), got " +
+                      (x.is_number_integer() ? x.dump() : got(x)),
+                  "tokens");
+    }
+    r.tokens.push_back(static_cast<int32_t>(x.get<int64_t>()));
+  }
+  return r;
+}
+
+namespace {
+
 std::string token_text(const Tokenizer& tok, int32_t id) {
   return detail::utf8_lossy(tok.token_bytes(id));
 }

@@ -89,8 +89,9 @@ void ServeMetrics::generation_done(int64_t prompt, int64_t cached, int64_t gener
 }
 
 void ServeMetrics::http(std::string_view route, std::string_view method, int status) {
-  static constexpr std::string_view kRoutes[] = {"/v1/chat/completions", "/v1/completions",
-                                                 "/v1/models", "/health", "/metrics"};
+  static constexpr std::string_view kRoutes[] = {
+      "/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics", "/tokenize",
+      "/detokenize"};
   const bool known = std::find(std::begin(kRoutes), std::end(kRoutes), route) != std::end(kRoutes);
   static constexpr std::string_view kMethods[] = {"GET",    "POST",    "HEAD", "PUT",
                                                   "DELETE", "OPTIONS", "PATCH"};

@@ -217,11 +217,17 @@ struct Server::Impl {
         out.seconds > 0 ? out.completion_tokens / out.seconds : 0.0, out.finish_reason.c_str());
   }
 
+  // The body as JSON, bounded in depth; a model named other than this one's (404).
+  Json parse_body(const httplib::Request& req);
+  void check_model(const std::string& model) const;
   void handle(const httplib::Request& req, httplib::Response& res, bool chat);
+  void chat(const httplib::Request& req, httplib::Response& res) { handle(req, res, true); }
+  void completion(const httplib::Request& req, httplib::Response& res) { handle(req, res, false); }
+  void tokenize(const httplib::Request& req, httplib::Response& res);
+  void detokenize(const httplib::Request& req, httplib::Response& res);
 };
 
-void Server::Impl::handle(const httplib::Request& req, httplib::Response& res, bool chat) {
-  const auto arrival = Clock::now();
+Json Server::Impl::parse_body(const httplib::Request& req) {
   Json body;
   try {
     body = Json::parse(req.body);
@@ -232,6 +238,40 @@ void Server::Impl::handle(const httplib::Request& req, httplib::Response& res, b
     bad_request("the request body nests more than " + std::to_string(kMaxJsonNesting) +
                 " arrays and objects deep");
   }
+  return body;
+}
+
+void Server::Impl::check_model(const std::string& model) const {
+  if (!model.empty() && model != opt.model_name) {
+    throw ApiError(
+        404, "not_found_error",
+        "the model '" + model + "' does not exist; this server has '" + opt.model_name + "'",
+        "model");
+  }
+}
+
+void Server::Impl::tokenize(const httplib::Request& req, httplib::Response& res) {
+  const TokenizeRequest t = parse_tokenize_request(parse_body(req));
+  check_model(t.model);
+  const std::vector<int32_t> ids = tok.encode(t.text);
+  Json j = {{"count", ids.size()}, {"max_model_len", opt.max_model_len}, {"tokens", ids}};
+  j["token_strs"] = nullptr;
+  if (t.token_strs) {
+    j["token_strs"] = Json::array();
+    for (const int32_t id : ids) j["token_strs"].push_back(tok.token_content(id));
+  }
+  res.set_content(dump(j), "application/json");
+}
+
+void Server::Impl::detokenize(const httplib::Request& req, httplib::Response& res) {
+  const DetokenizeRequest d = parse_detokenize_request(parse_body(req), opt.vocab_size);
+  check_model(d.model);
+  res.set_content(dump(Json{{"prompt", tok.decode(d.tokens)}}), "application/json");
+}
+
+void Server::Impl::handle(const httplib::Request& req, httplib::Response& res, bool chat) {
+  const auto arrival = Clock::now();
+  const Json body = parse_body(req);
   SamplingOptions defaults = opt.defaults;
   {
     std::lock_guard<std::mutex> lock(rng_mutex);
@@ -239,12 +279,7 @@ void Server::Impl::handle(const httplib::Request& req, httplib::Response& res, b
   }
   auto r = std::make_shared<ApiRequest>(chat ? parse_chat_request(body, defaults)
                                              : parse_completion_request(body, defaults));
-  if (!r->model.empty() && r->model != opt.model_name) {
-    throw ApiError(
-        404, "not_found_error",
-        "the model '" + r->model + "' does not exist; this server has '" + opt.model_name + "'",
-        "model");
-  }
+  check_model(r->model);
   auto prompt =
       std::make_shared<std::vector<int32_t>>(r->ids.empty() ? tok.encode(r->prompt) : r->ids);
   for (size_t i = 0; i < prompt->size(); ++i) {
@@ -478,10 +513,10 @@ Server::Server(const Tokenizer& tokenizer, GenerateFn generate, ServeOptions opt
     }
     return httplib::Server::HandlerResponse::Unhandled;
   });
-  const auto guarded = [&im](bool chat) {
-    return [&im, chat](const httplib::Request& req, httplib::Response& res) {
+  const auto guarded = [&im](void (Impl::*handler)(const httplib::Request&, httplib::Response&)) {
+    return [&im, handler](const httplib::Request& req, httplib::Response& res) {
       try {
-        im.handle(req, res, chat);
+        (im.*handler)(req, res);
       } catch (const ApiError& e) {
         send_error(res, e);
       } catch (const Error& e) {  // the tokenizer or the engine
@@ -489,8 +524,11 @@ Server::Server(const Tokenizer& tokenizer, GenerateFn generate, ServeOptions opt
       }
     };
   };
-  h.Post("/v1/chat/completions", guarded(true));
-  h.Post("/v1/completions", guarded(false));
+  h.Post("/v1/chat/completions", guarded(&Impl::chat));
+  h.Post("/v1/completions", guarded(&Impl::completion));
+  // vLLM's, outside /v1 (so not behind --api-key, as there).
+  h.Post("/tokenize", guarded(&Impl::tokenize));
+  h.Post("/detokenize", guarded(&Impl::detokenize));
   h.Get("/health", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("{}", "application/json");
   });

@@ -2,9 +2,11 @@
 // the body parsed and checked (openai.h; the chat template rendered for chat), the prompt
 // encoded, and, where the reply is constrained (response_format, a forced tool_choice), a
 // structured-output walk over the example model's vocabulary. The body is the whole input; one
-// with "messages" goes to /v1/chat/completions, any other to /v1/completions. Properties:
+// with "messages" goes to /v1/chat/completions, any other to /v1/completions; every body also
+// goes to /tokenize and /detokenize. Properties:
 //   * a request is accepted or refused with an ApiError of status 400 and a message (anything
-//     else would reach the client as a 500);
+//     else would reach the client as a 500); so is a /tokenize or /detokenize body, and what
+//     they accept encodes or decodes;
 //   * the prompt encodes, and a stop-string cut of its text equals the text up to the first
 //     stop string (found by std::string::find);
 //   * the request's bias, penalties and sampling, applied to a row of logits (some of them
@@ -169,10 +171,30 @@ QF_FUZZ_JSON_MUTATOR(0, "messages", "role", "content", "tools", "tool_choice", "
                      "frequency_penalty", "repetition_penalty", "chat_template_kwargs",
                      "enable_thinking", "tool_calls", "function", "name", "arguments", "parameters")
 
+// The same body as a POST /tokenize and /detokenize: accepted or refused with a 400; what is
+// accepted encodes, or decodes (its ids within the vocabulary).
+void check_token_routes(const Json& body) {
+  const Tokenizer& tok = qf::fuzz::tiny_tokenizer();
+  try {
+    const TokenizeRequest t = parse_tokenize_request(body);
+    for (const int32_t id : tok.encode(t.text)) QF_FUZZ_CHECK(id >= 0 && id < tok.n_ids(), t.text);
+  } catch (const ApiError& e) {
+    QF_FUZZ_CHECK(e.status() == 400 && std::string(e.what()).size() > 0, e.what());
+  }
+  try {
+    const DetokenizeRequest d = parse_detokenize_request(body, tok.n_ids());
+    for (const int32_t id : d.tokens) QF_FUZZ_CHECK(id >= 0 && id < tok.n_ids(), body.dump());
+    tok.decode(d.tokens);
+  } catch (const ApiError& e) {
+    QF_FUZZ_CHECK(e.status() == 400 && std::string(e.what()).size() > 0, e.what());
+  }
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view in(reinterpret_cast<const char*>(data), size);
   const Json body = Json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded() || json_deeper_than(body, kMaxJsonNesting)) return 0;
+  check_token_routes(body);
   const bool chat = body.is_object() && body.contains("messages");
   SamplingOptions defaults;
   defaults.temperature = 0.6f;

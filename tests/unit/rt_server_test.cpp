@@ -2,7 +2,8 @@
 // read by OpenAI's Python client (openai_client_check.py), whole and streamed; the prompt the
 // engine gets is the chat template's; requests take turns on the engine; an engine failure
 // reaches the client as a 500 or, mid-stream, as an error event; GET /metrics counts the tokens,
-// generations and requests the clients saw and shows a request waiting for the engine.
+// generations and requests the clients saw and shows a request waiting for the engine;
+// /tokenize and /detokenize answer as vLLM's.
 #include <gtest/gtest.h>
 
 #include <httplib.h>
@@ -686,6 +687,74 @@ TEST(Server, MetricsCountTokensRequestsAndLatencies) {
   }
   EXPECT_GE(sample(t, "http_requests_total{handler=\"/metrics\",method=\"GET\",status=\"2xx\"}"),
             1);
+}
+
+// POST /tokenize and /detokenize as vLLM's: a prompt's ids, a chat's ids as the engine gets them
+// for a chat request, ids back to text; bad ids and bodies refused with the field named.
+TEST(Server, TokenizeAndDetokenize) {
+  ScriptedServer s;
+  httplib::Client c("127.0.0.1", s.port());
+  const auto post = [&](const char* path, const Json& body) {
+    const auto res = c.Post(path, body.dump(), "application/json");
+    EXPECT_TRUE(res);
+    return std::make_pair(res ? res->status : 0, res ? Json::parse(res->body) : Json());
+  };
+  const std::vector<int32_t> hello = s.tok().encode("Hello world, how are you?");
+  auto [status, j] = post("/tokenize", {{"prompt", "Hello world, how are you?"}});
+  ASSERT_EQ(status, 200) << j;
+  EXPECT_EQ(j["tokens"].get<std::vector<int32_t>>(), hello);
+  EXPECT_EQ(j["count"], hello.size());
+  EXPECT_EQ(j["max_model_len"], 4096);
+  EXPECT_TRUE(j["token_strs"].is_null());
+  std::tie(status, j) = post("/tokenize", {{"prompt", "Hello world, how are you?"},
+                                           {"return_token_strs", true},
+                                           {"model", "scripted"}});
+  ASSERT_EQ(status, 200) << j;
+  for (size_t i = 0; i < hello.size(); ++i) {
+    EXPECT_EQ(j["token_strs"][i], s.tok().token_content(hello[i])) << i;
+  }
+  std::tie(status, j) = post("/detokenize", {{"tokens", hello}});
+  ASSERT_EQ(status, 200) << j;
+  EXPECT_EQ(j["prompt"], "Hello world, how are you?");
+
+  // A chat's ids are the ones a chat request puts on the engine.
+  ASSERT_EQ(c.Post("/v1/chat/completions", Json{{"messages", kMessages}, {"tools", kTools}}.dump(),
+                   "application/json")
+                ->status,
+            200);
+  std::tie(status, j) = post("/tokenize", {{"messages", kMessages}, {"tools", kTools}});
+  ASSERT_EQ(status, 200) << j;
+  EXPECT_EQ(j["tokens"].get<std::vector<int32_t>>(), s.prompt_);
+  std::tie(status, j) = post("/tokenize", {{"messages", kMessages},
+                                           {"add_generation_prompt", false},
+                                           {"chat_template_kwargs", {{"enable_thinking", false}}}});
+  ASSERT_EQ(status, 200) << j;
+  ChatOptions no_prompt;
+  no_prompt.add_generation_prompt = false;
+  no_prompt.enable_thinking = false;
+  EXPECT_EQ(j["tokens"].get<std::vector<int32_t>>(),
+            s.tok().encode(render_chat(kMessages, Json(), no_prompt)));
+
+  struct Bad {
+    const char* path;
+    Json body;
+    int status;
+    const char* param;
+  };
+  for (const Bad& b :
+       {Bad{"/detokenize", {{"tokens", {1, -1}}}, 400, "tokens"},
+        Bad{"/detokenize", {{"tokens", {4096}}}, 400, "tokens"},
+        Bad{"/detokenize", {{"tokens", "12"}}, 400, "tokens"},
+        Bad{"/detokenize", Json::object(), 400, "tokens"},
+        Bad{"/tokenize", Json::object(), 400, "prompt"},
+        Bad{"/tokenize", {{"prompt", 7}}, 400, "prompt"},
+        Bad{"/tokenize", {{"prompt", "x"}, {"messages", kMessages}}, 400, "messages"},
+        Bad{"/tokenize", {{"messages", Json::array()}}, 400, "messages"},
+        Bad{"/tokenize", {{"prompt", "x"}, {"model", "other"}}, 404, "model"}}) {
+    std::tie(status, j) = post(b.path, b.body);
+    EXPECT_EQ(status, b.status) << b.path << " " << b.body << ": " << j;
+    EXPECT_EQ(j["error"]["param"], b.param) << b.path << " " << b.body << ": " << j;
+  }
 }
 
 // The model's name goes into every engine metric's label, escaped as the text format wants.

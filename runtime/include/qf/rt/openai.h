@@ -84,6 +84,23 @@ ApiRequest parse_chat_request(const nlohmann::ordered_json& body, const Sampling
 ApiRequest parse_completion_request(const nlohmann::ordered_json& body,
                                     const SamplingOptions& defaults);
 
+// POST /tokenize and /detokenize, as vLLM's server has them. Tokenize: {"prompt": text} (with
+// "add_special_tokens", which adds nothing for Qwen3.5's tokenizer), or {"messages": [...]} with
+// "tools", "add_generation_prompt" (default true) and "chat_template_kwargs": {"enable_thinking"}
+// rendered as a chat request's prompt; "return_token_strs" asks for each token's string too.
+// Detokenize: {"tokens": [ids]}. Both take "model". Throw ApiError (400) naming the field.
+struct TokenizeRequest {
+  std::string model;
+  std::string text;  // the prompt, or the messages rendered
+  bool token_strs = false;
+};
+TokenizeRequest parse_tokenize_request(const nlohmann::ordered_json& body);
+struct DetokenizeRequest {
+  std::string model;
+  std::vector<int32_t> tokens;  // each in [0, vocab_size)
+};
+DetokenizeRequest parse_detokenize_request(const nlohmann::ordered_json& body, int64_t vocab_size);
+
 // Tokens' logprobs in a reply. A token's string is its bytes as UTF-8, U+FFFD where they are
 // not (a token may hold part of a character); chat entries also give the exact bytes.
 // Chat: {"content": [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]}.
