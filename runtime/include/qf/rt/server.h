@@ -1,12 +1,11 @@
 // An OpenAI-compatible HTTP server over one engine (`qforge serve`): POST /v1/chat/completions
 // and /v1/completions (whole replies, or streamed as server-sent events), GET /v1/models,
 // /health and /metrics (Prometheus' text format: serve_metrics.h), POST /tokenize and /detokenize
-// (vLLM's). Requests run one at a time
-// (the others wait): the engine decodes one sequence (batch 1), which is what decode on one GPU
-// is built for here. Every error goes back as OpenAI's {"error": {message, type, param, code}}
-// with the HTTP status that fits (400 bad request, 401 wrong key, 404 unknown model or path, 413
-// body too large, 500 engine failure); a streamed reply that fails after its first event ends
-// with an error event.
+// (vLLM's). Requests run one at a time (the others wait): the engine decodes one sequence (batch
+// 1), which is what decode on one GPU is built for here. Every error goes back as OpenAI's
+// {"error": {message, type, param, code}} with the HTTP status that fits (400 bad request, 401
+// wrong key, 404 unknown model or path, 413 body too large, 500 engine failure); a streamed
+// reply that fails after its first event ends with an error event.
 #pragma once
 
 #include <cstdint>
