@@ -169,7 +169,8 @@ QF_FUZZ_JSON_MUTATOR(0, "messages", "role", "content", "tools", "tool_choice", "
                      "min_p", "logit_bias", "logprobs", "top_logprobs", "stop", "n", "seed",
                      "prompt", "echo", "stream", "stream_options", "presence_penalty",
                      "frequency_penalty", "repetition_penalty", "chat_template_kwargs",
-                     "enable_thinking", "tool_calls", "function", "name", "arguments", "parameters")
+                     "enable_thinking", "tool_calls", "function", "name", "arguments", "parameters",
+                     "tokens", "return_token_strs", "add_generation_prompt", "add_special_tokens")
 
 // The same body as a POST /tokenize and /detokenize: accepted or refused with a 400; what is
 // accepted encodes, or decodes (its ids within the vocabulary).

@@ -88,6 +88,10 @@ def main():
                                 "best_of": 1},
         "completion_schema.json": {"prompt": "x", "ignore_eos": True, "response_format": schema_format(
             "s", {"type": "array", "items": {"type": ["integer", "boolean"]}, "minItems": 2})},
+        # /tokenize and /detokenize bodies (every body goes to those parsers too).
+        "tokenize_chat.json": {"messages": USER, "tools": TOOLS, "add_generation_prompt": False,
+                               "return_token_strs": True, "model": "m"},
+        "detokenize.json": {"tokens": [1, 2, 3, 400], "model": "m"},
     }
     for name, body in req.items():
         write("request", name, json.dumps(body))
