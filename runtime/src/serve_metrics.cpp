@@ -62,21 +62,21 @@ void ServeMetrics::add_running(int delta) {
   std::lock_guard<std::mutex> lock(mu_);
   running_ += delta;
 }
-void ServeMetrics::queued(double seconds) {
+void ServeMetrics::observe(Histogram& h, double seconds) {
   std::lock_guard<std::mutex> lock(mu_);
-  queue_.observe(seconds);
+  h.observe(seconds);
+}
+void ServeMetrics::queued(double seconds) {
+  observe(queue_, seconds);
 }
 void ServeMetrics::first_token(double seconds) {
-  std::lock_guard<std::mutex> lock(mu_);
-  ttft_.observe(seconds);
+  observe(ttft_, seconds);
 }
 void ServeMetrics::inter_token(double seconds) {
-  std::lock_guard<std::mutex> lock(mu_);
-  itl_.observe(seconds);
+  observe(itl_, seconds);
 }
 void ServeMetrics::request_done(double seconds) {
-  std::lock_guard<std::mutex> lock(mu_);
-  e2e_.observe(seconds);
+  observe(e2e_, seconds);
 }
 
 void ServeMetrics::generation_done(int64_t prompt, int64_t cached, int64_t generated,

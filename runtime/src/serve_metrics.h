@@ -53,6 +53,8 @@ class ServeMetrics {
     void observe(double v);
   };
 
+  void observe(Histogram& h, double seconds);
+
   std::string model_label_;  // model_name="..." (escaped)
   mutable std::mutex mu_;
   int64_t waiting_ = 0, running_ = 0;
