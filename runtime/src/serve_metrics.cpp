@@ -31,7 +31,8 @@ void header(std::string& s, const char* name, const char* type, const char* help
   s += std::string("# HELP ") + name + ' ' + help + "\n# TYPE " + name + ' ' + type + '\n';
 }
 
-// Seconds: from 1 ms to the ten minutes past which no single decode step or wait is plausible.
+// Bucket bounds in seconds. Waits, first tokens and gaps between tokens: 1 ms to about ten
+// minutes; a request's whole time: 0.3 s to 32 minutes. Longer ones count in +Inf.
 const std::vector<double> kLatencyBounds = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06,  0.08,
                                             0.1,   0.25,  0.5,  0.75, 1.0,  2.5,   5.0,
                                             7.5,   10.0,  20.0, 40.0, 80.0, 160.0, 640.0};
