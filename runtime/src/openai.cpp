@@ -347,7 +347,7 @@ ApiRequest parse_chat_request(const Json& body, const SamplingOptions& defaults)
   }
   r.thinking = co.enable_thinking;
   try {
-    r.prompt = render_chat(*messages, r.tools, co);
+    r.prompts.push_back({render_chat(*messages, r.tools, co), {}});
   } catch (const Error& e) {
     bad_request(e.what(), "messages");
   }
@@ -368,25 +368,45 @@ ApiRequest parse_completion_request(const Json& body, const SamplingOptions& def
   }
   const Json* p = field(body, "prompt");
   if (!p) bad_request("'prompt' is required", "prompt");
-  // One prompt: a string, token ids, or an array holding one of those.
-  if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) p = &(*p)[0];
-  if (p->is_string()) {
-    r.prompt = p->get<std::string>();
-    if (r.prompt.empty()) bad_request("'prompt' must not be empty", "prompt");
+  const auto bad_prompt = [] {
+    bad_request(
+        "'prompt' must be a string, an array of token ids, or a non-empty array of either kind "
+        "(several prompts)",
+        "prompt");
+  };
+  // One prompt (a string or token ids), or an array of several of one kind.
+  const auto one = [&](const Json& x, const std::string& where) {
+    ApiPrompt a;
+    if (x.is_string()) {
+      a.text = x.get<std::string>();
+      if (a.text.empty()) bad_request("'" + where + "' must not be empty", "prompt");
+      return a;
+    }
+    if (!x.is_array() || x.empty()) bad_prompt();
+    for (const Json& id : x) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
+        bad_request("'" + where + "' token ids must be non-negative integers", "prompt");
+      }
+      a.ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+    }
+    return a;
+  };
+  const bool several = p->is_array() && !p->empty() && ((*p)[0].is_string() || (*p)[0].is_array());
+  if (!several) {
+    r.prompts.push_back(one(*p, "prompt"));
     return r;
   }
-  if (!p->is_array() || p->empty()) {
-    bad_request("'prompt' must be a string or a non-empty array of token ids (one prompt)",
+  if (p->size() * static_cast<size_t>(r.n) > kMaxChoices) {
+    bad_request("'n' times the number of prompts must be at most " + std::to_string(kMaxChoices) +
+                    ", got " + std::to_string(r.n) + " x " + std::to_string(p->size()),
                 "prompt");
   }
-  for (const Json& x : *p) {
-    if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > INT32_MAX) {
-      bad_request(x.is_string() || x.is_array()
-                      ? "several prompts in one request are not supported"
-                      : "'prompt' token ids must be non-negative integers",
-                  "prompt");
+  for (size_t i = 0; i < p->size(); ++i) {
+    const Json& x = (*p)[i];
+    if (x.is_string() != (*p)[0].is_string()) {
+      bad_request("'prompt' must not mix strings and token id arrays", "prompt");
     }
-    r.ids.push_back(static_cast<int32_t>(x.get<int64_t>()));
+    r.prompts.push_back(one(x, "prompt[" + std::to_string(i) + "]"));
   }
   return r;
 }

@@ -280,25 +280,44 @@ void Server::Impl::handle(const httplib::Request& req, httplib::Response& res, b
   auto r = std::make_shared<ApiRequest>(chat ? parse_chat_request(body, defaults)
                                              : parse_completion_request(body, defaults));
   check_model(r->model);
-  auto prompt =
-      std::make_shared<std::vector<int32_t>>(r->ids.empty() ? tok.encode(r->prompt) : r->ids);
-  for (size_t i = 0; i < prompt->size(); ++i) {
-    if ((*prompt)[i] >= opt.vocab_size) {
-      bad_request("prompt token " + std::to_string(i) + " is " + std::to_string((*prompt)[i]) +
-                      ", past the vocabulary (" + std::to_string(opt.vocab_size) + " ids)",
-                  "prompt");
-    }
-  }
-  const auto n_prompt = static_cast<int64_t>(prompt->size());
-  const int64_t room = opt.max_model_len - n_prompt;
+  // Each prompt's ids, echo text and token budget, all checked before any generation.
+  struct Prompt {
+    std::vector<int32_t> ids;
+    std::string echo;  // echo: the prompt's text (the ids decoded where they were given)
+    int64_t max_tokens = 0;
+  };
+  auto prompts = std::make_shared<std::vector<Prompt>>();
+  int64_t n_prompt = 0;  // tokens of all prompts (usage.prompt_tokens)
   const int64_t least = r->max_tokens && *r->max_tokens == 0 ? 0 : 1;  // 0: echo scoring only
-  if (room < least || (r->max_tokens && *r->max_tokens > room)) {
-    bad_request("this model's maximum context length is " + std::to_string(opt.max_model_len) +
-                    " tokens; the request has " + std::to_string(n_prompt) +
-                    " prompt tokens and asks for " +
-                    (r->max_tokens ? std::to_string(*r->max_tokens) : std::string("at least 1")) +
-                    " more",
-                r->max_tokens ? "max_tokens" : (chat ? "messages" : "prompt"));
+  for (size_t p = 0; p < r->prompts.size(); ++p) {
+    const ApiPrompt& a = r->prompts[p];
+    Prompt q{a.ids.empty() ? tok.encode(a.text) : a.ids, {}, 0};
+    const std::string which =
+        r->prompts.size() > 1 ? "prompt " + std::to_string(p) + "'s " : std::string("prompt ");
+    for (size_t i = 0; i < q.ids.size(); ++i) {
+      if (q.ids[i] >= opt.vocab_size) {
+        bad_request(which + "token " + std::to_string(i) + " is " + std::to_string(q.ids[i]) +
+                        ", past the vocabulary (" + std::to_string(opt.vocab_size) + " ids)",
+                    "prompt");
+      }
+    }
+    const auto n = static_cast<int64_t>(q.ids.size());
+    const int64_t room = opt.max_model_len - n;
+    if (room < least || (r->max_tokens && *r->max_tokens > room)) {
+      const std::string has =
+          r->prompts.size() > 1
+              ? "prompt " + std::to_string(p) + " has " + std::to_string(n) + " tokens"
+              : "the request has " + std::to_string(n) + " prompt tokens";
+      bad_request("this model's maximum context length is " + std::to_string(opt.max_model_len) +
+                      " tokens; " + has + " and asks for " +
+                      (r->max_tokens ? std::to_string(*r->max_tokens) : std::string("at least 1")) +
+                      " more",
+                  r->max_tokens ? "max_tokens" : (chat ? "messages" : "prompt"));
+    }
+    q.max_tokens = r->max_tokens.value_or(room);
+    if (r->echo) q.echo = a.ids.empty() ? a.text : tok.decode(a.ids);
+    n_prompt += n;
+    prompts->push_back(std::move(q));
   }
   for (const auto& [bias_id, bias] : r->sampling.logit_bias) {
     if (bias_id >= opt.vocab_size) {
@@ -308,16 +327,15 @@ void Server::Impl::handle(const httplib::Request& req, httplib::Response& res, b
     }
   }
   GenerateOptions o;
-  o.max_tokens = r->max_tokens.value_or(room);
   o.sampling = r->sampling;
   o.logprobs = r->logprobs;
   if (r->echo && r->logprobs >= 0) o.prompt_logprobs = r->logprobs;
-  // echo: the prompt's text leads the reply's (the ids decoded where they were given).
-  const std::string echo_text = !r->echo ? "" : r->ids.empty() ? r->prompt : tok.decode(r->ids);
   if (!r->ignore_eos) o.stop_ids = opt.eos_ids;
-  // Choice i's options: the seed + i, and a structured-output state of its own.
-  const auto options_for = [this, r, o](int i) {
+  // Choice i's options (of prompt p): the seed + i, prompt p's budget, and a structured-output
+  // state of its own.
+  const auto options_for = [this, r, o, prompts](int i, size_t p) {
     GenerateOptions c = o;
+    c.max_tokens = (*prompts)[p].max_tokens;
     c.sampling.seed = o.sampling.seed + static_cast<uint64_t>(i);
     if (r->grammar) {
       c.constraint = std::make_shared<JsonConstraint>(token_trie(), r->grammar, c.stop_ids,
@@ -347,10 +365,11 @@ void Server::Impl::handle(const httplib::Request& req, httplib::Response& res, b
   if (!r->stream) {
     Json choices = Json::array();
     Outcome total;
-    for (int i = 0; i < r->n; ++i) {
+    for (int i = 0; i < r->n * static_cast<int>(prompts->size()); ++i) {
+      const Prompt& prompt = (*prompts)[static_cast<size_t>(i / r->n)];
       ChatDelta all;
       std::vector<TokenLogprobs> lps;
-      const Outcome out = run(*r, *prompt, options_for(i), arrival, i == 0,
+      const Outcome out = run(*r, prompt.ids, options_for(i, i / r->n), arrival, i == 0,
                               [&](const ChatDelta& d, std::vector<TokenLogprobs>&& l) {
                                 append(all, d);
                                 lps.insert(lps.end(), std::make_move_iterator(l.begin()),
@@ -366,12 +385,12 @@ void Server::Impl::handle(const httplib::Request& req, httplib::Response& res, b
         if (!all.tool_calls.empty()) m["tool_calls"] = tool_calls_json(all.tool_calls, 0, false);
         choice["message"] = std::move(m);
       } else {
-        choice["text"] = echo_text + all.content;
+        choice["text"] = prompt.echo + all.content;
       }
       int64_t text_offset = 0;
       Json lp_json;
       if (o.prompt_logprobs >= 0) {
-        lp_json = prompt_logprobs_json(tok, prompt->front(), out.prompt_logprobs, text_offset);
+        lp_json = prompt_logprobs_json(tok, prompt.ids.front(), out.prompt_logprobs, text_offset);
       }
       if (r->logprobs >= 0) append_logprobs(lp_json, logprobs_json(lps, text_offset));
       choice["logprobs"] = std::move(lp_json);
@@ -392,8 +411,8 @@ void Server::Impl::handle(const httplib::Request& req, httplib::Response& res, b
 
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
-      "text/event-stream", [this, r, prompt, o, id, created, chat, usage, n_prompt, logprobs_json,
-                            echo_text, options_for, arrival](size_t, httplib::DataSink& sink) {
+      "text/event-stream", [this, r, prompts, o, id, created, chat, usage, n_prompt, logprobs_json,
+                            options_for, arrival](size_t, httplib::DataSink& sink) {
         const char* chunk_object = chat ? "chat.completion.chunk" : "text_completion";
         const auto send = [&](const Json& j) {
           const std::string event = "data: " + dump(j) + "\n\n";
@@ -409,7 +428,8 @@ void Server::Impl::handle(const httplib::Request& req, httplib::Response& res, b
         Outcome total;
         try {
           // Choice after choice, each from its role (chat) or echo chunk to its finish_reason.
-          for (int i = 0; i < r->n; ++i) {
+          for (int i = 0; i < r->n * static_cast<int>(prompts->size()); ++i) {
+            const Prompt& prompt = (*prompts)[static_cast<size_t>(i / r->n)];
             size_t n_calls = 0;
             int64_t text_offset = 0;
             if (chat) {
@@ -420,16 +440,16 @@ void Server::Impl::handle(const httplib::Request& req, httplib::Response& res, b
             }
             // echo: the prompt's text (and its logprobs, once scored) in the first chunk.
             const auto echo = [&](const std::vector<TokenLogprobs>* prompt_lps) {
-              Json choice = {{"index", i}, {"text", echo_text}};
-              choice["logprobs"] =
-                  prompt_lps ? prompt_logprobs_json(tok, prompt->front(), *prompt_lps, text_offset)
-                             : Json();
+              Json choice = {{"index", i}, {"text", prompt.echo}};
+              choice["logprobs"] = prompt_lps ? prompt_logprobs_json(tok, prompt.ids.front(),
+                                                                     *prompt_lps, text_offset)
+                                              : Json();
               choice["finish_reason"] = nullptr;
               send(chunk(std::move(choice)));
             };
             if (r->echo && o.prompt_logprobs < 0) echo(nullptr);
             const Outcome out = run(
-                *r, *prompt, options_for(i), arrival, i == 0,
+                *r, prompt.ids, options_for(i, i / r->n), arrival, i == 0,
                 [&](const ChatDelta& d, std::vector<TokenLogprobs>&& l) {
                   Json choice = {{"index", i}};
                   if (chat) {

@@ -208,18 +208,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     QF_FUZZ_CHECK(e.status() == 400 && std::string(e.what()).size() > 0, e.what());
     return 0;
   }
+  QF_FUZZ_CHECK(!r.prompts.empty() && r.prompts.size() * static_cast<size_t>(r.n) <= kMaxChoices,
+                std::to_string(r.prompts.size()) + " prompts");
   const Tokenizer& tok = qf::fuzz::tiny_tokenizer();
-  const std::vector<int32_t> ids = r.ids.empty() ? tok.encode(r.prompt) : r.ids;
-  check_stop_strings(r, r.ids.empty() ? r.prompt : tok.decode(r.ids));
   uint64_t seed = 1469598103934665603ULL;
   for (size_t i = 0; i < size; ++i) seed = (seed ^ data[i]) * 1099511628211ULL;
-  // (Token ids past the vocabulary are refused by the server.)
-  if (std::all_of(ids.begin(), ids.end(), [&](int32_t id) { return id < tok.n_ids(); })) {
-    check_sampling(r, ids, seed);
+  for (const ApiPrompt& p : r.prompts) {
+    QF_FUZZ_CHECK(p.text.empty() != p.ids.empty(), "a prompt is text or ids");
+    const std::vector<int32_t> ids = p.ids.empty() ? tok.encode(p.text) : p.ids;
+    check_stop_strings(r, p.ids.empty() ? p.text : tok.decode(p.ids));
+    // (Token ids past the vocabulary are refused by the server.)
+    if (std::all_of(ids.begin(), ids.end(), [&](int32_t id) { return id < tok.n_ids(); })) {
+      check_sampling(r, ids, seed);
+    }
+    if (p.ids.empty()) {
+      for (const int32_t id : ids) QF_FUZZ_CHECK(id >= 0 && id < tok.n_ids(), p.text);
+    }
   }
   if (r.grammar) walk(body, r, seed);
-  if (r.ids.empty()) {
-    for (const int32_t id : ids) QF_FUZZ_CHECK(id >= 0 && id < tok.n_ids(), r.prompt);
-  }
   return 0;
 }

@@ -88,6 +88,9 @@ def main():
                                 "best_of": 1},
         "completion_schema.json": {"prompt": "x", "ignore_eos": True, "response_format": schema_format(
             "s", {"type": "array", "items": {"type": ["integer", "boolean"]}, "minItems": 2})},
+        "completion_batch.json": {"prompt": ["Once", "upon a"], "n": 2, "echo": True, "max_tokens": 2,
+                                  "logprobs": 1},
+        "completion_batch_ids.json": {"prompt": [[1, 2], [3]], "max_tokens": 4},
         # /tokenize and /detokenize bodies (every body goes to those parsers too).
         "tokenize_chat.json": {"messages": USER, "tools": TOOLS, "add_generation_prompt": False,
                                "return_token_strs": True, "model": "m"},

@@ -43,7 +43,7 @@ TEST(OpenAiRequest, ChatFieldsAndDefaults) {
   ApiRequest r = parse_chat_request(chat_body(), kDefaults);
   EXPECT_TRUE(r.chat);
   EXPECT_EQ(r.model, "m");
-  EXPECT_EQ(r.prompt, render_chat(chat_body()["messages"], Json()));
+  EXPECT_EQ(r.prompts.at(0).text, render_chat(chat_body()["messages"], Json()));
   EXPECT_TRUE(r.thinking);
   EXPECT_FALSE(r.max_tokens);
   EXPECT_EQ(r.sampling.temperature, 0.6f);
@@ -85,7 +85,7 @@ TEST(OpenAiRequest, ChatFieldsAndDefaults) {
   EXPECT_EQ(parse_completion_request({{"prompt", "x"}, {"n", 3}}, kDefaults).n, 3);
   ChatOptions no_think;
   no_think.enable_thinking = false;
-  EXPECT_EQ(r.prompt, render_chat(chat_body()["messages"], tools, no_think));
+  EXPECT_EQ(r.prompts.at(0).text, render_chat(chat_body()["messages"], tools, no_think));
   r = parse_chat_request(
       chat_body({{"tools", tools}, {"tool_choice", "none"}, {"stop", {"a", "b"}}}), kDefaults);
   EXPECT_FALSE(r.parse_tools);
@@ -362,15 +362,29 @@ TEST(OpenAiRequest, CompletionPrompts) {
   };
   ApiRequest r = parse("def f(");
   EXPECT_FALSE(r.chat);
-  EXPECT_EQ(r.prompt, "def f(");
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(r.prompts[0].text, "def f(");
   EXPECT_EQ(r.max_tokens, 16);  // OpenAI's default for completions
-  EXPECT_EQ(parse({"one"}).prompt, "one");
-  EXPECT_EQ(parse({1, 2, 3}).ids, (std::vector<int32_t>{1, 2, 3}));
-  EXPECT_EQ(parse(Json::array({Json::array({4, 5})}), {{"max_tokens", 3}}).ids,
+  EXPECT_EQ(parse({"one"}).prompts.at(0).text, "one");
+  EXPECT_EQ(parse({1, 2, 3}).prompts.at(0).ids, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(parse(Json::array({Json::array({4, 5})}), {{"max_tokens", 3}}).prompts.at(0).ids,
             (std::vector<int32_t>{4, 5}));
   EXPECT_EQ(parse({1}, {{"max_tokens", 3}}).max_tokens, 3);
-  for (const Json& bad : {Json(""), Json::array(), Json({"a", "b"}), Json({1, -1}), Json({1, "x"}),
-                          Json(5), Json({{{"k", 1}}})}) {
+  // Several prompts of one kind, as vLLM takes them; n times their number at most 128.
+  r = parse({"a", "b", "c"}, {{"n", 2}});
+  ASSERT_EQ(r.prompts.size(), 3u);
+  EXPECT_EQ(r.prompts[2].text, "c");
+  EXPECT_TRUE(r.prompts[2].ids.empty());
+  r = parse(Json::array({Json::array({4, 5}), Json::array({6})}));
+  ASSERT_EQ(r.prompts.size(), 2u);
+  EXPECT_EQ(r.prompts[1].ids, std::vector<int32_t>{6});
+  EXPECT_EQ(parse(Json(std::vector<std::string>(64, "x")), {{"n", 2}}).prompts.size(), 64u);
+  EXPECT_EQ(error_of({{"prompt", std::vector<std::string>(65, "x")}, {"n", 2}}, false).param(),
+            "prompt");
+  for (const Json& bad :
+       {Json(""), Json::array(), Json({1, -1}), Json({1, "x"}), Json(5), Json({{{"k", 1}}}),
+        Json({"a", ""}), Json({"a", Json::array({1})}), Json::array({Json::array({1}), "a"}),
+        Json::array({Json::array()}), Json::array({Json::array({1, "x"})})}) {
     EXPECT_EQ(error_of({{"prompt", bad}}, false).param(), "prompt") << bad.dump();
   }
   EXPECT_EQ(error_of({{"max_tokens", 5}}, false).param(), "prompt");

@@ -61,6 +61,7 @@ class ScriptedServer {
           *cached = 0;
           if (active_.fetch_add(1) != 0) overlapped_ = true;
           prompt_.assign(prompt.begin(), prompt.end());
+          prompts_.push_back(prompt_);
           seeds_.push_back(go.sampling.seed);
           GenerateResult r;
           r.prompt_tokens = static_cast<int64_t>(prompt.size());
@@ -118,7 +119,8 @@ class ScriptedServer {
   const Tokenizer& tok() const { return tok_; }
 
   std::vector<int32_t> prompt_;
-  std::vector<uint64_t> seeds_;  // of every generation, in order
+  std::vector<std::vector<int32_t>> prompts_;  // of every generation, in order
+  std::vector<uint64_t> seeds_;                // of every generation, in order
   std::atomic<int> active_{0};
   std::atomic<bool> overlapped_{false};
   int fail_at_ = -1;
@@ -366,6 +368,67 @@ TEST(Server, CompletionEchoesThePromptAndItsLogprobs) {
   EXPECT_EQ(bad, 400);
   EXPECT_NE(why.find("0 only with 'echo'"), std::string::npos) << why;
   EXPECT_NE(why.find("\"param\":\"max_tokens\""), std::string::npos) << why;
+}
+
+// Several prompts in one completions request, as vLLM takes them: prompt p's choice i is choice
+// p * n + i, generated in that order with the seed + its index, each echoing its own prompt
+// and held to its own room; usage counts every prompt once; whole and streamed.
+TEST(Server, CompletionTakesSeveralPrompts) {
+  ScriptedServer s("Fine.");
+  httplib::Client c("127.0.0.1", s.port());
+  const std::vector<std::string> texts = {"One", "Two words", "Three more words"};
+  int64_t prompt_tokens = 0;
+  for (const std::string& t : texts)
+    prompt_tokens += static_cast<int64_t>(s.tok().encode(t).size());
+  for (const bool by_ids : {false, true}) {
+    for (const bool stream : {false, true}) {
+      const std::string what = std::string(by_ids ? "ids" : "text") + (stream ? ", streamed" : "");
+      Json prompt = Json::array();
+      for (const std::string& t : texts)
+        prompt.push_back(by_ids ? Json(s.tok().encode(t)) : Json(t));
+      Json body = {{"prompt", prompt}, {"n", 2},           {"seed", 7},
+                   {"echo", true},     {"max_tokens", 20}, {"stream", stream}};
+      if (stream) body["stream_options"] = {{"include_usage", true}};
+      s.seeds_.clear();
+      s.prompts_.clear();
+      const auto res = c.Post("/v1/completions", body.dump(), "application/json");
+      ASSERT_TRUE(res && res->status == 200) << what << ": " << (res ? res->body : "no reply");
+      EXPECT_EQ(s.seeds_, (std::vector<uint64_t>{7, 8, 9, 10, 11, 12})) << what;
+      ASSERT_EQ(s.prompts_.size(), 6u) << what;
+      std::vector<std::string> text(6);
+      Json usage;
+      if (!stream) {
+        const Json j = Json::parse(res->body);
+        ASSERT_EQ(j["choices"].size(), 6u) << what;
+        for (int i = 0; i < 6; ++i) {
+          EXPECT_EQ(j["choices"][i]["index"], i) << what;
+          text[i] = j["choices"][i]["text"];
+        }
+        usage = j["usage"];
+      } else {
+        for (size_t at = 0; (at = res->body.find("data: {", at)) != std::string::npos; ++at) {
+          const Json e = Json::parse(res->body.substr(at + 6, res->body.find('\n', at) - at - 6));
+          if (e.contains("usage") && !e["usage"].is_null()) usage = e["usage"];
+          if (e["choices"].empty()) continue;
+          text[e["choices"][0]["index"].get<int>()] += e["choices"][0]["text"].get<std::string>();
+        }
+      }
+      for (int i = 0; i < 6; ++i) {
+        EXPECT_EQ(s.prompts_[i], s.tok().encode(texts[i / 2])) << what << " choice " << i;
+        EXPECT_EQ(text[i], texts[i / 2] + "Fine.") << what << " choice " << i;
+      }
+      EXPECT_EQ(usage["prompt_tokens"], prompt_tokens) << what;
+      EXPECT_EQ(usage["completion_tokens"], 6 * s.reply().size()) << what;
+    }
+  }
+  // Each prompt is held to its own room: the second is too long, and says so by its index.
+  const auto res = c.Post(
+      "/v1/completions",
+      Json{{"prompt", Json::array({Json::array({1}), Json(std::vector<int32_t>(4096, 1))})}}.dump(),
+      "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400) << res->body;
+  EXPECT_NE(res->body.find("prompt 1 has 4096 tokens"), std::string::npos) << res->body;
 }
 
 // n choices: generated one after the other with the request's seed + i, each whole or streamed

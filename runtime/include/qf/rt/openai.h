@@ -48,14 +48,22 @@ class ApiError : public std::runtime_error {
 // 400 invalid_request_error.
 [[noreturn]] void bad_request(const std::string& message, const std::string& param = "");
 
-// The most choices a request may ask for (`n`; OpenAI's limit).
+// The most choices a request may ask for (`n`, times its prompts; OpenAI's limit on `n`).
 constexpr int kMaxChoices = 128;
+
+// One prompt of a request: its text (chat: the rendered template), or the token ids a
+// completions request gave (then `text` is empty).
+struct ApiPrompt {
+  std::string text;
+  std::vector<int32_t> ids;
+};
 
 struct ApiRequest {
   bool chat = false;
-  std::string model;             // as given ("" when absent)
-  std::string prompt;            // chat: the rendered template; completions: the text
-  std::vector<int32_t> ids;      // completions given token ids (then `prompt` is empty)
+  std::string model;  // as given ("" when absent)
+  // Chat: one. Completions: one or more (a list of prompts, as vLLM takes it): prompt p's
+  // choice i is the reply's choice p * n + i.
+  std::vector<ApiPrompt> prompts;
   bool thinking = false;         // chat: the prompt ends inside an open think block
   nlohmann::ordered_json tools;  // chat: the tool definitions (null when none)
   ToolChoice tool_choice;        // chat: "auto" when not given
