@@ -279,6 +279,19 @@ void expect_choices_follow_seeds(const std::string& engine) {
   EXPECT_NE(want[0]["text"], want[1]["text"]) << "the seeds should sample apart";
   EXPECT_EQ(reply["usage"]["completion_tokens"], want[0]["completion_tokens"].get<int64_t>() +
                                                      want[1]["completion_tokens"].get<int64_t>());
+  // The same prompt twice in one request (vLLM's batch of prompts), n 1: choice p takes the
+  // seed + p, so the same two replies.
+  Json batch = body;
+  batch["prompt"] = Json::array({prompt, prompt});
+  batch.erase("n");
+  const auto two = c.Post("/v1/completions", batch.dump(), "application/json");
+  ASSERT_TRUE(two && two->status == 200) << (two ? two->body : "no reply") << serve.log();
+  const Json both = Json::parse(two->body);
+  ASSERT_EQ(both["choices"].size(), 2u) << both.dump();
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(both["choices"][i]["text"], want[i]["text"]) << engine << " prompt " << i;
+  }
+  EXPECT_EQ(both["usage"]["prompt_tokens"], 2 * reply["usage"]["prompt_tokens"].get<int64_t>());
   EXPECT_EQ(serve.stop(), 0) << serve.log();
 }
 
@@ -320,6 +333,20 @@ TEST(ServeCli, ErrorsKeyAndAClientLeaving) {
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err << "\nserver log:\n" << serve.log();
   EXPECT_NE(serve.log().find("the client closed the stream; generation stopped"), std::string::npos)
       << serve.log();
+  // /metrics and /tokenize are outside /v1, so the key is not asked for (as in vLLM); the
+  // client that left counts as an aborted generation, and nothing is left on the engine.
+  httplib::Client c("127.0.0.1", serve.port());
+  const auto tokens = c.Post("/tokenize", R"({"prompt": "Hello"})", "application/json");
+  ASSERT_TRUE(tokens);
+  EXPECT_EQ(tokens->status, 200) << tokens->body;
+  const auto metrics = c.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->status, 200);
+  EXPECT_NE(metrics->body.find("finished_reason=\"abort\"} 1\n"), std::string::npos)
+      << metrics->body;
+  EXPECT_NE(metrics->body.find("vllm:num_requests_running{model_name=\"model\"} 0\n"),
+            std::string::npos)
+      << metrics->body;
   EXPECT_EQ(serve.stop(), 0) << serve.log();
 }
 
