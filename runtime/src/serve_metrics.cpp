@@ -40,6 +40,17 @@ const std::vector<double> kRequestBounds = {0.3,  0.5,   0.8,   1.0,   1.5,   2.
                                             5.0,  10.0,  15.0,  20.0,  30.0,  40.0,  50.0,
                                             60.0, 120.0, 240.0, 480.0, 960.0, 1920.0};
 
+// 1, 2, 5, 10, 20, 50, ... up to `max` (vLLM's buckets for token counts are of this kind).
+std::vector<double> one_two_five(int64_t max) {
+  std::vector<double> b;
+  for (double decade = 1;; decade *= 10) {
+    for (const double m : {1.0, 2.0, 5.0}) {
+      if (m * decade > static_cast<double>(max)) return b;
+      b.push_back(m * decade);
+    }
+  }
+}
+
 }  // namespace
 
 void ServeMetrics::Histogram::observe(double v) {
@@ -48,12 +59,14 @@ void ServeMetrics::Histogram::observe(double v) {
   sum += v;
 }
 
-ServeMetrics::ServeMetrics(std::string model_name)
+ServeMetrics::ServeMetrics(std::string model_name, int64_t max_model_len)
     : model_label_("model_name=\"" + escape_label(model_name) + "\""),
       queue_(kLatencyBounds),
       ttft_(kLatencyBounds),
       itl_(kLatencyBounds),
-      e2e_(kRequestBounds) {}
+      e2e_(kRequestBounds),
+      prompt_len_(one_two_five(max_model_len)),
+      generated_len_(one_two_five(max_model_len)) {}
 
 void ServeMetrics::add_waiting(int delta) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -86,6 +99,8 @@ void ServeMetrics::generation_done(int64_t prompt, int64_t cached, int64_t gener
   prompt_tokens_ += static_cast<uint64_t>(prompt);
   cache_hits_ += static_cast<uint64_t>(cached);
   generation_tokens_ += static_cast<uint64_t>(generated);
+  prompt_len_.observe(static_cast<double>(prompt));
+  generated_len_.observe(static_cast<double>(generated));
   ++finished_[std::string(finished_reason)];
 }
 
@@ -145,6 +160,8 @@ std::string ServeMetrics::render() const {
   histogram("vllm:time_to_first_token_seconds", "A request's arrival to its first token.", ttft_);
   histogram("vllm:inter_token_latency_seconds", "Between two tokens of a generation.", itl_);
   histogram("vllm:e2e_request_latency_seconds", "A request's arrival to its last byte.", e2e_);
+  histogram("vllm:request_prompt_tokens", "Prompt tokens of a finished generation.", prompt_len_);
+  histogram("vllm:request_generation_tokens", "Tokens a finished generation made.", generated_len_);
   header(s, "http_requests_total", "counter", "HTTP requests answered.");
   for (const auto& [key, n] : http_) {
     const auto& [route, method, status] = key;

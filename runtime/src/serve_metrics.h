@@ -21,7 +21,8 @@ namespace qf::rt {
 
 class ServeMetrics {
  public:
-  explicit ServeMetrics(std::string model_name);
+  // max_model_len bounds the token-count histograms' buckets (1, 2, 5, 10, 20, 50, ... up to it).
+  ServeMetrics(std::string model_name, int64_t max_model_len);
 
   // Generations waiting for the engine, and on it (0 or 1).
   void add_waiting(int delta);
@@ -61,7 +62,7 @@ class ServeMetrics {
   uint64_t prompt_tokens_ = 0, generation_tokens_ = 0, cache_hits_ = 0;
   std::map<std::string, uint64_t> finished_;  // by finished_reason
   std::map<std::tuple<std::string, std::string, std::string>, uint64_t> http_;
-  Histogram queue_, ttft_, itl_, e2e_;
+  Histogram queue_, ttft_, itl_, e2e_, prompt_len_, generated_len_;
 };
 
 }  // namespace qf::rt

@@ -76,7 +76,10 @@ using DeltaFn = std::function<void(const ChatDelta&, std::vector<TokenLogprobs>&
 
 struct Server::Impl {
   Impl(const Tokenizer& t, GenerateFn g, ServeOptions o)
-      : tok(t), generate(std::move(g)), opt(std::move(o)), metrics(opt.model_name) {}
+      : tok(t),
+        generate(std::move(g)),
+        opt(std::move(o)),
+        metrics(opt.model_name, opt.max_model_len) {}
 
   const Tokenizer& tok;
   GenerateFn generate;

@@ -742,6 +742,18 @@ TEST(Server, MetricsCountTokensRequestsAndLatencies) {
   EXPECT_EQ(sample(t, "vllm:inter_token_latency_seconds_count" + m), generated - 2);
   EXPECT_EQ(sample(t, "vllm:e2e_request_latency_seconds_count" + m), 2);
   EXPECT_GT(sample(t, "vllm:e2e_request_latency_seconds_sum" + m), 0);
+  // Lengths: the chat's 10 tokens in the bucket up to 10, the completion's in the one to 100
+  // (cumulative: 2); the buckets go 1, 2, 5, ... up to max_model_len (4096: 2000 the last).
+  EXPECT_EQ(sample(t, "vllm:request_generation_tokens_sum" + m), generated);
+  EXPECT_EQ(sample(t, "vllm:request_generation_tokens_bucket{model_name=\"scripted\",le=\"10\"}"),
+            1);
+  EXPECT_EQ(sample(t, "vllm:request_generation_tokens_bucket{model_name=\"scripted\",le=\"100\"}"),
+            s.reply().size() <= 100 ? 2 : 1);
+  EXPECT_EQ(sample(t, "vllm:request_generation_tokens_bucket{model_name=\"scripted\",le=\"5000\"}"),
+            -1);
+  EXPECT_EQ(sample(t, "vllm:request_prompt_tokens_sum" + m),
+            sample(t, "vllm:prompt_tokens_total" + m));
+  EXPECT_EQ(sample(t, "vllm:request_prompt_tokens_count" + m), 2);
   for (const char* h :
        {"/v1/chat/completions\",method=\"POST\",status=\"2xx",
         "/v1/completions\",method=\"POST\",status=\"2xx",
