@@ -91,12 +91,17 @@ std::shared_ptr<const JsonGrammar> response_format(const Json& f) {
 }
 
 // The fields both endpoints share.
-void parse_common(const Json& body, const SamplingOptions& defaults, ApiRequest& r) {
+// The body's "model" ("" when absent), after checking that the body is an object.
+std::string model_field(const Json& body) {
   if (!body.is_object()) bad_request("the request body must be a JSON object, got " + got(body));
-  if (const Json* m = field(body, "model")) {
-    if (!m->is_string()) bad_request("'model' must be a string, got " + got(*m), "model");
-    r.model = m->get<std::string>();
-  }
+  const Json* m = field(body, "model");
+  if (!m) return "";
+  if (!m->is_string()) bad_request("'model' must be a string, got " + got(*m), "model");
+  return m->get<std::string>();
+}
+
+void parse_common(const Json& body, const SamplingOptions& defaults, ApiRequest& r) {
+  r.model = model_field(body);
   r.sampling = defaults;
   if (const auto t = number(body, "temperature")) {
     if (*t < 0) bad_request("'temperature' must be >= 0, got " + std::to_string(*t), "temperature");
@@ -410,18 +415,6 @@ ApiRequest parse_completion_request(const Json& body, const SamplingOptions& def
   }
   return r;
 }
-
-namespace {
-
-std::string model_field(const Json& body) {
-  if (!body.is_object()) bad_request("the request body must be a JSON object, got " + got(body));
-  const Json* m = field(body, "model");
-  if (!m) return "";
-  if (!m->is_string()) bad_request("'model' must be a string, got " + got(*m), "model");
-  return m->get<std::string>();
-}
-
-}  // namespace
 
 TokenizeRequest parse_tokenize_request(const Json& body) {
   TokenizeRequest r;
