@@ -295,8 +295,8 @@ void Server::Impl::handle(const httplib::Request& req, httplib::Response& res, b
   for (size_t p = 0; p < r->prompts.size(); ++p) {
     const ApiPrompt& a = r->prompts[p];
     Prompt q{a.ids.empty() ? tok.encode(a.text) : a.ids, {}, 0};
-    const std::string which =
-        r->prompts.size() > 1 ? "prompt " + std::to_string(p) + "'s " : std::string("prompt ");
+    const bool several = r->prompts.size() > 1;  // messages name the prompt
+    const std::string which = several ? "prompt " + std::to_string(p) + "'s " : "prompt ";
     for (size_t i = 0; i < q.ids.size(); ++i) {
       if (q.ids[i] >= opt.vocab_size) {
         bad_request(which + "token " + std::to_string(i) + " is " + std::to_string(q.ids[i]) +
@@ -308,9 +308,8 @@ void Server::Impl::handle(const httplib::Request& req, httplib::Response& res, b
     const int64_t room = opt.max_model_len - n;
     if (room < least || (r->max_tokens && *r->max_tokens > room)) {
       const std::string has =
-          r->prompts.size() > 1
-              ? "prompt " + std::to_string(p) + " has " + std::to_string(n) + " tokens"
-              : "the request has " + std::to_string(n) + " prompt tokens";
+          several ? "prompt " + std::to_string(p) + " has " + std::to_string(n) + " tokens"
+                  : "the request has " + std::to_string(n) + " prompt tokens";
       bad_request("this model's maximum context length is " + std::to_string(opt.max_model_len) +
                       " tokens; " + has + " and asks for " +
                       (r->max_tokens ? std::to_string(*r->max_tokens) : std::string("at least 1")) +
@@ -334,11 +333,14 @@ void Server::Impl::handle(const httplib::Request& req, httplib::Response& res, b
   o.logprobs = r->logprobs;
   if (r->echo && r->logprobs >= 0) o.prompt_logprobs = r->logprobs;
   if (!r->ignore_eos) o.stop_ids = opt.eos_ids;
-  // Choice i's options (of prompt p): the seed + i, prompt p's budget, and a structured-output
-  // state of its own.
-  const auto options_for = [this, r, o, prompts](int i, size_t p) {
+  // Choice i (of prompt i / n): its options are the seed + i, its prompt's budget, and a
+  // structured-output state of its own.
+  const auto prompt_of = [r, prompts](int i) -> const Prompt& {
+    return (*prompts)[static_cast<size_t>(i / r->n)];
+  };
+  const auto options_for = [this, r, o, prompt_of](int i) {
     GenerateOptions c = o;
-    c.max_tokens = (*prompts)[p].max_tokens;
+    c.max_tokens = prompt_of(i).max_tokens;
     c.sampling.seed = o.sampling.seed + static_cast<uint64_t>(i);
     if (r->grammar) {
       c.constraint = std::make_shared<JsonConstraint>(token_trie(), r->grammar, c.stop_ids,
@@ -368,11 +370,11 @@ void Server::Impl::handle(const httplib::Request& req, httplib::Response& res, b
   if (!r->stream) {
     Json choices = Json::array();
     Outcome total;
-    for (int i = 0; i < r->n * static_cast<int>(prompts->size()); ++i) {
-      const Prompt& prompt = (*prompts)[static_cast<size_t>(i / r->n)];
+    for (int i = 0; i < r->choices(); ++i) {
+      const Prompt& prompt = prompt_of(i);
       ChatDelta all;
       std::vector<TokenLogprobs> lps;
-      const Outcome out = run(*r, prompt.ids, options_for(i, i / r->n), arrival, i == 0,
+      const Outcome out = run(*r, prompt.ids, options_for(i), arrival, i == 0,
                               [&](const ChatDelta& d, std::vector<TokenLogprobs>&& l) {
                                 append(all, d);
                                 lps.insert(lps.end(), std::make_move_iterator(l.begin()),
@@ -414,8 +416,8 @@ void Server::Impl::handle(const httplib::Request& req, httplib::Response& res, b
 
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
-      "text/event-stream", [this, r, prompts, o, id, created, chat, usage, n_prompt, logprobs_json,
-                            options_for, arrival](size_t, httplib::DataSink& sink) {
+      "text/event-stream", [this, r, o, id, created, chat, usage, n_prompt, logprobs_json,
+                            prompt_of, options_for, arrival](size_t, httplib::DataSink& sink) {
         const char* chunk_object = chat ? "chat.completion.chunk" : "text_completion";
         const auto send = [&](const Json& j) {
           const std::string event = "data: " + dump(j) + "\n\n";
@@ -431,8 +433,8 @@ void Server::Impl::handle(const httplib::Request& req, httplib::Response& res, b
         Outcome total;
         try {
           // Choice after choice, each from its role (chat) or echo chunk to its finish_reason.
-          for (int i = 0; i < r->n * static_cast<int>(prompts->size()); ++i) {
-            const Prompt& prompt = (*prompts)[static_cast<size_t>(i / r->n)];
+          for (int i = 0; i < r->choices(); ++i) {
+            const Prompt& prompt = prompt_of(i);
             size_t n_calls = 0;
             int64_t text_offset = 0;
             if (chat) {
@@ -452,7 +454,7 @@ void Server::Impl::handle(const httplib::Request& req, httplib::Response& res, b
             };
             if (r->echo && o.prompt_logprobs < 0) echo(nullptr);
             const Outcome out = run(
-                *r, prompt.ids, options_for(i, i / r->n), arrival, i == 0,
+                *r, prompt.ids, options_for(i), arrival, i == 0,
                 [&](const ChatDelta& d, std::vector<TokenLogprobs>&& l) {
                   Json choice = {{"index", i}};
                   if (chat) {

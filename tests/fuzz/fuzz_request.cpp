@@ -208,7 +208,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     QF_FUZZ_CHECK(e.status() == 400 && std::string(e.what()).size() > 0, e.what());
     return 0;
   }
-  QF_FUZZ_CHECK(!r.prompts.empty() && r.prompts.size() * static_cast<size_t>(r.n) <= kMaxChoices,
+  QF_FUZZ_CHECK(!r.prompts.empty() && r.choices() <= kMaxChoices,
                 std::to_string(r.prompts.size()) + " prompts");
   const Tokenizer& tok = qf::fuzz::tiny_tokenizer();
   uint64_t seed = 1469598103934665603ULL;

@@ -62,7 +62,7 @@ struct ApiRequest {
   bool chat = false;
   std::string model;  // as given ("" when absent)
   // Chat: one. Completions: one or more (a list of prompts, as vLLM takes it): prompt p's
-  // choice i is the reply's choice p * n + i.
+  // choice i is the reply's choice p * n + i, of choices().
   std::vector<ApiPrompt> prompts;
   bool thinking = false;         // chat: the prompt ends inside an open think block
   nlohmann::ordered_json tools;  // chat: the tool definitions (null when none)
@@ -83,6 +83,7 @@ struct ApiRequest {
   // Choices (`n`): generated one after the other, choice i with the seed + i (the request's, or
   // one drawn for it), each its own structured-output state.
   int n = 1;
+  int choices() const { return n * static_cast<int>(prompts.size()); }
 };
 
 // `body` as parsed from the request (ordered, so that tool schemas keep their key order);
