@@ -203,13 +203,17 @@ struct Fmt<WeightKind::kFp8> {
   }
 };
 
-template <>
-struct Fmt<WeightKind::kBf16> {
-  static constexpr int kCols = 8;
+// The formats without scales: nothing to load or decode beside the chunk.
+struct NoScales {
   struct Param {};
   using Raw = Param;
   static __device__ __forceinline__ Raw load_raw(const Mat&, uint32_t) { return {}; }
   static __device__ __forceinline__ Param param(const Raw&) { return {}; }
+};
+
+template <>
+struct Fmt<WeightKind::kBf16> : NoScales {
+  static constexpr int kCols = 8;
   template <int kR, class XAt>
   static __device__ __forceinline__ void dot(const uint4 (&wv)[kR], const Param (&)[kR], XAt x_at,
                                              float (&acc)[kR][2], uint32_t) {
@@ -229,12 +233,8 @@ struct Fmt<WeightKind::kBf16> {
 };
 
 template <>
-struct Fmt<WeightKind::kF32> {
+struct Fmt<WeightKind::kF32> : NoScales {
   static constexpr int kCols = 4;
-  struct Param {};
-  using Raw = Param;
-  static __device__ __forceinline__ Raw load_raw(const Mat&, uint32_t) { return {}; }
-  static __device__ __forceinline__ Param param(const Raw&) { return {}; }
   template <int kR, class XAt>
   static __device__ __forceinline__ void dot(const uint4 (&wv)[kR], const Param (&)[kR], XAt x_at,
                                              float (&acc)[kR][2], uint32_t) {
