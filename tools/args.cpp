@@ -3,6 +3,8 @@
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
+#include <string>
 
 #include "qf/error.h"
 #include "qf/rt/speculative.h"
@@ -33,7 +35,7 @@ void add_mtp_vocab_option(CLI::App* sub, int64_t* out, const std::string& needs)
                   "the MTP head drafts from token ids [0, N) only, its LM head reading N rows "
                   "(a multiple of 128; the ids keep speculative decoding's guarantees, only how "
                   "many drafts are kept changes; default: all)")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max()))
       ->needs(sub->get_option(needs));
 }
 
@@ -54,6 +56,46 @@ void check_draft_tokens(int drafts, const std::string& device) {
                                         " drafts a round (more run on the CPU engine, --device "
                                         "cpu)");
   }
+}
+
+namespace {
+
+// Empty if `v` is a decimal integer within 64 bits ('-' only where `is_signed`), which it then
+// leaves without leading zeros (else CLI11 reads 010 as octal); else why not.
+std::string integer_problem(std::string& v, bool is_signed) {
+  const bool minus = !v.empty() && v[0] == '-';
+  const size_t d0 = minus ? 1 : 0;
+  if (v.size() == d0 || v.find_first_not_of("0123456789", d0) != std::string::npos) {
+    return "'" + v + "' is not a decimal integer";
+  }
+  const size_t first = v.find_first_not_of('0', d0);
+  if (first == std::string::npos) {
+    v = "0";
+    return "";
+  }
+  if (minus && !is_signed) return "'" + v + "' is negative: it takes 0 or more";
+  const std::string digits = v.substr(first);
+  const std::string max = !is_signed ? "18446744073709551615"
+                          : minus    ? "9223372036854775808"
+                                     : "9223372036854775807";
+  if (digits.size() > max.size() || (digits.size() == max.size() && digits > max)) {
+    return "'" + v + "' is out of range";
+  }
+  v = (minus ? "-" : "") + digits;
+  return "";
+}
+
+}  // namespace
+
+void strict_integers(CLI::App& app) {
+  for (CLI::Option* opt : app.get_options()) {
+    const std::string type = opt->get_type_name();
+    const bool is_unsigned = type.rfind("UINT", 0) == 0;
+    if (!is_unsigned && type.rfind("INT", 0) != 0) continue;
+    opt->transform(CLI::Validator(
+        [is_unsigned](std::string& v) { return integer_problem(v, !is_unsigned); }, ""));
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) strict_integers(*sub);
 }
 
 uint64_t parse_size(const std::string& text, const std::string& flag) {

@@ -12,6 +12,12 @@ class App;
 
 namespace qf::tools {
 
+// Every integer option of `app` and of its subcommands, at any depth, takes decimal digits only,
+// with a '-' on signed ones, within 64 bits: CLI11 2.1 reads 010 as octal and 0x10 as hex, gives
+// 2^63 - 1 for anything past it and 2^64 - 1 for -1 on an unsigned option. The option's own
+// type and checks then bound it as before. Call once every option is added.
+void strict_integers(CLI::App& app);
+
 // "5GiB", "512MiB", "4096", "5G" (decimal), "1.5GiB"; throws Error(kUsage) naming the flag.
 uint64_t parse_size(const std::string& text, const std::string& flag);
 

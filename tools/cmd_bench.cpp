@@ -92,7 +92,6 @@ int run(const BenchArgs& a) {
   if (!a.model.empty() && a.synthetic_format != "hybrid") {
     throw Error(Errc::kUsage, "--synthetic-format goes with --synthetic, not --model");
   }
-  if (a.steps < 1 || a.context < 1) throw Error(Errc::kUsage, "--steps and --context must be >= 1");
   if (a.score && a.prefill < 2) throw Error(Errc::kUsage, "--score needs --prefill N (N >= 2)");
   if (a.score && a.mtp_vocab > 0) {
     throw Error(Errc::kUsage,
@@ -657,11 +656,14 @@ Command add_bench(CLI::App& app) {
                   "experts and LM head) or bf16 (Qwen's BF16 release)")
       ->check(CLI::IsMember({"hybrid", "hybrid-int4-head", "int4", "bf16"}))
       ->capture_default_str();
-  sub->add_option("--steps", a->steps, "timed decode steps")->capture_default_str();
+  sub->add_option("--steps", a->steps, "timed decode steps")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
   sub->add_option("--context", a->context,
                   "tokens in the context when timing (filled by steps; past 4096 by a batched "
                   "prefill)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 24));
   sub->add_option("--seed", a->seed, "--synthetic: value seed")->capture_default_str();
   sub->add_flag("--shared-in-experts", a->shared_in_experts,
                 "run the shared expert as extra slots of the routed experts' two launches, not "

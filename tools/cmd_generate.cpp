@@ -1,5 +1,6 @@
 // qforge generate --model DIR (--prompt T | --chat T): text from the reference engine, streamed
 // to stdout as it is generated.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -135,7 +136,9 @@ int run(const GenerateArgs& a) {
   rt::SpecStats spec;
   if (a.device == "cuda") {
     rt::CudaOptions co;
-    co.max_context = static_cast<int64_t>(prompt.size()) + std::max<int64_t>(a.max_tokens, 1) + 1;
+    // Past kMaxCudaContext the engine refuses it (no overflow on the way).
+    co.max_context = static_cast<int64_t>(prompt.size()) +
+                     std::clamp<int64_t>(a.max_tokens, 1, rt::kMaxCudaContext) + 1;
     co.mtp = a.speculative;
     co.mtp_vocab = a.mtp_vocab;
     co.kv_cache = a.kv_cache;

@@ -77,8 +77,10 @@ void handle_signals() {
 int run(const ServeArgs& a) {
   handle_signals();
   if (a.port < 0 || a.port > 65535) throw Error(Errc::kUsage, "--port must be in 0..65535");
-  if (a.max_model_len < 0) {
-    throw Error(Errc::kUsage, "--max-model-len must be >= 1 (or 0: the model's, at most 32768)");
+  if (a.max_model_len < 0 || a.max_model_len >= rt::kMaxCudaContext) {
+    throw Error(Errc::kUsage, "--max-model-len must be 1 to " +
+                                  std::to_string(rt::kMaxCudaContext - 1) +
+                                  " (or 0: the model's, at most 32768)");
   }
   check_draft_tokens(a.draft_tokens, a.device);
   const std::filesystem::path dir(a.model);

@@ -140,7 +140,7 @@ Command add_validate(CLI::App& app) {
                 "valid (XXH3-64 per file and per tensor)");
   sub->add_flag("--json", args->json, "machine-readable report on stdout");
   sub->add_option("--threads", args->threads, "hashing threads (default: all cores)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 4096));
   sub->add_flag("--no-model", args->no_model,
                 "structural checks only (skip the checks against config.json)");
   sub->add_flag("--scan-values", args->scan_values,

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "args.h"
 #include "commands.h"
 #include "qf/error.h"
 
@@ -35,6 +36,7 @@ int main(int argc, char** argv) {
       qf::tools::add_tokenize(app),
       qf::tools::add_validate(app),
   };
+  qf::tools::strict_integers(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -19,12 +19,14 @@ bool CudaEngine::available(std::string* why) {
   if (why) *why = kWhy;
   return false;
 }
-CudaEngine::CudaEngine(const Model&, const CudaOptions&) {
+CudaEngine::CudaEngine(const Model&, const CudaOptions& options) {
+  check_cuda_options(options);
   unavailable();
 }
 CudaEngine::CudaEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 std::unique_ptr<CudaEngine> CudaEngine::synthetic(const ckpt::Qwen35Config&, uint64_t,
-                                                  const CudaOptions&, SyntheticFormat) {
+                                                  const CudaOptions& options, SyntheticFormat) {
+  check_cuda_options(options);
   unavailable();
 }
 CudaEngine::~CudaEngine() = default;

@@ -303,6 +303,32 @@ TEST(EngineCli, PenaltiesChangeGreedyIdsAndBadValuesAreRefused) {
   EXPECT_NE(no_json.out.find("--logprobs needs --json"), std::string::npos) << no_json.out;
 }
 
+// Integer flags are decimal and within 64 bits (CLI11 alone reads 010 as octal, saturates past
+// 2^63 - 1 and wraps -1 on an unsigned flag), and a CUDA KV cache past kMaxCudaContext positions
+// is refused before anything loads (or a GPU is looked for).
+TEST(EngineCli, IntegerFlagsAreDecimalAndInRange) {
+  const std::string base = "generate --model " + kModel.string() + " --tokens 1,2 --ignore-eos";
+  const CommandResult ten = qforge_split(base + " --max-tokens 010 --json");
+  ASSERT_EQ(ten.exit_code, 0) << ten.err;
+  EXPECT_EQ(nlohmann::json::parse(ten.out)["ids"].size(), 10u);  // not octal 8
+  for (const auto& [flag, what] : std::vector<std::pair<std::string, std::string>>{
+           {" --max-tokens 0x10", "--max-tokens: '0x10' is not a decimal integer"},
+           {" --top-k +3", "--top-k: '+3' is not a decimal integer"},
+           {" --max-tokens 9223372036854775808", "'9223372036854775808' is out of range"},
+           {" --seed -1", "--seed: '-1' is negative"},
+           {" --seed 18446744073709551616", "'18446744073709551616' is out of range"}}) {
+    const CommandResult bad = qforge(base + flag);
+    EXPECT_EQ(bad.exit_code, 1) << flag << bad.out;
+    EXPECT_NE(bad.out.find(what), std::string::npos) << flag << bad.out;
+  }
+  const CommandResult big = qforge(base + " --max-tokens 9223372036854775807 --device cuda");
+  EXPECT_EQ(big.exit_code, 1) << big.out;
+  EXPECT_NE(big.out.find("a KV cache of 1073741827 positions: the CUDA engine takes 1 to " +
+                         std::to_string(rt::kMaxCudaContext)),
+            std::string::npos)
+      << big.out;
+}
+
 // --speculative samples with generation_config.json's defaults (the fixture's: temperature 0.6,
 // top-p 0.95, top-k 20) like plain generation, and a seed reproduces it.
 TEST(EngineCli, SpeculativeSamplesWithTheConfigsDefaults) {

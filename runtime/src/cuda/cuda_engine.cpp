@@ -34,6 +34,7 @@ bool CudaEngine::available(std::string* why) {
 CudaEngine::CudaEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 CudaEngine::CudaEngine(const Model& model, const CudaOptions& options) {
+  check_cuda_options(options);
   std::string why;
   if (!available(&why)) throw Error(Errc::kUnsupported, "--device cuda: " + why);
   cuda::check(cudaSetDevice(options.device), "cudaSetDevice");
@@ -44,6 +45,7 @@ CudaEngine::CudaEngine(const Model& model, const CudaOptions& options) {
 std::unique_ptr<CudaEngine> CudaEngine::synthetic(const ckpt::Qwen35Config& config, uint64_t seed,
                                                   const CudaOptions& options,
                                                   SyntheticFormat format) {
+  check_cuda_options(options);
   std::string why;
   if (!available(&why)) throw Error(Errc::kUnsupported, "--device cuda: " + why);
   cuda::check(cudaSetDevice(options.device), "cudaSetDevice");

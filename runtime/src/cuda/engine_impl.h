@@ -415,8 +415,9 @@ struct CudaEngine::Impl {
 
   void before_step(int64_t at) {
     if (at >= o.max_context) {
-      throw Error(Errc::kUsage, "the context is full: " + std::to_string(o.max_context) +
-                                    " tokens (raise --max-context)");
+      throw Error(Errc::kUsage, "the context is full: the KV cache holds " +
+                                    std::to_string(o.max_context) +
+                                    " positions (sized at load: CudaOptions::max_context)");
     }
   }
 

@@ -25,9 +25,16 @@ namespace qf::rt {
 // The router, shared-expert gate and embeddings are BF16 in all of them.
 enum class SyntheticFormat { kHybrid, kHybridInt4Head, kInt4, kBf16 };
 
+// The most KV cache rows a CudaEngine takes (positions are 32-bit on the device).
+inline constexpr int64_t kMaxCudaContext = int64_t{1} << 30;
+struct CudaOptions;
+// Error(kUsage) naming what is out of range in `options`; CudaEngine's constructors call it
+// first, before they look for a GPU or load anything (built with or without CUDA).
+void check_cuda_options(const CudaOptions& options);
+
 struct CudaOptions {
   int device = 0;
-  int64_t max_context = 4096;  // KV cache rows per attention layer
+  int64_t max_context = 4096;  // KV cache rows per attention layer: 1 .. kMaxCudaContext
   // The KV caches' entries (the MTP head's too): f32, or bf16 (half the bytes a row; at
   // 122B-A10B's 12 attention layers 48 KiB a token in f32, so 1.5 GiB at 32768 rows).
   KvCacheType kv_cache = KvCacheType::kF32;
