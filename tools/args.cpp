@@ -11,6 +11,10 @@
 
 namespace qf::tools {
 
+void add_threads_option(CLI::App* sub, int* out, const std::string& what) {
+  sub->add_option("--threads", *out, what + " (default: all cores)")->check(CLI::Range(0, 1024));
+}
+
 void add_kv_cache_option(CLI::App* sub, rt::KvCacheType* out) {
   using rt::KvCacheType;
   const std::string f32 = rt::kv_cache_type_name(KvCacheType::kF32),

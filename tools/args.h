@@ -21,6 +21,8 @@ void strict_integers(CLI::App& app);
 // "5GiB", "512MiB", "4096", "5G" (decimal), "1.5GiB"; throws Error(kUsage) naming the flag.
 uint64_t parse_size(const std::string& text, const std::string& flag);
 
+// --threads N into *out: 0 (the default) for all cores, else 1 .. 1024; `what` says what they do.
+void add_threads_option(CLI::App* sub, int* out, const std::string& what);
 // --kv-cache-dtype float32 | bfloat16 | fp8 on an engine command (qf/rt/kv_cache.h), into *out.
 void add_kv_cache_option(CLI::App* sub, rt::KvCacheType* out);
 // --mtp-draft-vocab N (qf/rt/mtp_vocab.h) into *out (0: not given), needing the flag `needs`

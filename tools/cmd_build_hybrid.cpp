@@ -3,6 +3,7 @@
 #include <memory>
 #include <optional>
 
+#include "args.h"
 #include "commands.h"
 #include "output.h"
 #include "qf/quant/hybrid.h"
@@ -138,8 +139,7 @@ Command add_build_hybrid(CLI::App& app) {
   sub->add_flag("--dry-run", a->dry_run,
                 "print the plan (replacements, unused FP8 tensors, shards)");
   sub->add_flag("--force", a->force, "replace an existing OUT; accept unexpected FP8 tensors");
-  sub->add_option("--threads", a->threads,
-                  "threads writing and hashing the output files (default: all cores)");
+  add_threads_option(sub, &a->threads, "threads writing and hashing the output files");
   sub->add_flag("--json", a->json, "machine-readable report on stdout");
   sub->footer(
       "Everything but the shared-expert projections is copied byte for byte; the MTP sidecar is\n"

@@ -82,7 +82,7 @@ Command add_dequantize(CLI::App& app) {
   sub->add_flag("--no-checksums", a->no_checksums, "do not write qforge-manifest.json");
   sub->add_flag("--dry-run", a->dry_run, "check the input and print the plan; write nothing");
   sub->add_flag("--force", a->force, "replace an existing OUT");
-  sub->add_option("--threads", a->threads, "worker threads (default: all cores)");
+  add_threads_option(sub, &a->threads, "worker threads");
   sub->add_flag("--json", a->json, "machine-readable report on stdout");
   sub->footer(
       "Each weight is reconstructed exactly in f32 by its format (INT4/INT8 GPTQ, FP8 block)\n"

@@ -252,7 +252,7 @@ Command add_generate(CLI::App& app) {
                 "distributed as plain sampling's");
   add_mtp_vocab_option(sub, &a->mtp_vocab, "--speculative");
   add_draft_tokens_option(sub, &a->draft_tokens);
-  sub->add_option("--threads", a->threads, "worker threads (default: all cores)");
+  add_threads_option(sub, &a->threads, "worker threads");
   add_kv_cache_option(sub, &a->kv_cache);
   sub->add_flag("--ignore-eos", a->ignore_eos, "do not stop at generation_config's eos tokens");
   sub->add_flag("--json-object", a->json_object,

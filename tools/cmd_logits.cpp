@@ -143,7 +143,7 @@ Command add_logits(CLI::App& app) {
   sub->add_option("--device", a->device, "cpu (the reference engine) or cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
-  sub->add_option("--threads", a->threads, "worker threads (default: all cores)");
+  add_threads_option(sub, &a->threads, "worker threads");
   add_kv_cache_option(sub, &a->kv_cache);
   sub->add_flag("--json", a->json, "machine-readable report on stdout");
   sub->footer(

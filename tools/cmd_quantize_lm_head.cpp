@@ -4,6 +4,7 @@
 #include <memory>
 #include <optional>
 
+#include "args.h"
 #include "commands.h"
 #include "output.h"
 #include "qf/quant/lm_head.h"
@@ -107,7 +108,7 @@ Command add_quantize_lm_head(CLI::App& app) {
   sub->add_option("--samples", a->samples, "random hidden states for the logits comparison")
       ->check(CLI::Range(0, 4096));
   sub->add_option("--seed", a->seed, "seed of the random hidden states");
-  sub->add_option("--threads", a->threads, "worker threads (default: all cores)");
+  add_threads_option(sub, &a->threads, "worker threads");
   sub->add_flag("--json", a->json, "machine-readable report on stdout");
   sub->footer(
       "Stores lm_head.qweight I32 [H/4, V], lm_head.qzeros I32 [1, V/4] (0x7F7F7F7F) and\n"

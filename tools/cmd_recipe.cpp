@@ -3,6 +3,7 @@
 #include <memory>
 #include <optional>
 
+#include "args.h"
 #include "commands.h"
 #include "output.h"
 #include "qf/quant/recipe.h"
@@ -108,7 +109,7 @@ Command add_recipe(CLI::App& app) {
                     "accept inputs of another size than the recipe's model (scaled-down tests)");
   run_cmd->add_flag("--force", a->force, "replace an existing OUT");
   run_cmd->add_flag("--dry-run", a->dry_run, "check the recipe and the inputs; run nothing");
-  run_cmd->add_option("--threads", a->threads, "worker threads (default: all cores)");
+  add_threads_option(run_cmd, &a->threads, "worker threads");
   run_cmd->add_flag("--json", a->json, "machine-readable report on stdout");
   run_cmd->footer(
       "Steps run on OUT.recipe.tmp; OUT appears only after the final validate (checksums\n"

@@ -77,6 +77,11 @@ void handle_signals() {
 int run(const ServeArgs& a) {
   handle_signals();
   if (a.port < 0 || a.port > 65535) throw Error(Errc::kUsage, "--port must be in 0..65535");
+  if (a.host.empty()) {
+    throw Error(Errc::kUsage,
+                "--host is empty: give an address to listen on (127.0.0.1, ::1, "
+                "0.0.0.0, ...)");
+  }
   if (a.max_model_len < 0 || a.max_model_len >= rt::kMaxCudaContext) {
     throw Error(Errc::kUsage, "--max-model-len must be 1 to " +
                                   std::to_string(rt::kMaxCudaContext - 1) +
@@ -150,10 +155,12 @@ int run(const ServeArgs& a) {
   rt::Server server(tok, std::move(run_request), o);
   const int port = server.bind();
   const Serving published(&server);
+  // An IPv6 address goes in brackets in a URL.
+  const std::string host = a.host.find(':') != std::string::npos ? "[" + a.host + "]" : a.host;
   std::fprintf(stderr,
                "qforge serve: http://%s:%d/v1 (model '%s' on %s, max_model_len %lld%s); "
                "Ctrl-C stops\n",
-               a.host.c_str(), port, o.model_name.c_str(), a.device.c_str(),
+               host.c_str(), port, o.model_name.c_str(), a.device.c_str(),
                static_cast<long long>(o.max_model_len), a.speculative ? ", speculative" : "");
   server.run();
   return kExitOk;
@@ -184,7 +191,7 @@ Command add_serve(CLI::App& app) {
   sub->add_flag("--no-prefix-cache", a->no_prefix_cache,
                 "start every request afresh (default: a request that extends the previous one's "
                 "prompt up to its last turn skips that part)");
-  sub->add_option("--threads", a->threads, "CPU engine worker threads (default: all cores)");
+  add_threads_option(sub, &a->threads, "CPU engine worker threads");
   add_kv_cache_option(sub, &a->kv_cache);
   sub->footer(
       "Endpoints: POST /v1/chat/completions, POST /v1/completions (stream: server-sent events),\n"

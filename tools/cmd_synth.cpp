@@ -118,7 +118,7 @@ Command add_synth(CLI::App& app) {
   sub->add_option("--shard-size", a->shard_size, "largest shard (HF-style split)")
       ->capture_default_str();
   sub->add_option("--shards", a->shards, "exactly N main shards instead of --shard-size");
-  sub->add_option("--threads", a->threads, "files written in parallel (default: all cores)");
+  add_threads_option(sub, &a->threads, "files written in parallel");
   sub->add_flag("--dry-run", a->dry_run, "print the plan (files, tensors, bytes); write nothing");
   sub->add_flag("--force", a->force, "replace an existing OUT");
   sub->footer(

@@ -3,6 +3,7 @@
 #include <memory>
 #include <optional>
 
+#include "args.h"
 #include "commands.h"
 #include "output.h"
 #include "qf/ckpt/validate.h"
@@ -139,8 +140,7 @@ Command add_validate(CLI::App& app) {
                 "verify qforge-manifest.json, or create it when absent and the checkpoint is "
                 "valid (XXH3-64 per file and per tensor)");
   sub->add_flag("--json", args->json, "machine-readable report on stdout");
-  sub->add_option("--threads", args->threads, "hashing threads (default: all cores)")
-      ->check(CLI::Range(0, 4096));
+  add_threads_option(sub, &args->threads, "hashing threads");
   sub->add_flag("--no-model", args->no_model,
                 "structural checks only (skip the checks against config.json)");
   sub->add_flag("--scan-values", args->scan_values,

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <system_error>
 #include <vector>
 
 #include "args.h"
@@ -51,6 +52,9 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "qforge %s: error: %s\n", cmd.app->get_name().c_str(), e.what());
       return qf::errc_exit_code(e.code());
     } catch (const std::filesystem::filesystem_error& e) {  // should have been a qf::Error
+      std::fprintf(stderr, "qforge %s: error: %s\n", cmd.app->get_name().c_str(), e.what());
+      return qf::kExitIo;
+    } catch (const std::system_error& e) {  // a thread that could not start, say
       std::fprintf(stderr, "qforge %s: error: %s\n", cmd.app->get_name().c_str(), e.what());
       return qf::kExitIo;
     } catch (const std::bad_alloc&) {

@@ -304,7 +304,8 @@ TEST(EngineCli, PenaltiesChangeGreedyIdsAndBadValuesAreRefused) {
 }
 
 // Integer flags are decimal and within 64 bits (CLI11 alone reads 010 as octal, saturates past
-// 2^63 - 1 and wraps -1 on an unsigned flag), and a CUDA KV cache past kMaxCudaContext positions
+// 2^63 - 1 and wraps -1 on an unsigned flag), --threads at most 1024 (100000 threads ended in
+// std::terminate when the system refused them), and a CUDA KV cache past kMaxCudaContext positions
 // is refused before anything loads (or a GPU is looked for).
 TEST(EngineCli, IntegerFlagsAreDecimalAndInRange) {
   const std::string base = "generate --model " + kModel.string() + " --tokens 1,2 --ignore-eos";
@@ -316,7 +317,8 @@ TEST(EngineCli, IntegerFlagsAreDecimalAndInRange) {
            {" --top-k +3", "--top-k: '+3' is not a decimal integer"},
            {" --max-tokens 9223372036854775808", "'9223372036854775808' is out of range"},
            {" --seed -1", "--seed: '-1' is negative"},
-           {" --seed 18446744073709551616", "'18446744073709551616' is out of range"}}) {
+           {" --seed 18446744073709551616", "'18446744073709551616' is out of range"},
+           {" --threads 100000", "--threads: Value 100000 not in range 0 to 1024"}}) {
     const CommandResult bad = qforge(base + flag);
     EXPECT_EQ(bad.exit_code, 1) << flag << bad.out;
     EXPECT_NE(bad.out.find(what), std::string::npos) << flag << bad.out;

@@ -354,6 +354,12 @@ TEST(ServeCli, BadFlagsAndModels) {
   auto r = run_command(bin + "--model " + kModel + " --port 70000");
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_NE(r.err.find("--port"), std::string::npos) << r.err;
+  r = run_command(bin + "--model " + kModel + " --host ''");  // it listened on ::1 before
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("--host is empty"), std::string::npos) << r.err;
+  r = run_command(bin + "--model " + kModel + " --max-model-len 1073741824");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("--max-model-len must be 1 to 1073741823"), std::string::npos) << r.err;
   r = run_command(bin + "--model /nonexistent/model");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("/nonexistent/model"), std::string::npos) << r.err;
