@@ -46,6 +46,16 @@ std::string ids_csv(const std::vector<int32_t>& ids) {
   return s;
 }
 
+// Each flag added to `base` exits 1 (usage) with its `what` in the message.
+void expect_usage_errors(const std::string& base,
+                         const std::vector<std::pair<std::string, std::string>>& flags) {
+  for (const auto& [flag, what] : flags) {
+    const CommandResult bad = qforge(base + flag);
+    EXPECT_EQ(bad.exit_code, 1) << flag << bad.out;
+    EXPECT_NE(bad.out.find(what), std::string::npos) << flag << bad.out;
+  }
+}
+
 std::string quoted(const std::string& s) {
   std::string q = "'";
   for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
@@ -287,16 +297,11 @@ TEST(EngineCli, PenaltiesChangeGreedyIdsAndBadValuesAreRefused) {
   const nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_NE(j["ids"].get<std::vector<int32_t>>(), read<int32_t>(ref, "greedy_ids"));
   EXPECT_FLOAT_EQ(j["presence_penalty"].get<float>(), 2.0f);
-  for (const auto& [flag, what] : std::vector<std::pair<std::string, std::string>>{
-           {" --presence-penalty 2.5", "presence penalty"},
-           {" --frequency-penalty -3", "frequency penalty"},
-           {" --repetition-penalty 0", "repetition penalty"},
-           {" --min-p 1.5", "min-p"},
-           {" --logprobs 21", "logprobs"}}) {
-    const CommandResult bad = qforge(base + flag);
-    EXPECT_EQ(bad.exit_code, 1) << flag << bad.out;
-    EXPECT_NE(bad.out.find(what), std::string::npos) << flag << bad.out;
-  }
+  expect_usage_errors(base, {{" --presence-penalty 2.5", "presence penalty"},
+                             {" --frequency-penalty -3", "frequency penalty"},
+                             {" --repetition-penalty 0", "repetition penalty"},
+                             {" --min-p 1.5", "min-p"},
+                             {" --logprobs 21", "logprobs"}});
   const CommandResult no_json =
       qforge("generate --model " + kModel.string() + " --tokens 1,2 --max-tokens 2 --logprobs 1");
   EXPECT_EQ(no_json.exit_code, 1) << no_json.out;
@@ -312,17 +317,13 @@ TEST(EngineCli, IntegerFlagsAreDecimalAndInRange) {
   const CommandResult ten = qforge_split(base + " --max-tokens 010 --json");
   ASSERT_EQ(ten.exit_code, 0) << ten.err;
   EXPECT_EQ(nlohmann::json::parse(ten.out)["ids"].size(), 10u);  // not octal 8
-  for (const auto& [flag, what] : std::vector<std::pair<std::string, std::string>>{
-           {" --max-tokens 0x10", "--max-tokens: '0x10' is not a decimal integer"},
-           {" --top-k +3", "--top-k: '+3' is not a decimal integer"},
-           {" --max-tokens 9223372036854775808", "'9223372036854775808' is out of range"},
-           {" --seed -1", "--seed: '-1' is negative"},
-           {" --seed 18446744073709551616", "'18446744073709551616' is out of range"},
-           {" --threads 100000", "--threads: Value 100000 not in range 0 to 1024"}}) {
-    const CommandResult bad = qforge(base + flag);
-    EXPECT_EQ(bad.exit_code, 1) << flag << bad.out;
-    EXPECT_NE(bad.out.find(what), std::string::npos) << flag << bad.out;
-  }
+  expect_usage_errors(
+      base, {{" --max-tokens 0x10", "--max-tokens: '0x10' is not a decimal integer"},
+             {" --top-k +3", "--top-k: '+3' is not a decimal integer"},
+             {" --max-tokens 9223372036854775808", "'9223372036854775808' is out of range"},
+             {" --seed -1", "--seed: '-1' is negative"},
+             {" --seed 18446744073709551616", "'18446744073709551616' is out of range"},
+             {" --threads 100000", "--threads: Value 100000 not in range 0 to 1024"}});
   const CommandResult big = qforge(base + " --max-tokens 9223372036854775807 --device cuda");
   EXPECT_EQ(big.exit_code, 1) << big.out;
   EXPECT_NE(big.out.find("a KV cache of 1073741827 positions: the CUDA engine takes 1 to " +
