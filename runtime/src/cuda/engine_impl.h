@@ -415,9 +415,10 @@ struct CudaEngine::Impl {
 
   void before_step(int64_t at) {
     if (at >= o.max_context) {
-      throw Error(Errc::kUsage, "the context is full: the KV cache holds " +
-                                    std::to_string(o.max_context) +
-                                    " positions (sized at load: CudaOptions::max_context)");
+      throw Error(Errc::kUsage,
+                  "the context is full: the KV cache holds " + std::to_string(o.max_context) +
+                      " positions (sized at load; generate: the prompt and --max-tokens; "
+                      "serve: --max-model-len)");
     }
   }
 
