@@ -294,6 +294,31 @@ void max_tokens(const Json& body, const char* name, ApiRequest& r, int64_t least
   }
 }
 
+// The chat fields a chat request and POST /tokenize share: "tools" (null when absent), the
+// options of "chat_template_kwargs", and the messages rendered with them.
+Json tools_field(const Json& body) {
+  const Json* t = field(body, "tools");
+  if (!t) return Json();
+  if (!t->is_array()) bad_request("'tools' must be an array, got " + got(*t), "tools");
+  return *t;
+}
+ChatOptions chat_options(const Json& body) {
+  ChatOptions co;
+  if (const Json* k = field(body, "chat_template_kwargs")) {
+    if (!k->is_object())
+      bad_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");
+    co.enable_thinking = boolean(*k, "enable_thinking").value_or(true);
+  }
+  return co;
+}
+std::string render_messages(const Json& messages, const Json& tools, const ChatOptions& co) {
+  try {
+    return render_chat(messages, tools, co);
+  } catch (const Error& e) {
+    bad_request(e.what(), "messages");
+  }
+}
+
 }  // namespace
 
 ApiError::ApiError(int status, std::string type, const std::string& message, std::string param)
@@ -322,10 +347,7 @@ ApiRequest parse_chat_request(const Json& body, const SamplingOptions& defaults)
   max_tokens(body, "max_completion_tokens", r);
   const Json* messages = field(body, "messages");
   if (!messages) bad_request("'messages' is required", "messages");
-  if (const Json* t = field(body, "tools")) {
-    if (!t->is_array()) bad_request("'tools' must be an array, got " + got(*t), "tools");
-    r.tools = *t;
-  }
+  r.tools = tools_field(body);
   if (const Json* c = field(body, "tool_choice")) r.tool_choice = tool_choice(*c, r.tools);
   if (r.tool_choice.forced()) {
     if (r.grammar) {
@@ -344,18 +366,9 @@ ApiRequest parse_chat_request(const Json& body, const SamplingOptions& defaults)
   } else if (top) {
     bad_request("'top_logprobs' needs 'logprobs': true", "top_logprobs");
   }
-  ChatOptions co;
-  if (const Json* k = field(body, "chat_template_kwargs")) {
-    if (!k->is_object())
-      bad_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");
-    co.enable_thinking = boolean(*k, "enable_thinking").value_or(true);
-  }
+  const ChatOptions co = chat_options(body);
   r.thinking = co.enable_thinking;
-  try {
-    r.prompts.push_back({render_chat(*messages, r.tools, co), {}});
-  } catch (const Error& e) {
-    bad_request(e.what(), "messages");
-  }
+  r.prompts.push_back({render_messages(*messages, r.tools, co), {}});
   return r;
 }
 
@@ -431,23 +444,9 @@ TokenizeRequest parse_tokenize_request(const Json& body) {
     return r;
   }
   if (!messages) bad_request("'prompt' or 'messages' is required", "prompt");
-  Json tools;
-  if (const Json* t = field(body, "tools")) {
-    if (!t->is_array()) bad_request("'tools' must be an array, got " + got(*t), "tools");
-    tools = *t;
-  }
-  ChatOptions co;
+  ChatOptions co = chat_options(body);
   co.add_generation_prompt = boolean(body, "add_generation_prompt").value_or(true);
-  if (const Json* k = field(body, "chat_template_kwargs")) {
-    if (!k->is_object())
-      bad_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");
-    co.enable_thinking = boolean(*k, "enable_thinking").value_or(true);
-  }
-  try {
-    r.text = render_chat(*messages, tools, co);
-  } catch (const Error& e) {
-    bad_request(e.what(), "messages");
-  }
+  r.text = render_messages(*messages, tools_field(body), co);
   return r;
 }
 

@@ -124,12 +124,9 @@ std::string ServeMetrics::render() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::string s;
   const std::string& m = model_label_;
-  const auto gauge = [&](const char* name, const char* help, int64_t v) {
-    header(s, name, "gauge", help);
-    s += std::string(name) + '{' + m + "} " + std::to_string(v) + '\n';
-  };
-  const auto counter = [&](const char* name, const char* help, uint64_t v) {
-    header(s, name, "counter", help);
+  // A gauge or counter: one sample.
+  const auto single = [&](const char* name, const char* type, const char* help, auto v) {
+    header(s, name, type, help);
     s += std::string(name) + '{' + m + "} " + std::to_string(v) + '\n';
   };
   const auto histogram = [&](const char* name, const char* help, const Histogram& h) {
@@ -144,13 +141,16 @@ std::string ServeMetrics::render() const {
     s += std::string(name) + "_sum{" + m + "} " + number(h.sum) + '\n';
     s += std::string(name) + "_count{" + m + "} " + std::to_string(below) + '\n';
   };
-  gauge("vllm:num_requests_running", "Generations on the engine (one at a time).", running_);
-  gauge("vllm:num_requests_waiting", "Generations waiting for the engine.", waiting_);
-  counter("vllm:prompt_tokens_total", "Prompt tokens of finished generations.", prompt_tokens_);
-  counter("vllm:generation_tokens_total", "Tokens generated.", generation_tokens_);
-  counter("vllm:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",
-          prompt_tokens_);
-  counter("vllm:prefix_cache_hits_total", "Prompt tokens the prefix cache served.", cache_hits_);
+  single("vllm:num_requests_running", "gauge", "Generations on the engine (one at a time).",
+         running_);
+  single("vllm:num_requests_waiting", "gauge", "Generations waiting for the engine.", waiting_);
+  single("vllm:prompt_tokens_total", "counter", "Prompt tokens of finished generations.",
+         prompt_tokens_);
+  single("vllm:generation_tokens_total", "counter", "Tokens generated.", generation_tokens_);
+  single("vllm:prefix_cache_queries_total", "counter",
+         "Prompt tokens looked up in the prefix cache.", prompt_tokens_);
+  single("vllm:prefix_cache_hits_total", "counter", "Prompt tokens the prefix cache served.",
+         cache_hits_);
   header(s, "vllm:request_success_total", "counter", "Finished generations by finish reason.");
   for (const auto& [reason, n] : finished_) {
     s += "vllm:request_success_total{" + m + ",finished_reason=\"" + escape_label(reason) + "\"} " +

@@ -292,10 +292,10 @@ void Server::Impl::handle(const httplib::Request& req, httplib::Response& res, b
   auto prompts = std::make_shared<std::vector<Prompt>>();
   int64_t n_prompt = 0;  // tokens of all prompts (usage.prompt_tokens)
   const int64_t least = r->max_tokens && *r->max_tokens == 0 ? 0 : 1;  // 0: echo scoring only
+  const bool several = r->prompts.size() > 1;                          // messages name the prompt
   for (size_t p = 0; p < r->prompts.size(); ++p) {
     const ApiPrompt& a = r->prompts[p];
     Prompt q{a.ids.empty() ? tok.encode(a.text) : a.ids, {}, 0};
-    const bool several = r->prompts.size() > 1;  // messages name the prompt
     const std::string which = several ? "prompt " + std::to_string(p) + "'s " : "prompt ";
     for (size_t i = 0; i < q.ids.size(); ++i) {
       if (q.ids[i] >= opt.vocab_size) {
