@@ -80,6 +80,21 @@ struct Rng {
   }
 };
 
+// `sets` routings of `k` distinct expert ids out of `experts` each, one after the other.
+std::vector<int> expert_sets(uint64_t seed, int sets, int k, int experts) {
+  Rng rng{seed};
+  std::vector<int> ids;
+  for (int s = 0; s < sets; ++s) {
+    std::vector<int> set;
+    while (static_cast<int>(set.size()) < k) {
+      const int e = static_cast<int>(rng.next() % static_cast<uint64_t>(experts));
+      if (std::find(set.begin(), set.end(), e) == set.end()) set.push_back(e);
+    }
+    ids.insert(ids.end(), set.begin(), set.end());
+  }
+  return ids;
+}
+
 // Fills a device buffer with random bytes (a 64 MiB host pattern, repeated).
 void fill_random(void* d, size_t bytes, uint64_t seed) {
   static std::vector<uint64_t> pattern;
@@ -302,16 +317,7 @@ void gemm_section(cudaStream_t stream, double copy, int only_t) {
     QF_CUDA_CHECK(cudaMemcpy(h.data(), v.data(), h.bytes(), cudaMemcpyHostToDevice));
   }
   // Routing: token t's 8 distinct experts (ids [t][8]); the entries sorted by expert.
-  std::vector<int> ids;
-  Rng rng{11};
-  for (int t = 0; t < kMaxT; ++t) {
-    std::vector<int> set;
-    while (set.size() < kTopK) {
-      const int e = static_cast<int>(rng.next() % kExperts);
-      if (std::find(set.begin(), set.end(), e) == set.end()) set.push_back(e);
-    }
-    ids.insert(ids.end(), set.begin(), set.end());
-  }
+  const std::vector<int> ids = expert_sets(11, kMaxT, kTopK, kExperts);
   DeviceBuffer<int> d_ids(ids.size()), d_off(kExperts + 1), d_rows(ids.size());
   QF_CUDA_CHECK(cudaMemcpy(d_ids.data(), ids.data(), d_ids.bytes(), cudaMemcpyHostToDevice));
   DeviceBuffer<uint8_t> scratch(size_t{64} << 20);
@@ -593,14 +599,7 @@ void moe_size_rows(const DeviceLinear& gate_up, const DeviceLinear& down, int it
   constexpr int kMax = 128;
   DeviceBuffer<int> ids(kSets * kMax);
   {
-    Rng rng{13};
-    std::vector<int> h;
-    for (int s = 0; s < kSets; ++s) {
-      std::vector<int> perm(256);
-      for (int e = 0; e < 256; ++e) perm[e] = e;
-      for (int e = 255; e > 0; --e) std::swap(perm[e], perm[rng.next() % (e + 1)]);
-      h.insert(h.end(), perm.begin(), perm.begin() + kMax);
-    }
+    const std::vector<int> h = expert_sets(13, kSets, kMax, 256);
     QF_CUDA_CHECK(cudaMemcpy(ids.data(), h.data(), ids.bytes(), cudaMemcpyHostToDevice));
   }
   DeviceBuffer<float> x(kMax * 1024), y(kMax * 3072);
@@ -699,16 +698,7 @@ int main(int argc, char** argv) {
   // for single-matrix launches that rotate through copies (n_slots 1, ids = rot + i % kSets).
   DeviceBuffer<int> moe_ids(kSets * 8), rot(kSets);
   {
-    Rng rng{11};
-    std::vector<int> h;
-    for (int s = 0; s < kSets; ++s) {
-      std::vector<int> set;
-      while (set.size() < 8) {
-        const int e = static_cast<int>(rng.next() % 256);
-        if (std::find(set.begin(), set.end(), e) == set.end()) set.push_back(e);
-      }
-      h.insert(h.end(), set.begin(), set.end());
-    }
+    const std::vector<int> h = expert_sets(11, kSets, 8, 256);
     QF_CUDA_CHECK(cudaMemcpy(moe_ids.data(), h.data(), moe_ids.bytes(), cudaMemcpyHostToDevice));
     std::vector<int> r(kSets);
     for (int i = 0; i < kSets; ++i) r[i] = i;
