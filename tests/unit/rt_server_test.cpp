@@ -42,6 +42,15 @@ const Json kTools = Json::parse(R"([{"type": "function", "function": {"name": "g
 const Json kMessages =
     Json::parse(R"([{"role": "user", "content": "Weather in Oslo and Bergen?"}])");
 
+// The JSON events of a streamed reply ("data: {...}" lines, [DONE] left out), in order.
+std::vector<Json> events(const std::string& body) {
+  std::vector<Json> out;
+  for (size_t at = 0; (at = body.find("data: {", at)) != std::string::npos; ++at) {
+    out.push_back(Json::parse(body.substr(at + 6, body.find('\n', at) - at - 6)));
+  }
+  return out;
+}
+
 // The server on a free port, in a thread, over a scripted engine.
 class ScriptedServer {
  public:
@@ -259,8 +268,7 @@ class RandomLogitsServer {
     if (!stream) return Json::parse(res->body)["choices"][0];
     Json choice = {{"message", {{"content", ""}}}};
     Json& m = choice["message"];
-    for (size_t at = 0; (at = res->body.find("data: {", at)) != std::string::npos; ++at) {
-      const Json e = Json::parse(res->body.substr(at + 6, res->body.find('\n', at) - at - 6));
+    for (const Json& e : events(res->body)) {
       if (e["choices"].empty()) continue;
       const Json& d = e["choices"][0]["delta"];
       m["content"] = m["content"].get<std::string>() + d.value("content", "");
@@ -322,8 +330,7 @@ TEST(Server, CompletionEchoesThePromptAndItsLogprobs) {
           finish = ch["finish_reason"];
         } else {
           bool first = true;
-          for (size_t at = 0; (at = text.find("data: {", at)) != std::string::npos; ++at) {
-            const Json e = Json::parse(text.substr(at + 6, text.find('\n', at) - at - 6));
+          for (const Json& e : events(text)) {
             const Json& ch = e["choices"][0];
             if (first) {
               EXPECT_EQ(ch["text"], prompt) << what << ": the first chunk";
@@ -406,8 +413,7 @@ TEST(Server, CompletionTakesSeveralPrompts) {
         }
         usage = j["usage"];
       } else {
-        for (size_t at = 0; (at = res->body.find("data: {", at)) != std::string::npos; ++at) {
-          const Json e = Json::parse(res->body.substr(at + 6, res->body.find('\n', at) - at - 6));
+        for (const Json& e : events(res->body)) {
           if (e.contains("usage") && !e["usage"].is_null()) usage = e["usage"];
           if (e["choices"].empty()) continue;
           text[e["choices"][0]["index"].get<int>()] += e["choices"][0]["text"].get<std::string>();
@@ -472,8 +478,7 @@ TEST(Server, ChoicesTakeTheSeedPlusTheirIndex) {
         usage = j["usage"];
       } else {
         int last_index = 0;
-        for (size_t at = 0; (at = res->body.find("data: {", at)) != std::string::npos; ++at) {
-          const Json e = Json::parse(res->body.substr(at + 6, res->body.find('\n', at) - at - 6));
+        for (const Json& e : events(res->body)) {
           if (e.contains("usage") && !e["usage"].is_null()) usage = e["usage"];
           if (e["choices"].empty()) continue;
           const Json& ch = e["choices"][0];
@@ -699,8 +704,7 @@ TEST(Server, MetricsCountTokensRequestsAndLatencies) {
                    .dump(),
                "application/json");
   ASSERT_TRUE(res && res->status == 200);
-  const size_t at = res->body.rfind("data: {");
-  const Json streamed = Json::parse(res->body.substr(at + 6, res->body.find('\n', at) - at - 6));
+  const Json streamed = events(res->body).back();
   ASSERT_EQ(c.Post("/v1/completions", "{", "application/json")->status, 400);
   ASSERT_EQ(c.Get("/v1/nothing-here")->status, 404);
 
